@@ -1,0 +1,59 @@
+"""The ``trainpace`` command: parse, call one library function, render, return an exit code.
+
+Each verb lives in its own module ``trainpace.cli._<verb>`` with ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``; they import their heavy dependencies
+inside ``run`` so that ``trainpace --help`` stays fast. Exit codes: 0 ok, 1 the tool's own
+error (one line on stderr, no traceback), 2 bad usage (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from trainpace import __version__
+from trainpace.errors import TrainpaceError
+
+# Verb name -> module. Order is the order of `trainpace --help`.
+VERBS: dict[str, str] = {
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, one sub-parser per verb."""
+    parser = argparse.ArgumentParser(
+        prog="trainpace",
+        description="Measure and explain the speed of PyTorch training.",
+    )
+    parser.add_argument("--version", action="version", version=f"trainpace {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for verb, module_name in VERBS.items():
+        module = importlib.import_module(module_name)
+        verb_parser = sub.add_parser(verb, help=module.HELP, description=module.HELP)
+        module.add_arguments(verb_parser)
+        verb_parser.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``trainpace`` command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # The library never configures logging; the CLI shows warnings on stderr.
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    try:
+        code: int = args._run(args)
+    except TrainpaceError as exc:
+        print(f"trainpace {args.verb}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"trainpace {args.verb}: interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

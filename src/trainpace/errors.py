@@ -1,0 +1,61 @@
+"""The one exception hierarchy of trainpace.
+
+::
+
+    TrainpaceError                 anything trainpace raises on purpose
+     ├── ConfigError               a bad setting: names the key, the value and the constraint
+     ├── RunFolderError            a run folder that is missing, unreadable or of another schema
+     ├── TraceFormatError          a profiler trace that cannot be read (names the file)
+     ├── MissingDependencyError    an optional extra is not installed (names the pip command)
+     └── DeviceError               a device that cannot be used for the asked measurement
+
+Messages name the input, what is wrong with it, and the fix. The CLI prints them on one line
+and exits 1; it prints a traceback only for errors that are not a ``TrainpaceError`` (our bugs).
+
+An *unavailable metric* is never an exception: it is ``None`` in the figures, logged once.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DeviceError",
+    "MissingDependencyError",
+    "RunFolderError",
+    "TraceFormatError",
+    "TrainpaceError",
+]
+
+
+class TrainpaceError(Exception):
+    """Base of every error trainpace raises on purpose."""
+
+
+class ConfigError(TrainpaceError, ValueError):
+    """A setting has a bad value. The message names the key, the value and the constraint."""
+
+    def __init__(self, key: str, value: object, constraint: str) -> None:
+        self.key = key
+        self.value = value
+        self.constraint = constraint
+        super().__init__(f"{key} {constraint}, got {value!r}")
+
+
+class RunFolderError(TrainpaceError):
+    """A run folder (or a file in it) is missing, unreadable, or written in another schema."""
+
+
+class TraceFormatError(TrainpaceError):
+    """A profiler trace cannot be read. The message names the file and what is wrong."""
+
+
+class MissingDependencyError(TrainpaceError, ImportError):
+    """An optional integration was asked for but its extra is not installed."""
+
+    def __init__(self, what: str, extra: str) -> None:
+        self.extra = extra
+        super().__init__(f"{what} needs the '{extra}' extra: pip install 'trainpace[{extra}]'")
+
+
+class DeviceError(TrainpaceError):
+    """A device cannot be used for the asked measurement (absent, or not supported)."""

@@ -1,0 +1,154 @@
+"""The run folder: what is in it, the records that fill it, and how to read it back.
+
+One run is one folder (DESIGN.md)::
+
+    meta.json      device, versions, config, DataLoader settings, world size
+    steps.jsonl    one record per optimizer step, appended and flushed at each window
+    system.jsonl   background sampler rows (device and host readings)
+    summary.json   trainpace.summary/1, refreshed at window boundaries and written at the end
+
+Writing is a sink's job (``trainpace.sinks.RunFolderSink``); this module only defines the
+records and reads folders back. Readers tolerate a truncated last line, which is what a run
+killed in the middle of a write leaves behind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from trainpace.errors import RunFolderError
+from trainpace.summary import Summary
+
+META_FILE = "meta.json"
+STEPS_FILE = "steps.jsonl"
+SYSTEM_FILE = "system.jsonl"
+SUMMARY_FILE = "summary.json"
+META_SCHEMA = "trainpace.meta/1"
+
+RecordKind = Literal["meta", "window", "system", "summary"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """What the measurement layer hands to sinks.
+
+    ``kind`` says what ``data`` holds:
+
+    - ``"meta"``: the run's meta dict (written again whenever it changes);
+    - ``"window"``: ``{"window": aggregates, "steps": [step records]}`` at a window boundary;
+    - ``"system"``: ``{"rows": [sampler rows]}``;
+    - ``"summary"``: a ``trainpace.summary/1`` dict.
+
+    ``step`` is the last optimizer step the record covers (0 before the first step).
+    """
+
+    kind: RecordKind
+    data: Mapping[str, Any]
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class RunData:
+    """A run folder read back."""
+
+    path: Path
+    meta: dict[str, Any]
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    system: list[dict[str, Any]] = field(default_factory=list)
+    summary: Summary | None = None
+    truncated: list[str] = field(default_factory=list)  # files whose last line was cut off
+
+
+def json_safe(value: Any) -> Any:
+    """Replace non-finite floats with None, recursively, so the output is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """Read a JSON-lines file; returns (records, last_line_was_truncated).
+
+    A last line that does not parse is dropped (a killed writer); a bad line anywhere else
+    is an error naming the file and the line.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RunFolderError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise RunFolderError(f"{path}: not UTF-8 text; is this a trainpace run folder?") from exc
+    lines = text.split("\n")
+    records: list[dict[str, Any]] = []
+    truncated = False
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            is_last = all(not rest.strip() for rest in lines[number:])
+            if is_last:
+                truncated = True
+                break
+            raise RunFolderError(f"{path}:{number}: not a JSON line ({exc.msg})") from exc
+        if not isinstance(record, dict):
+            raise RunFolderError(f"{path}:{number}: expected a JSON object per line")
+        records.append(record)
+    return records, truncated
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RunFolderError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunFolderError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def read_run(path: str | Path) -> RunData:
+    """Read a run folder; raises :class:`RunFolderError` with a clear message if it is not one."""
+    folder = Path(path)
+    if not folder.exists():
+        raise RunFolderError(f"{folder}: no such folder; pass the folder given to Meter(out=...)")
+    if not folder.is_dir():
+        raise RunFolderError(f"{folder}: not a folder; pass the run folder, not a file in it")
+    meta_path, summary_path = folder / META_FILE, folder / SUMMARY_FILE
+    if not meta_path.exists() and not summary_path.exists():
+        raise RunFolderError(
+            f"{folder}: not a trainpace run folder (no {META_FILE} or {SUMMARY_FILE}); "
+            "pass the folder given to Meter(out=...)"
+        )
+    meta: dict[str, Any] = {}
+    if meta_path.exists():
+        raw = _read_json(meta_path)
+        if not isinstance(raw, dict) or raw.get("schema") != META_SCHEMA:
+            schema = raw.get("schema") if isinstance(raw, dict) else None
+            raise RunFolderError(
+                f"{meta_path}: schema is {schema!r}, expected {META_SCHEMA!r}; "
+                "not written by this version of trainpace"
+            )
+        meta = raw
+    truncated: list[str] = []
+    steps: list[dict[str, Any]] = []
+    system: list[dict[str, Any]] = []
+    for name, sink in ((STEPS_FILE, steps), (SYSTEM_FILE, system)):
+        if (folder / name).exists():
+            records, cut = read_jsonl(folder / name)
+            sink.extend(records)
+            if cut:
+                truncated.append(name)
+    summary = None
+    if summary_path.exists():
+        summary = Summary.from_dict(_read_json(summary_path), source=str(summary_path))
+    return RunData(folder, meta, steps, system, summary, truncated)

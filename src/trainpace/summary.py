@@ -1,0 +1,258 @@
+"""The ``trainpace.summary/1`` contract: typed sections, to and from JSON.
+
+Every key of the contract (DESIGN.md) is always present; ``None`` (JSON ``null``) means
+"not measured here", never zero. Keys after the contract's own are extensions: readers of
+``trainpace.summary/1`` must ignore keys they do not know, and :meth:`Summary.from_dict`
+does, so newer writers stay readable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from trainpace.errors import RunFolderError
+
+SCHEMA = "trainpace.summary/1"
+
+Bottleneck = Literal[
+    "data_loading",
+    "host_overhead",
+    "communication",
+    "memory_bandwidth",
+    "compute",
+    "thermal",
+    "memory_capacity",
+    "straggler",
+    "none",
+]
+BOTTLENECKS: tuple[str, ...] = (
+    "data_loading",
+    "host_overhead",
+    "communication",
+    "memory_bandwidth",
+    "compute",
+    "thermal",
+    "memory_capacity",
+    "straggler",
+    "none",
+)
+Severity = Literal["info", "warning", "critical"]
+SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Steps:
+    """Optimizer steps seen, excluded as warm-up, and measured."""
+
+    total: int = 0
+    warmup: int = 0
+    measured: int = 0
+    # extension: "auto" (detected steady state) or "fixed" (Meter(warmup=int))
+    warmup_mode: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Throughput:
+    """Work per second over the measured (steady) steps."""
+
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    steps_per_s: float | None = None
+    # "non_padding" (mask or labels said which tokens are real), "all" (every input_ids
+    # token), "custom" (extension: Meter(tokens=callable)), or None (no tokens seen)
+    tokens_counted: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """Extension: the target a run is timed to."""
+
+    name: str
+    value: float
+    higher_is_better: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Time:
+    """Training time: wall time, step-time distribution, time to target."""
+
+    wall_s: float | None = None
+    measured_s: float | None = None
+    step_s_median: float | None = None
+    step_s_p90: float | None = None
+    time_to_target_s: float | None = None
+    # extensions
+    step_s_mean: float | None = None
+    warmup_s: float | None = None
+    eta_to_target_s: float | None = None
+    steps_to_target: int | None = None
+    target: Target | None = None
+    clock: str | None = None  # "host" (perf_counter) or "cuda"/"mps" (device events)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Data:
+    """Data-loading latency: how long each step waits for its batch."""
+
+    wait_s_per_step: float | None = None
+    wait_pct: float | None = None
+    # extensions
+    h2d_s_per_step: float | None = None
+    exposed_wait_s_per_step: float | None = None  # CUDA: device idle while the host waited
+    loader: dict[str, Any] | None = None  # the DataLoader's settings, when one was found
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    """Device utilization: is the accelerator (or the CPU) busy, full, hot."""
+
+    kind: str | None = None  # "cpu" | "cuda" | "mps"
+    name: str | None = None
+    util_pct: float | None = None
+    memory_used_pct: float | None = None
+    temperature_c: float | None = None
+    throttle_pct: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bandwidth:
+    """Memory-bandwidth utilization, with the source it came from."""
+
+    util_pct: float | None = None
+    achieved_gb_s: float | None = None
+    peak_gb_s: float | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Flops:
+    """FLOPs per optimizer step, achieved rate and model FLOPs utilization."""
+
+    per_step: float | None = None
+    achieved_tflops: float | None = None
+    mfu_pct: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Communication:
+    """Extension: time spent in collectives, where it was measured (traces, dist)."""
+
+    share_pct: float | None = None
+    overlap_pct: float | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankEntry:
+    """One rank's own figures (one entry when not distributed)."""
+
+    rank: int = 0
+    host: str | None = None
+    samples_per_s: float | None = None
+    step_s_median: float | None = None
+    wait_pct: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One diagnosis: what was seen (evidence: the numbers), how bad, and what to do."""
+
+    id: str
+    severity: Severity
+    title: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    advice: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Diagnosis:
+    """The bottleneck (one of :data:`BOTTLENECKS`, None before diagnosis) and the findings."""
+
+    bottleneck: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary:
+    """A run's figures in the ``trainpace.summary/1`` contract. ``to_dict()`` gives the JSON."""
+
+    schema: str = SCHEMA
+    run_id: str | None = None
+    world_size: int = 1
+    steps: Steps = field(default_factory=Steps)
+    throughput: Throughput = field(default_factory=Throughput)
+    time: Time = field(default_factory=Time)
+    data: Data = field(default_factory=Data)
+    device: Device = field(default_factory=Device)
+    bandwidth: Bandwidth = field(default_factory=Bandwidth)
+    flops: Flops = field(default_factory=Flops)
+    ranks: list[RankEntry] = field(default_factory=list)
+    diagnosis: Diagnosis = field(default_factory=Diagnosis)
+    communication: Communication = field(default_factory=Communication)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict, every contract key present."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "summary") -> Summary:
+        """Read a summary dict; raise :class:`RunFolderError` naming ``source`` if not one."""
+        if not isinstance(data, Mapping):
+            raise RunFolderError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        schema = data.get("schema")
+        if schema != SCHEMA:
+            raise RunFolderError(
+                f"{source}: schema is {schema!r}, expected {SCHEMA!r}; "
+                "it was not written by this version of trainpace"
+            )
+        missing = sorted(_CONTRACT_KEYS - set(data))
+        if missing:
+            raise RunFolderError(f"{source}: missing contract keys {missing}")
+        try:
+            return _build(cls, data)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise RunFolderError(f"{source}: malformed {SCHEMA} summary ({exc})") from exc
+
+
+_CONTRACT_KEYS = frozenset(
+    {"schema", "run_id", "world_size", "steps", "throughput", "time", "data", "device",
+     "bandwidth", "flops", "ranks", "diagnosis"}
+)
+
+_T = TypeVar("_T")
+
+# Nested sections the reader rebuilds; any other field is taken as the JSON value it is.
+_NESTED: Mapping[tuple[type, str], type] = {
+    (Summary, "steps"): Steps,
+    (Summary, "throughput"): Throughput,
+    (Summary, "time"): Time,
+    (Summary, "data"): Data,
+    (Summary, "device"): Device,
+    (Summary, "bandwidth"): Bandwidth,
+    (Summary, "flops"): Flops,
+    (Summary, "ranks"): RankEntry,
+    (Summary, "diagnosis"): Diagnosis,
+    (Summary, "communication"): Communication,
+    (Diagnosis, "findings"): Finding,
+    (Time, "target"): Target,
+}
+_LISTS = frozenset({(Summary, "ranks"), (Diagnosis, "findings")})
+
+
+def _build(cls: type[_T], data: Mapping[str, Any]) -> _T:
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name not in data:
+            continue  # an extension key an older writer did not know: keep the default
+        value = data[f.name]
+        nested = _NESTED.get((cls, f.name))
+        if nested is not None and value is not None:
+            if (cls, f.name) in _LISTS:
+                value = [_build(nested, v) for v in value]
+            else:
+                value = _build(nested, value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
