@@ -146,6 +146,28 @@ class Communication:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Host:
+    """Extension: the host side (CPU, memory) of the training process."""
+
+    process_cpu_pct: float | None = None  # the training process and its DataLoader workers
+    system_cpu_pct: float | None = None
+    cpu_threads: int | None = None  # threads torch uses (the 100%-per-thread scale)
+    rss_gb: float | None = None
+    available_gb: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kernels:
+    """Extension: launch-bound signs, where kernels were seen (a profiler trace)."""
+
+    per_step: float | None = None
+    median_us: float | None = None
+    short_pct: float | None = None  # share of kernels shorter than the short-kernel threshold
+    launch_lag_us: float | None = None  # median launch-to-start delay
+    source: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class RankEntry:
     """One rank's own figures (one entry when not distributed)."""
 
@@ -192,6 +214,8 @@ class Summary:
     ranks: list[RankEntry] = field(default_factory=list)
     diagnosis: Diagnosis = field(default_factory=Diagnosis)
     communication: Communication = field(default_factory=Communication)
+    host: Host = field(default_factory=Host)
+    kernels: Kernels = field(default_factory=Kernels)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict, every contract key present."""
@@ -236,6 +260,8 @@ _NESTED: Mapping[tuple[type, str], type] = {
     (Summary, "ranks"): RankEntry,
     (Summary, "diagnosis"): Diagnosis,
     (Summary, "communication"): Communication,
+    (Summary, "host"): Host,
+    (Summary, "kernels"): Kernels,
     (Diagnosis, "findings"): Finding,
     (Time, "target"): Target,
 }
