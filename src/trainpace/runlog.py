@@ -7,6 +7,26 @@ One run is one folder (DESIGN.md)::
     system.jsonl   background sampler rows (device and host readings)
     summary.json   trainpace.summary/1, refreshed at window boundaries and written at the end
 
+A ``steps.jsonl`` record (one per optimizer step; every key always present, null if unknown)::
+
+    step            1-based optimizer step
+    t_s             seconds from the run's start to the end of this step (host clock)
+    step_s          the step's cycle time: from the end of the previous step to the end of
+                    this one, data wait included (device clock on CUDA, host clock on CPU)
+    wait_s          host time blocked in next() on the loader for this step's batches
+    exposed_wait_s  CUDA only: device idle time while the host waited for the batch
+    h2d_s           host-to-device copy time of this step's batches (meter.loader(device=))
+    samples         samples in the step (all micro-batches)
+    tokens          tokens in the step (see throughput.tokens_counted), or null
+    micro_batches   batches the step consumed
+    warmup          true for the steps excluded as warm-up
+    loss, metric    the values passed to meter.observe(), read at the window boundary
+
+A ``system.jsonl`` row (one per sampler reading) has ``t_s`` on the same clock as the steps,
+the metered device's headline readings at the top level (``device_util_pct``,
+``memory_used_pct``, ``temperature_c``, ``bandwidth_util_pct``; null when unknown), and the
+detail under ``host`` and ``gpus``.
+
 Writing is a sink's job (``trainpace.sinks.RunFolderSink``); this module only defines the
 records and reads folders back. Readers tolerate a truncated last line, which is what a run
 killed in the middle of a write leaves behind.
