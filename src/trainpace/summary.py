@@ -134,6 +134,15 @@ class Flops:
     per_step: float | None = None
     achieved_tflops: float | None = None
     mfu_pct: float | None = None
+    # extensions: the roofline of the step
+    peak_tflops: float | None = None
+    peak_source: str | None = None  # e.g. "specs: NVIDIA H100 SXM bf16 dense" or "ceilings"
+    dtype: str | None = None
+    bytes_per_step: float | None = None
+    intensity_flop_per_byte: float | None = None
+    ridge_flop_per_byte: float | None = None  # peak FLOP/s / peak bytes/s
+    roofline: str | None = None  # "compute_bound" | "bandwidth_bound"
+    by_family: list[dict[str, Any]] | None = None  # [{family, flops, bytes, intensity, roofline}]
 
 
 @dataclass(frozen=True, kw_only=True)
