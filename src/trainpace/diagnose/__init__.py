@@ -1,0 +1,87 @@
+"""Diagnosis: pure rules over a summary (and the per-step records) → the bottleneck and findings.
+
+``diagnose(summary, steps=..., system=..., meta=...)`` runs every rule of
+:data:`~trainpace.diagnose.rules.RULES` in the expert's order and returns a
+:class:`~trainpace.summary.Diagnosis`. The bottleneck is the category of the most severe
+finding that points at one (ties: the larger share of time lost, then the earlier rule);
+``none`` when nothing does. The last finding, ``checks``, always says what was checked and
+what could not be (which source was missing), so a healthy run says why it is healthy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trainpace.diagnose._context import Context, Verdict
+from trainpace.diagnose.rules import RULES
+from trainpace.diagnose.thresholds import SOURCES, Thresholds, threshold_table
+from trainpace.summary import Diagnosis, Finding, Summary
+
+__all__ = ["SOURCES", "Thresholds", "diagnose", "threshold_table"]
+
+_RANK = {"info": 0, "warning": 1, "critical": 2}
+
+
+def _bottleneck(verdicts: Sequence[Verdict]) -> Verdict | None:
+    candidates = [(i, v) for i, v in enumerate(verdicts) if v.bottleneck is not None]
+    if not candidates:
+        return None
+    _, best = max(
+        candidates,
+        key=lambda iv: (
+            _RANK[iv[1].finding.severity],
+            iv[1].lost_pct if iv[1].lost_pct is not None else -1.0,
+            -iv[0],
+        ),
+    )
+    return best
+
+
+def diagnose(
+    summary: Summary,
+    *,
+    steps: Sequence[Mapping[str, Any]] | None = None,
+    system: Sequence[Mapping[str, Any]] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    thresholds: Thresholds | None = None,
+) -> Diagnosis:
+    """The bottleneck and the findings, from whatever sections and records are present.
+
+    Args:
+        summary: the run's figures (a Meter's, a run folder's, or one built from a trace).
+        steps: the ``steps.jsonl`` records (warm-up ones are skipped), or None.
+        system: the ``system.jsonl`` rows, or None.
+        meta: ``meta.json`` (DataLoader settings under ``loader``, ``host.cpu_count``), or None.
+        thresholds: the rules' thresholds (:class:`Thresholds` defaults when None).
+    """
+    ctx = Context(summary, steps, system, meta or {}, thresholds or Thresholds())
+    verdicts: list[Verdict] = []
+    checked: list[str] = []
+    not_checked: list[str] = []
+    for name, rule in RULES:
+        outcome = rule(ctx)
+        verdicts.extend(outcome.verdicts)
+        if outcome.skipped:
+            not_checked.append(f"{name}: {outcome.skipped}")
+        else:
+            found = ", ".join(v.finding.id for v in outcome.verdicts)
+            checked.append(f"{name}: {outcome.checked or 'found ' + found}")
+    best = _bottleneck(verdicts)
+    bottleneck = best.bottleneck if best is not None and best.bottleneck else "none"
+    if bottleneck == "none":
+        title = f"No bottleneck found in what was measured ({len(checked)} checks)"
+        advice = ["nothing measured here holds the run back"]
+        if not_checked:
+            advice.append("some checks could not run; their sources are listed as not checked")
+    else:
+        title = f"Bottleneck: {bottleneck.replace('_', ' ')} ({best.finding.id if best else ''})"
+        advice = []
+    checks = Finding(
+        id="checks",
+        severity="info",
+        title=title,
+        evidence={"checked": checked, "not_checked": not_checked},
+        advice=advice,
+    )
+    return Diagnosis(bottleneck=bottleneck, findings=[v.finding for v in verdicts] + [checks])

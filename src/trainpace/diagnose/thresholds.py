@@ -1,0 +1,150 @@
+"""The thresholds the diagnosis rules use: data, each with its source, configurable.
+
+Change one with ``Thresholds(data_wait_warning_pct=5.0)`` or, from text (the CLI's
+``--threshold KEY=VALUE``), with :meth:`Thresholds.from_mapping`. :data:`SOURCES` says where
+each default comes from; "inferred" marks a value no source states, with the reasoning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainpace.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thresholds:
+    """The rules' thresholds. Shares are percent of step time unless the name says otherwise."""
+
+    # data loading
+    data_wait_warning_pct: float = 10.0
+    data_wait_critical_pct: float = 20.0
+    data_wait_min_steps_warning: int = 2
+    data_wait_min_steps_critical: int = 20
+    h2d_warning_pct: float = 10.0
+    loader_headroom: float = 1.2
+    # device
+    device_util_low_pct: float = 50.0
+    device_busy_pct: float = 90.0
+    memory_used_risk_pct: float = 95.0
+    thermal_margin_c: float = 5.0
+    throttle_warning_pct: float = 5.0
+    bandwidth_high_pct: float = 60.0
+    # step-time anomalies
+    outlier_min_steps: int = 10
+    stall_factor: float = 3.0
+    spike_factor: float = 1.5
+    spike_min_count: int = 3
+    period_tolerance_pct: float = 10.0
+    outlier_warning_pct: float = 5.0
+    outlier_critical_pct: float = 20.0
+    drift_warning_pct: float = 10.0
+    drift_min_steps: int = 20
+    # host overhead
+    short_kernel_warning_pct: float = 50.0
+    host_cpu_saturated_pct: float = 90.0
+    # distributed
+    communication_warning_pct: float = 10.0
+    communication_critical_pct: float = 30.0
+    straggler_warning_pct: float = 10.0
+    straggler_critical_pct: float = 20.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"thresholds.{f.name}", value, "must be a number ≥ 0")
+        pairs = (
+            ("data_wait_warning_pct", "data_wait_critical_pct"),
+            ("data_wait_min_steps_warning", "data_wait_min_steps_critical"),
+            ("outlier_warning_pct", "outlier_critical_pct"),
+            ("communication_warning_pct", "communication_critical_pct"),
+            ("straggler_warning_pct", "straggler_critical_pct"),
+            ("spike_factor", "stall_factor"),
+        )
+        for low, high in pairs:
+            if getattr(self, low) > getattr(self, high):
+                raise ConfigError(
+                    f"thresholds.{low}", getattr(self, low), f"must be ≤ thresholds.{high}"
+                )
+        if self.spike_factor <= 1.0:
+            raise ConfigError("thresholds.spike_factor", self.spike_factor, "must be > 1")
+        if self.loader_headroom < 1.0:
+            raise ConfigError("thresholds.loader_headroom", self.loader_headroom, "must be ≥ 1")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Thresholds:
+        """Defaults overridden by ``values`` (numbers, or text such as CLI ``KEY=VALUE`` gives)."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, raw in values.items():
+            if key not in known:
+                raise ConfigError("threshold", key, f"is not one of {sorted(known)}")
+            is_int = isinstance(getattr(cls(), key), int)
+            try:
+                kwargs[key] = int(raw) if is_int else float(raw)
+            except (TypeError, ValueError):
+                kind = "an integer" if is_int else "a number"
+                raise ConfigError(f"thresholds.{key}", raw, f"must be {kind}") from None
+        return cls(**kwargs)
+
+
+SOURCES: Mapping[str, str] = {
+    "data_wait_warning_pct": "TraceML DiagnosisThresholds.overhead_share_warn = 0.10 "
+    "(TF profiler calls 5–20% 'moderately input-bound')",
+    "data_wait_critical_pct": "TraceML overhead_share_crit = 0.20; TF profiler "
+    "kHighlyInfeedBoundThresholdInPercent = 20",
+    "data_wait_min_steps_warning": "TraceML min_steps_for_warning_diag = 2",
+    "data_wait_min_steps_critical": "TraceML min_steps_for_confident_diag = 20",
+    "h2d_warning_pct": "TraceML overhead_share_warn = 0.10 (applied to H2D as TraceML does)",
+    "loader_headroom": "research note data_and_time.md §1.5: loader throughput ≥ 1.1–1.2× "
+    "the model's consumption rate",
+    "device_util_low_pct": "torch-tb-profiler RunProfileData.analyze: GPU utilization < 0.5 "
+    "→ 'increase batch size'",
+    "device_busy_pct": "TraceML compute_bound_share_warn = 0.90; gpu_metrics.md §2.4: "
+    "host-bound when GPU-Util < ~90%",
+    "memory_used_risk_pct": "issue 4 (trainpace); torch-tb-profiler advises at 90%",
+    "thermal_margin_c": "gpu_metrics.md §1.4: flag when slowdown − temperature < ~5 °C",
+    "throttle_warning_pct": "gpu_metrics.md §2.4: throttled when Δthrottle counters/Δt > ~5%",
+    "bandwidth_high_pct": "gpu_metrics.md §2.4: bandwidth-bound when DRAM activity ≥ ~0.6 "
+    "(practical peak ≈ 0.8 per NVIDIA)",
+    "outlier_min_steps": "inferred: a median needs enough steps before 3× of it means a stall",
+    "stall_factor": "issue 4 (trainpace): a stall is a step > 3× the median",
+    "spike_factor": "inferred: 1.5× the median is well outside steady jitter and catches "
+    "eval or checkpoint steps that are not full stalls",
+    "spike_min_count": "inferred: three events are the fewest that show a period",
+    "period_tolerance_pct": "inferred: intervals within 10% (at least ±1 step) of their median "
+    "are one period",
+    "outlier_warning_pct": "inferred: TF profiler counts 'all other time' ≥ 3–15% of the step "
+    "as significant; 5% of the run lost is worth fixing",
+    "outlier_critical_pct": "TraceML overhead_share_crit = 0.20 (same band as other overheads)",
+    "drift_warning_pct": "issue 4 (trainpace): > 10% slower over the run",
+    "drift_min_steps": "TraceML min_steps_for_confident_diag = 20",
+    "short_kernel_warning_pct": "inferred from HTA CUDA launch stats: when most kernels are "
+    "shorter than their ~5–20 µs launch overhead, the step is launch-bound",
+    "host_cpu_saturated_pct": "inferred: a CPU near 100% busy cannot feed the device on time",
+    "communication_warning_pct": "torch-tb-profiler: communication / step > 0.10 → gradient "
+    "compression / accumulation advice",
+    "communication_critical_pct": "inferred: DAWNBench analysis found distributed entries "
+    "spending over half their time communicating; 30% is well past tb-profiler's 10%",
+    "straggler_warning_pct": "TraceML straggler warn = 0.10 (slowest vs median rank)",
+    "straggler_critical_pct": "TraceML straggler crit = 0.20",
+}
+
+
+def threshold_table(thresholds: Thresholds | None = None) -> list[dict[str, Any]]:
+    """The thresholds as rows ``{name, value, default, source}``, for reports and docs."""
+    current = thresholds or Thresholds()
+    default = Thresholds()
+    return [
+        {
+            "name": f.name,
+            "value": getattr(current, f.name),
+            "default": getattr(default, f.name),
+            "source": SOURCES[f.name],
+        }
+        for f in dataclasses.fields(Thresholds)
+    ]

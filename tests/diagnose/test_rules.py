@@ -1,0 +1,358 @@
+"""Each rule at and around its thresholds, on hand-made summaries and step records."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from trainpace.diagnose import rules
+from trainpace.diagnose._context import Context
+from trainpace.diagnose.thresholds import Thresholds
+from trainpace.summary import (
+    Bandwidth,
+    Communication,
+    Data,
+    Device,
+    Flops,
+    Host,
+    Kernels,
+    RankEntry,
+    Steps,
+    Summary,
+    Throughput,
+    Time,
+)
+
+
+def records(step_s, wait_s=None, warmup=0):
+    wait_s = wait_s or [0.0] * len(step_s)
+    out, t = [], 0.0
+    for i, (s, w) in enumerate(zip(step_s, wait_s, strict=False), start=1):
+        t += s
+        out.append({"step": i, "t_s": t, "step_s": s, "wait_s": w, "samples": 8, "warmup": i <= warmup})
+    return out
+
+
+def ctx(summary=None, steps=None, system=None, meta=None, **thresholds):
+    return Context(summary or Summary(), steps, system, meta or {}, Thresholds(**thresholds))
+
+
+def only(outcome):
+    assert len(outcome.verdicts) == 1, outcome
+    return outcome.verdicts[0]
+
+
+def data_summary(wait_pct, measured=100, step_s=0.1, **data):
+    return Summary(
+        steps=Steps(total=measured + 5, warmup=5, measured=measured),
+        time=Time(step_s_median=step_s),
+        data=Data(wait_pct=wait_pct, wait_s_per_step=step_s * wait_pct / 100, **data),
+    )
+
+
+# ---- data loading ----------------------------------------------------------------------
+
+def test_data_wait_below_warning_is_checked_not_flagged():
+    outcome = rules.data_wait(ctx(data_summary(9.9)))
+    assert outcome.verdicts == ()
+    assert outcome.checked == "data wait 9.9% of the step (< 10%)"
+
+
+@pytest.mark.parametrize(("wait_pct", "measured", "severity"), [
+    (10.0, 100, "warning"), (19.9, 100, "warning"), (20.0, 20, "critical"), (20.0, 19, "warning"),
+])
+def test_data_wait_bands_and_the_step_count_gate(wait_pct, measured, severity):
+    v = only(rules.data_wait(ctx(data_summary(wait_pct, measured))))
+    assert v.finding.id == "data_wait"
+    assert v.finding.severity == severity
+    assert v.bottleneck == "data_loading"
+    assert v.lost_pct == wait_pct
+    assert v.finding.evidence["wait_pct"] == wait_pct
+    assert ("not enough to call it critical" in v.finding.title) == (measured == 19)
+
+
+def test_data_wait_advice_is_computed_from_the_run():
+    summary = data_summary(38.0, step_s=1.0, loader={"num_workers": 0, "pin_memory": False})
+    summary = Summary(**{**summary.__dict__, "device": Device(kind="cuda")})
+    v = only(rules.data_wait(ctx(summary, meta={"host": {"cpu_count": 16}})))
+    assert v.finding.advice[0] == (
+        "data wait is 38% of the step with `num_workers=0`; try "
+        "`DataLoader(num_workers=2, pin_memory=True, persistent_workers=True)` — expected gain up to 1.6×"
+    )
+
+
+def test_data_wait_reads_loader_settings_from_meta_when_the_summary_has_none():
+    v = only(rules.data_wait(ctx(data_summary(30.0), meta={"loader": {"num_workers": 3}})))
+    assert v.finding.evidence["loader"] == {"num_workers": 3}
+    assert "`num_workers=3`" in v.finding.advice[0]
+
+
+def test_data_wait_not_measured_or_too_few_steps_is_skipped():
+    assert rules.data_wait(ctx(Summary())).skipped.startswith("no data wait measured")
+    assert rules.data_wait(ctx(data_summary(50.0, measured=1))).skipped == "only 1 measured steps for the data wait"
+
+
+def test_h2d_copy_at_its_threshold():
+    v = only(rules.data_wait(ctx(data_summary(0.0, h2d_s_per_step=0.01))))  # 10% of 0.1 s
+    assert v.finding.id == "h2d_copy"
+    assert v.finding.evidence["h2d_pct"] == pytest.approx(10.0)
+    assert rules.data_wait(ctx(data_summary(0.0, h2d_s_per_step=0.0099))).verdicts == ()
+
+
+# ---- device ------------------------------------------------------------------------------
+
+def test_device_busy_below_half_without_data_wait_is_host_overhead():
+    s = Summary(device=Device(kind="cuda", util_pct=49.9), data=Data(wait_pct=2.0))
+    v = only(rules.device_util(ctx(s)))
+    assert v.finding.id == "device_idle"
+    assert v.bottleneck == "host_overhead"
+    assert v.lost_pct == pytest.approx(100 - 49.9 - 2.0)
+    assert rules.device_util(ctx(Summary(device=Device(kind="cuda", util_pct=50.0)))).checked == "device busy 50% (≥ 50%)"
+
+
+def test_idle_device_explained_by_data_wait_is_left_to_the_data_rule():
+    s = Summary(device=Device(kind="cuda", util_pct=30.0), data=Data(wait_pct=40.0))
+    outcome = rules.device_util(ctx(s))
+    assert outcome.verdicts == ()
+    assert "explained by the data wait (40%)" in outcome.checked
+
+
+def test_device_without_a_reading_is_not_checked():
+    assert rules.device_util(ctx(Summary(device=Device(kind="mps")))).skipped == "no utilization reading for the mps"
+
+
+def test_memory_risk_uses_the_peak_of_the_sampler_rows():
+    s = Summary(device=Device(kind="cuda", memory_used_pct=80.0))
+    v = only(rules.memory(ctx(s, system=[{"memory_used_pct": 70.0}, {"memory_used_pct": 95.0}])))
+    assert v.bottleneck == "memory_capacity"
+    assert v.finding.evidence["memory_used_pct_max"] == 95.0
+    assert rules.memory(ctx(Summary(device=Device(memory_used_pct=94.9)))).checked == "memory 95% used at most"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SensorDevice(Device):
+    """A Device with the slowdown threshold the sampler will add."""
+
+    slowdown_temperature_c: float | None = None
+
+
+def test_thermal_margin_and_throttling():
+    hot = SensorDevice(kind="cuda", temperature_c=80.0, slowdown_temperature_c=85.0)
+    v = only(rules.thermal(ctx(Summary(device=hot))))
+    assert v.bottleneck == "thermal"
+    assert v.finding.evidence["margin_c"] == 5.0
+    cool = SensorDevice(kind="cuda", temperature_c=79.0, slowdown_temperature_c=85.0)
+    assert rules.thermal(ctx(Summary(device=cool))).checked == "thermal: 79 °C, 6 °C below slowdown"
+    throttled = Device(kind="cuda", temperature_c=60.0, throttle_pct=5.0)
+    assert only(rules.thermal(ctx(Summary(device=throttled)))).finding.title == "Clocks throttled 5% of the time"
+    assert rules.thermal(ctx(Summary(device=Device(kind="cuda", throttle_pct=4.9)))).verdicts == ()
+    assert rules.thermal(ctx(Summary(device=Device(kind="cpu")))).skipped is not None
+
+
+# ---- roofline and bandwidth ---------------------------------------------------------------
+
+def test_bandwidth_bound_roofline_names_the_families_moving_the_bytes():
+    f = Flops(roofline="bandwidth_bound", intensity_flop_per_byte=0.25, ridge_flop_per_byte=12.0,
+              by_family=[{"family": "elementwise", "flops": 1e6, "bytes": 3e6, "intensity": 0.33,
+                          "roofline": "bandwidth_bound"},
+                         {"family": "matmul", "flops": 9e6, "bytes": 1e6, "intensity": 9.0,
+                          "roofline": "compute_bound"}])
+    v = only(rules.hardware(ctx(Summary(flops=f))))
+    assert v.bottleneck == "memory_bandwidth"
+    assert v.finding.severity == "warning"
+    assert v.finding.title == "Memory-bandwidth-bound: 0.25 FLOP per byte below the ridge of 12"
+    assert v.finding.advice[0] == "elementwise ops move 75% of the bytes at 0.33 FLOP/byte"
+
+
+def test_high_measured_bandwidth_is_bandwidth_bound_without_a_roofline():
+    s = Summary(bandwidth=Bandwidth(util_pct=60.0, source="nvml_memory_busy"))
+    v = only(rules.hardware(ctx(s)))
+    assert v.finding.title == "Memory-bandwidth-bound: bandwidth 60% of peak (nvml_memory_busy)"
+    s = Summary(bandwidth=Bandwidth(util_pct=59.0, source="estimate"))
+    assert rules.hardware(ctx(s)).checked == "bandwidth 59% of peak (estimate)"
+
+
+def test_compute_bound_is_the_healthy_limit_with_mfu():
+    f = Flops(roofline="compute_bound", achieved_tflops=0.5, mfu_pct=62.0, peak_source="ceilings",
+              dtype="float32")
+    v = only(rules.hardware(ctx(Summary(flops=f, device=Device(kind="cpu")))))
+    assert (v.finding.id, v.finding.severity, v.bottleneck) == ("compute_bound", "info", "compute")
+    assert v.finding.title == "Compute-bound: 0.5 TFLOP/s, 62% of the peak (ceilings)"
+
+
+def test_fp32_on_cuda_gets_mixed_precision_advice():
+    f = Flops(roofline="compute_bound", dtype="float32")
+    v = only(rules.hardware(ctx(Summary(flops=f, device=Device(kind="cuda")))))
+    assert v.finding.advice[0].startswith("bf16 autocast")
+
+
+def test_busy_device_without_flop_count_is_compute_with_a_caveat():
+    v = only(rules.hardware(ctx(Summary(device=Device(kind="cuda", util_pct=90.0)))))
+    assert (v.finding.id, v.bottleneck) == ("device_busy", "compute")
+    assert rules.hardware(ctx(Summary(device=Device(util_pct=89.0)))).skipped is not None
+
+
+# ---- step-time anomalies -------------------------------------------------------------------
+
+def test_one_stall_over_three_medians():
+    steps = records([0.1] * 15 + [0.31] + [0.1] * 14)
+    v = only(rules.step_outliers(ctx(steps=steps)))
+    assert v.finding.id == "stalls"
+    ev = v.finding.evidence
+    assert (ev["count"], ev["worst_step"], ev["period_steps"]) == (1, 16, None)
+    assert ev["lost_s"] == pytest.approx(0.21)
+    assert ev["lost_pct"] == pytest.approx(100 * 0.21 / 3.21)
+    assert v.finding.severity == "warning"
+    assert v.bottleneck == "host_overhead"
+
+
+def test_a_step_under_three_medians_is_not_a_stall():
+    outcome = rules.step_outliers(ctx(steps=records([0.1] * 15 + [0.29] + [0.1] * 14)))
+    assert outcome.verdicts == ()
+    assert outcome.checked.startswith("no step over 3× the median (100 ms) in 30 steps")
+
+
+def test_periodic_slow_steps_are_found_with_their_period():
+    step_s = [0.2 if i % 10 == 0 else 0.1 for i in range(1, 61)]
+    v = only(rules.step_outliers(ctx(steps=records(step_s))))
+    assert v.finding.id == "periodic_stall"
+    ev = v.finding.evidence
+    assert (ev["period_steps"], ev["count"]) == (10, 6)
+    assert ev["outlier_steps"] == [10, 20, 30, 40, 50, 60]
+    assert ev["lost_pct"] == pytest.approx(100 * 0.6 / 6.6)
+    assert v.finding.title.startswith("Periodic slow step every 10 steps: 6 steps took 200 ms instead of 100 ms")
+    assert "checkpoint save" in v.finding.advice[0]
+
+
+def test_periodic_stall_in_the_data_wait_points_at_the_loader():
+    step_s = [0.5 if i % 8 == 0 else 0.1 for i in range(1, 41)]
+    wait_s = [0.4 if i % 8 == 0 else 0.0 for i in range(1, 41)]
+    v = only(rules.step_outliers(ctx(steps=records(step_s, wait_s))))
+    assert v.finding.title.startswith("Periodic stall every 8 steps")
+    assert v.bottleneck == "data_loading"
+    assert v.finding.evidence["in_data_wait_pct"] == pytest.approx(100.0)
+    assert "persistent_workers=True" in v.finding.advice[0]
+
+
+def test_small_outlier_cost_is_info_without_a_bottleneck():
+    step_s = [0.16 if i % 25 == 0 else 0.1 for i in range(1, 101)]  # 4 × 0.06 s of 10.24 s
+    v = only(rules.step_outliers(ctx(steps=records(step_s))))
+    assert v.finding.severity == "info"
+    assert v.bottleneck is None
+
+
+def test_period_tolerates_one_step_of_jitter():
+    assert rules._period([10, 20, 31, 40], 10.0) == 10
+    assert rules._period([10, 20, 35, 40], 10.0) is None
+    assert rules._period([1, 2, 3], 10.0) is None
+
+
+def test_warmup_steps_are_not_outliers_and_few_steps_are_skipped():
+    steps = records([2.0, 1.0] + [0.1] * 20, warmup=2)
+    assert rules.step_outliers(ctx(steps=steps)).verdicts == ()
+    assert rules.step_outliers(ctx(steps=records([0.1] * 9))).skipped == "only 9 measured steps; the stall check needs 10"
+    assert rules.step_outliers(ctx()).skipped.startswith("no per-step records")
+
+
+def test_drift_at_ten_percent():
+    step_s = [1.0] * 10 + [1.05] * 20 + [1.1] * 10
+    v = only(rules.drift(ctx(steps=records(step_s))))
+    assert v.finding.id == "drift"
+    assert v.finding.evidence["drift_pct"] == pytest.approx(10.0)
+    assert "in the step itself" in v.finding.advice[0]
+    steady = rules.drift(ctx(steps=records([1.0] * 10 + [1.05] * 20 + [1.099] * 10)))
+    assert steady.verdicts == ()
+    assert steady.checked.startswith("step time steady (+10% from 1 s to 1.1 s over 40 steps")
+
+
+def test_drift_in_the_data_wait_says_so():
+    step_s = [0.1] * 10 + [0.13] * 10
+    wait_s = [0.0] * 10 + [0.03] * 10
+    v = only(rules.drift(ctx(steps=records(step_s, wait_s))))
+    assert v.finding.advice[0].startswith("the growth is in the data wait")
+
+
+def test_falling_step_time_hints_at_warmup():
+    v = only(rules.drift(ctx(Summary(steps=Steps(warmup=3)), steps=records([0.2] * 10 + [0.1] * 30))))
+    assert v.finding.severity == "info"
+    assert v.finding.advice[0].startswith("exclude more warm-up, e.g. Meter(warmup=13)")
+
+
+def test_drift_ignores_stalls_and_needs_twenty_steps():
+    step_s = [0.1] * 30 + [1.0]
+    assert rules.drift(ctx(steps=records(step_s))).verdicts == ()
+    assert rules.drift(ctx(steps=records([0.1] * 19))).skipped == "only 19 measured steps; the drift check needs 20"
+
+
+# ---- host overhead --------------------------------------------------------------------------
+
+def test_launch_bound_kernels_from_a_trace():
+    s = Summary(device=Device(kind="cuda", util_pct=40.0),
+                kernels=Kernels(per_step=900, median_us=4.0, short_pct=50.0, source="trace"))
+    v = only(rules.host_overhead(ctx(s)))
+    assert v.finding.id == "launch_bound"
+    assert v.finding.title == "Launch-bound: 900 kernels per step, 50% of them short (median 4 µs)"
+    assert v.lost_pct == 60.0
+    s = Summary(kernels=Kernels(short_pct=49.0))
+    assert rules.host_overhead(ctx(s)).checked == "host: 49% short kernels"
+
+
+def test_saturated_host_cpu_matters_only_when_a_device_does_the_compute():
+    busy = Host(system_cpu_pct=95.0, process_cpu_pct=180.0)
+    v = only(rules.host_overhead(ctx(Summary(device=Device(kind="cuda"), host=busy))))
+    assert v.finding.id == "host_cpu"
+    assert rules.host_overhead(ctx(Summary(device=Device(kind="cpu"), host=busy))).verdicts == ()
+    assert rules.host_overhead(ctx(Summary())).skipped is not None
+
+
+# ---- communication and ranks ----------------------------------------------------------------
+
+@pytest.mark.parametrize(("share", "severity"), [(9.9, None), (10.0, "warning"), (29.9, "warning"), (30.0, "critical")])
+def test_communication_bands(share, severity):
+    s = Summary(world_size=8, communication=Communication(share_pct=share, overlap_pct=20.0, source="trace"))
+    outcome = rules.communication(ctx(s))
+    if severity is None:
+        assert outcome.verdicts == ()
+    else:
+        v = only(outcome)
+        assert (v.finding.severity, v.bottleneck) == (severity, "communication")
+        assert v.finding.advice[0].startswith("only 20% of it overlaps compute")
+
+
+def test_communication_single_process_and_missing_source():
+    assert rules.communication(ctx(Summary())).checked == "communication: one process, nothing to exchange"
+    assert rules.communication(ctx(Summary(world_size=4))).skipped.startswith("no communication time")
+
+
+def test_straggler_at_ten_percent_names_the_rank_and_the_culprit():
+    ranks = [RankEntry(rank=0, host="a", step_s_median=1.0, wait_pct=2.0),
+             RankEntry(rank=1, host="a", step_s_median=1.0, wait_pct=3.0),
+             RankEntry(rank=2, host="b", step_s_median=1.1, wait_pct=15.0)]
+    v = only(rules.ranks(ctx(Summary(world_size=3, ranks=ranks))))
+    assert v.finding.title == "Rank 2 is 10% slower than the median rank"
+    assert (v.finding.severity, v.bottleneck) == ("warning", "straggler")
+    assert v.finding.advice[0].startswith("rank 2 on b waits for data 15% of its step against 3%")
+    ranks[2] = RankEntry(rank=2, host="b", step_s_median=1.09, wait_pct=3.0)
+    assert rules.ranks(ctx(Summary(world_size=3, ranks=ranks))).checked == "ranks: slowest 9% over the median"
+
+
+def test_straggler_in_compute_and_critical():
+    ranks = [RankEntry(rank=r, step_s_median=1.0) for r in range(3)] + [RankEntry(rank=3, step_s_median=1.25)]
+    v = only(rules.ranks(ctx(Summary(world_size=4, ranks=ranks))))
+    assert v.finding.severity == "critical"
+    assert "slower in compute" in v.finding.advice[0]
+    assert rules.ranks(ctx(Summary(ranks=[RankEntry()]))).checked == "ranks: one rank"
+
+
+def test_rules_run_in_the_experts_order():
+    names = [name for name, _ in rules.RULES]
+    assert names.index("step-time outliers") < names.index("roofline and bandwidth")
+    assert names.index("roofline and bandwidth") < names.index("device utilization")
+    assert names.index("device utilization") < names.index("data loading")
+    assert names.index("data loading") < names.index("communication") < names.index("rank imbalance")
+
+
+def test_samples_per_step_for_advice():
+    s = Summary(throughput=Throughput(samples_per_s=640.0, steps_per_s=10.0),
+                device=Device(kind="cuda", util_pct=20.0))
+    v = only(rules.device_util(ctx(s)))
+    assert "(now 64 samples per step)" in v.finding.advice[0]
