@@ -3,8 +3,7 @@
 The public API is what ``__all__`` lists; every other module is private and may change.
 """
 
-from __future__ import annotations
-
+from trainpace._version import __version__
 from trainpace.errors import (
     ConfigError,
     MissingDependencyError,
@@ -12,12 +11,12 @@ from trainpace.errors import (
     TraceFormatError,
     TrainpaceError,
 )
+from trainpace.meter import Meter
 from trainpace.summary import Summary
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
+    "Meter",
     "MissingDependencyError",
     "RunFolderError",
     "Summary",

@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from trainpace import __version__
+from trainpace._version import __version__
 from trainpace.errors import TrainpaceError
 
 # Verb name -> module. Order is the order of `trainpace --help`.

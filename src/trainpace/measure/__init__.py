@@ -1,0 +1,1 @@
+"""Measurement: the hot-path step recorder, device clocks, batch counting, and the figures."""

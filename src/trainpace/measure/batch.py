@@ -1,0 +1,142 @@
+"""Samples and tokens in a batch, and moving a batch to a device.
+
+A batch is whatever a loader yields: a tensor, a dict (or HF ``BatchEncoding``, a Mapping),
+a tuple or list, a dataclass, or a nesting of these. The samples are the first dimension of
+the batch's main tensor; the tokens are the real (non-padding) ones when the batch says which
+are real. Counting never synchronizes a device: on an accelerator the token count stays a
+device tensor until the window boundary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+# Keys that name a batch's main input, most telling first: the samples are its first dimension.
+_SAMPLE_KEYS = ("input_ids", "pixel_values", "input_values", "inputs", "input", "x", "images",
+                "image", "features", "data", "labels", "label", "y", "targets", "target")
+IGNORE_INDEX = -100  # labels at this value carry no loss (PyTorch's CrossEntropyLoss default)
+
+TokenCount = int | torch.Tensor
+
+
+def count_samples(batch: Any) -> int | None:
+    """Samples in ``batch``, or None when it has no recognisable batch dimension."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if isinstance(batch, Mapping):
+        for key in _SAMPLE_KEYS:
+            if key in batch:
+                found = count_samples(batch[key])
+                if found is not None:
+                    return found
+        return _first_count(batch.values())
+    if isinstance(batch, (tuple, list)):
+        if batch and all(isinstance(item, (str, bytes, int, float)) for item in batch):
+            return len(batch)  # a list of raw samples (e.g. strings)
+        return _first_count(batch)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return count_samples({f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)})
+    shape = getattr(batch, "shape", None)  # numpy arrays and other array-likes
+    if isinstance(shape, tuple) and shape:
+        return int(shape[0])
+    return None
+
+
+def _first_count(items: Any) -> int | None:
+    for item in items:
+        found = count_samples(item)
+        if found is not None:
+            return found
+    return None
+
+
+def _fields(batch: Any) -> Mapping[str, Any] | None:
+    if isinstance(batch, Mapping):
+        return batch
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    return None
+
+
+def count_tokens(batch: Any) -> tuple[TokenCount | None, str | None]:
+    """Tokens in ``batch`` and how they were counted: "non_padding", "all", or (None, None).
+
+    - ``attention_mask`` present: its non-zero entries (real tokens);
+    - else ``labels`` shaped like ``input_ids``: the entries not equal to -100 (the ignore index);
+    - else ``input_ids``: all of its entries;
+    - else no tokens (not a token batch).
+    """
+    fields = _fields(batch)
+    if fields is None:
+        if isinstance(batch, (tuple, list)):
+            for item in batch:  # e.g. (encoding, labels): look into the first mapping inside
+                if _fields(item) is not None:
+                    return count_tokens(item)
+        return None, None
+    mask = fields.get("attention_mask")
+    if isinstance(mask, torch.Tensor):
+        return _count_nonzero(mask), "non_padding"
+    input_ids = fields.get("input_ids")
+    labels = fields.get("labels")
+    if (
+        isinstance(input_ids, torch.Tensor)
+        and isinstance(labels, torch.Tensor)
+        and labels.shape == input_ids.shape
+    ):
+        return _count_nonzero(labels != IGNORE_INDEX), "non_padding"
+    if isinstance(input_ids, torch.Tensor):
+        return int(input_ids.numel()), "all"
+    return None, None
+
+
+def _count_nonzero(tensor: torch.Tensor) -> TokenCount:
+    count = torch.count_nonzero(tensor)
+    # On the CPU reading the count is free; on an accelerator it would be a sync, so the
+    # device tensor is kept and read once at the window boundary.
+    return int(count) if count.device.type == "cpu" else count
+
+
+def move_to(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    """``batch`` with every tensor moved to ``device`` (containers rebuilt, others kept)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    mover = getattr(batch, "to", None)
+    if isinstance(batch, Mapping) and callable(mover):
+        # HF BatchEncoding and similar mappings know how to move themselves.
+        return mover(device)
+    if isinstance(batch, Mapping):
+        return type(batch)({k: move_to(v, device, non_blocking) for k, v in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(move_to(v, device, non_blocking) for v in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(move_to(v, device, non_blocking) for v in batch)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        changes = {f.name: move_to(getattr(batch, f.name), device, non_blocking)
+                   for f in dataclasses.fields(batch) if f.init}
+        return dataclasses.replace(batch, **changes)
+    return batch
+
+
+def is_pinned(batch: Any) -> bool:
+    """True when every CPU tensor of ``batch`` is pinned (so non_blocking copies are async)."""
+    tensors = list(_tensors(batch))
+    return bool(tensors) and all(t.device.type != "cpu" or t.is_pinned() for t in tensors)
+
+
+def _tensors(batch: Any) -> Iterator[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, Mapping):
+        for value in batch.values():
+            yield from _tensors(value)
+    elif isinstance(batch, (tuple, list)):
+        for value in batch:
+            yield from _tensors(value)
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        for f in dataclasses.fields(batch):
+            yield from _tensors(getattr(batch, f.name))
+

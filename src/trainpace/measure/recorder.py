@@ -1,0 +1,350 @@
+"""The step recorder: what happens on the training loop's hot path.
+
+It timestamps loader fetches and step boundaries, counts the samples and tokens of each
+batch, keeps observed losses as they are (device tensors stay on the device), and turns
+finished steps into ``steps.jsonl`` records once their device events and values can be read
+without a synchronization. It does no I/O and never prints.
+
+A *step* is an optimizer step. Its cycle runs from the end of the previous step to its own
+end, so the wait for its batch, fetched before ``with meter.step(...)``, is inside it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from trainpace.measure.batch import TokenCount, count_samples, count_tokens
+from trainpace.measure.clock import DeviceTimer, Marker
+
+Clock = Callable[[], float]
+
+
+@dataclass(slots=True)
+class _Row:
+    """One optimizer step while it is being recorded and resolved."""
+
+    wait_s: float = 0.0
+    h2d_s: float | None = None
+    samples: int = 0
+    tokens: list[TokenCount] = field(default_factory=list)
+    batches: int = 0
+    fetched_since_micro: int = 0
+    micro_done: int = 0
+    losses: list[Any] = field(default_factory=list)
+    metrics: list[Any] = field(default_factory=list)
+    wait_markers: list[tuple[Marker, Marker]] = field(default_factory=list)
+    h2d_markers: list[tuple[Marker, Marker]] = field(default_factory=list)
+    step: int = 0
+    end_s: float = 0.0  # clock() at the step's end
+    cycle_s: float = 0.0  # host cycle time
+    start_marker: Marker | None = None
+    end_marker: Marker | None = None
+    record: dict[str, Any] | None = None  # the resolved record, waiting for device values
+    emitted: bool = False  # handed out by take_records()
+
+
+class StepRecorder:
+    """Records steps on the hot path; hands out finished ``steps.jsonl`` records.
+
+    ``samples``/``tokens`` override how a batch is counted. ``timer`` is the device's event
+    timer (None on the CPU, where the host clock is the truth).
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock = time.perf_counter,
+        timer: DeviceTimer | None = None,
+        samples: Callable[[Any], int] | None = None,
+        tokens: Callable[[Any], int] | None = None,
+    ) -> None:
+        self.clock = clock
+        self.timer = timer
+        self._samples_fn = samples
+        self._tokens_fn = tokens
+        self.tokens_counted: str | None = "custom" if tokens is not None else None
+        self.t0: float | None = None  # clock() at the first data touch or step
+        self._next_start_marker: Marker | None = None
+        self._prev_end_s: float | None = None
+        self._cur = _Row()
+        self._in_step = False
+        self._accumulate = 1
+        self._step = 0
+        self._pending: deque[_Row] = deque()  # closed, device times not read yet
+        self._reading: deque[_Row] = deque()  # device values being copied to the host
+        self._readback: _Readback | None = None
+        self.overhead_s = 0.0  # the meter's own boundary work, kept out of step times
+        self.last_closed: _Row | None = None
+
+    # -- the loop's side ------------------------------------------------------------------
+
+    def touch(self) -> None:
+        """Start the run's clock at the first data touch (idempotent)."""
+        if self.t0 is None:
+            self.t0 = self.clock()
+            self._prev_end_s = self.t0
+            if self.timer is not None:
+                self._next_start_marker = self.timer.mark()
+
+    def fetch_started(self) -> tuple[float, Marker | None]:
+        """Call right before ``next()`` on the loader."""
+        if self.t0 is None:
+            self.touch()
+        marker = self.timer.mark() if self.timer is not None else None
+        return self.clock(), marker
+
+    def fetch_done(self, started: tuple[float, Marker | None], batch: Any = None,
+                   got_batch: bool = True) -> None:
+        """Call right after ``next()`` returned (or raised StopIteration: ``got_batch=False``)."""
+        t_start, m_start = started
+        now = self.clock()
+        row = self._cur
+        row.wait_s += now - t_start
+        if self.timer is not None and m_start is not None:
+            row.wait_markers.append((m_start, self.timer.mark()))
+        if got_batch:
+            row.fetched_since_micro += 1
+            self._count(row, batch)  # last: a failing user counter leaves the timing intact
+
+    def copy_started(self) -> tuple[float, Marker | None]:
+        """Call right before moving a batch to the device."""
+        marker = self.timer.mark() if self.timer is not None else None
+        return self.clock(), marker
+
+    def copy_done(self, started: tuple[float, Marker | None]) -> None:
+        """Call right after the batch was moved."""
+        t_start, m_start = started
+        row = self._cur
+        row.h2d_s = (row.h2d_s or 0.0) + (self.clock() - t_start)
+        if self.timer is not None and m_start is not None:
+            row.h2d_markers.append((m_start, self.timer.mark()))
+
+    def enter(self, accumulate: int) -> bool:
+        """A ``meter.step()`` block begins. Returns False when it is nested (ignored)."""
+        if self.t0 is None:
+            self.touch()
+        if self._in_step:
+            return False
+        self._in_step = True
+        self._accumulate = accumulate
+        return True
+
+    def exit(self, batch: Any, failed: bool) -> bool:
+        """A ``meter.step()`` block ended; True when it closed an optimizer step."""
+        self._in_step = False
+        row = self._cur
+        if failed:
+            # The step raised: it never finished, so it is not a step. Start afresh.
+            self._cur = _Row()
+            self._prev_end_s = self.clock()
+            if self.timer is not None:
+                self._next_start_marker = self.timer.mark()
+            return False
+        count_error: Exception | None = None
+        if row.fetched_since_micro == 0 and batch is not None:
+            try:  # no loader batch for this micro-step: count the argument
+                self._count(row, batch)
+            except Exception as exc:  # noqa: BLE001 - re-raised once the step is recorded
+                count_error = exc
+        row.fetched_since_micro = 0
+        row.micro_done += 1
+        if row.micro_done < self._accumulate:
+            if count_error is not None:
+                raise count_error
+            return False
+        now = self.clock()
+        assert self._prev_end_s is not None
+        self._step += 1
+        row.step = self._step
+        row.end_s = now
+        row.cycle_s = now - self._prev_end_s
+        if self.timer is not None:
+            row.end_marker = self.timer.mark()
+            row.start_marker = self._next_start_marker
+            self._next_start_marker = row.end_marker
+        self._prev_end_s = now
+        self._pending.append(row)
+        self.last_closed = row
+        self._cur = _Row()
+        if count_error is not None:
+            raise count_error
+        return True
+
+    def observe(self, loss: Any = None, metric: Any = None) -> None:
+        """Keep a loss or metric for the open step (or the last closed one, outside a step)."""
+        last = self.last_closed
+        # Outside a step (an eval after it, say) the value belongs to the step just closed,
+        # unless that one was already written out; then it goes to the next step.
+        row = last if not self._in_step and last is not None and not last.emitted else self._cur
+        if loss is not None:
+            row.losses.append(_keep(loss))
+        if metric is not None:
+            row.metrics.append(_keep(metric))
+
+    def exclude_from_cycle(self, seconds: float) -> None:
+        """Time the meter spent on its own work between steps; kept out of the next step."""
+        self.overhead_s += seconds
+        if self._prev_end_s is not None:
+            self._prev_end_s += seconds
+
+    @property
+    def steps_closed(self) -> int:
+        return self._step
+
+    @property
+    def in_step(self) -> bool:
+        return self._in_step
+
+    def _count(self, row: _Row, batch: Any) -> None:
+        row.batches += 1
+        samples = self._samples_fn(batch) if self._samples_fn is not None else count_samples(batch)
+        if samples is not None:
+            row.samples += int(samples)
+        if self._tokens_fn is not None:
+            row.tokens.append(int(self._tokens_fn(batch)))
+            return
+        tokens, how = count_tokens(batch)
+        if tokens is not None:
+            row.tokens.append(tokens)
+            if self.tokens_counted is None:
+                self.tokens_counted = how
+
+    # -- the window boundary's side -------------------------------------------------------
+
+    def take_records(self, *, final: bool = False) -> list[dict[str, Any]]:
+        """Finished ``steps.jsonl`` records, oldest first (those whose values can be read now).
+
+        Without ``final`` it never blocks: a step whose device events have not completed, or
+        whose device values are still being copied, waits for a later call. With ``final``
+        (end of run) it waits for the device and returns everything.
+        """
+        ready: list[_Row] = []
+        while self._pending:
+            row = self._pending[0]
+            marker = row.end_marker
+            if self.timer is not None and marker is not None and not self.timer.ready(marker):
+                if not final:
+                    break
+                self.timer.wait(marker)
+            self._pending.popleft()
+            row.record = self._resolve_times(row)
+            ready.append(row)
+        self._reading.extend(ready)
+        self._start_readback(ready)
+        return self._finish_readback(final)
+
+    def _resolve_times(self, row: _Row) -> dict[str, Any]:
+        step_s = row.cycle_s
+        exposed: float | None = None
+        h2d = row.h2d_s
+        timer = self.timer
+        if timer is not None and row.end_marker is not None and row.start_marker is not None:
+            step_s = timer.elapsed_s(row.start_marker, row.end_marker)
+            exposed = sum(timer.elapsed_s(a, b) for a, b in row.wait_markers)
+            if row.h2d_markers:
+                h2d = sum(timer.elapsed_s(a, b) for a, b in row.h2d_markers)
+            # Each end marker is the next step's start marker: release it as a start, once.
+            for marker in [row.start_marker, *(m for pair in row.wait_markers for m in pair),
+                           *(m for pair in row.h2d_markers for m in pair)]:
+                timer.release(marker)
+        assert self.t0 is not None
+        return {
+            "step": row.step,
+            "t_s": row.end_s - self.t0,
+            "step_s": step_s,
+            "wait_s": row.wait_s,
+            "exposed_wait_s": exposed,
+            "h2d_s": h2d,
+            "samples": row.samples,
+            "tokens": None,
+            "micro_batches": row.batches,
+            "loss": None,
+            "metric": None,
+        }
+
+    def _start_readback(self, rows: list[_Row]) -> None:
+        """Fill host values now; start one async copy for the values still on a CUDA device."""
+        device_values: list[torch.Tensor] = []
+        slots: list[tuple[list[Any], int]] = []
+        blocked: set[int] = set()
+        for row in rows:
+            lists: tuple[list[Any], ...] = (row.tokens, row.losses, row.metrics)
+            for values in lists:
+                for i, value in enumerate(values):
+                    if isinstance(value, torch.Tensor) and value.device.type == "cuda":
+                        device_values.append(value.float().reshape(-1).mean())
+                        slots.append((values, i))
+                        blocked.add(id(row))
+                    elif isinstance(value, torch.Tensor):
+                        values[i] = float(value.float().mean())  # MPS: no async copy; read now
+        if not device_values:
+            return
+        assert self.timer is not None
+        if self._readback is not None:  # one copy in flight at a time: land the older first
+            self.timer.wait(self._readback.marker)
+            self._readback.apply()
+        # Copy into pinned memory without blocking; read it once its marker has passed.
+        stacked = torch.stack(device_values)
+        host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
+        host.copy_(stacked, non_blocking=True)
+        self._readback = _Readback(self.timer.mark(), host, slots, blocked)
+
+    def _finish_readback(self, final: bool) -> list[dict[str, Any]]:
+        readback = self._readback
+        if readback is not None:
+            assert self.timer is not None
+            if final:
+                self.timer.wait(readback.marker)
+            if final or self.timer.ready(readback.marker):
+                readback.apply()
+                self._readback = readback = None
+        blocked = readback.rows if readback is not None else set()
+        out: list[dict[str, Any]] = []
+        while self._reading and id(self._reading[0]) not in blocked:
+            row = self._reading.popleft()
+            record = row.record
+            assert record is not None
+            record["tokens"] = int(sum(row.tokens)) if row.tokens else None
+            record["loss"] = _mean(row.losses)
+            record["metric"] = _mean(row.metrics)
+            row.emitted = True
+            out.append(record)
+        return out
+
+
+@dataclass
+class _Readback:
+    """Device values being copied to pinned host memory, and where each one goes."""
+
+    marker: Marker
+    host: torch.Tensor
+    slots: list[tuple[list[Any], int]]
+    rows: set[int]
+
+    def apply(self) -> None:
+        for (values, i), value in zip(self.slots, self.host.tolist(), strict=True):
+            values[i] = value
+
+
+def _keep(value: Any) -> Any:
+    """A loss/metric as kept until the boundary: a float, or a detached device tensor."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "cpu":
+            return float(value.detach().float().mean())
+        return value.detach()
+    return float(value)
+
+
+def _mean(values: list[Any]) -> float | None:
+    finite = [float(v) for v in values if v is not None]
+    if not finite:
+        return None
+    mean = sum(finite) / len(finite)
+    return mean if math.isfinite(mean) else None

@@ -1,0 +1,271 @@
+"""From step records to the figures: windows, warm-up, steady throughput, time to target.
+
+Pure functions over a columnar store of ``steps.jsonl`` records. The live Meter and
+``trainpace report`` (rebuilding a killed run's summary from its steps) use the same code, so a
+figure means the same thing wherever it is shown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from array import array
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainpace.runlog import RunData
+from trainpace.stats import ema, linear_fit, steady_start
+from trainpace.summary import (
+    Data,
+    RankEntry,
+    Steps,
+    Summary,
+    Target,
+    Throughput,
+    Time,
+)
+
+COLUMNS = ("step", "t_s", "step_s", "wait_s", "exposed_wait_s", "h2d_s", "samples", "tokens",
+           "micro_batches", "loss", "metric")
+ETA_FIT_POINTS = 100  # the recent trend an ETA extrapolates: about one default window
+# Auto warm-up is looked for in the first steps only: past them it is not warm-up any more,
+# and the detection's cost stays bounded however long the run is.
+WARMUP_SEARCH_STEPS = 10_000
+
+
+class StepSeries:
+    """``steps.jsonl`` records as float64 columns; null is NaN. Appending is amortized O(1)."""
+
+    def __init__(self) -> None:
+        self._columns = {name: array("d") for name in COLUMNS}
+
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> StepSeries:
+        series = cls()
+        series.extend(records)
+        return series
+
+    def extend(self, records: Iterable[Mapping[str, Any]]) -> None:
+        for record in records:
+            for name, column in self._columns.items():
+                value = record.get(name)
+                column.append(math.nan if value is None else float(value))
+
+    def __len__(self) -> int:
+        return len(self._columns["step"])
+
+    def column(self, name: str) -> np.ndarray:
+        """A read-only view of one column (no copy)."""
+        column = self._columns[name]
+        if not column:
+            return np.empty(0)
+        view = np.frombuffer(column, dtype=np.float64)
+        view.flags.writeable = False
+        return view
+
+
+@dataclass(frozen=True, kw_only=True)
+class Goal:
+    """What the run is timed to: a loss or metric target, and how it is smoothed."""
+
+    name: str  # "loss" or "metric"
+    value: float
+    higher_is_better: bool = False
+    smoothing: float = 0.9
+
+
+def warmup_steps(step_s: np.ndarray, setting: int | str) -> int:
+    """How many leading steps are warm-up: a fixed count, or detected ("auto").
+
+    "auto" always excludes at least the first step; while no steady state is visible yet
+    (too few steps), only the first step is excluded.
+    """
+    n = len(step_s)
+    if setting != "auto":
+        return min(int(setting), n)
+    if n == 0:
+        return 0
+    start = steady_start(step_s[:WARMUP_SEARCH_STEPS])
+    return 1 if start is None else start
+
+
+def window_figures(series: StepSeries, first: int, warmup: int) -> dict[str, Any]:
+    """Figures over the steps ``series[first:]`` that are past warm-up (one window)."""
+    lo = max(first, warmup)
+    step_s = series.column("step_s")[lo:]
+    all_steps = series.column("step")
+    figures: dict[str, Any] = {
+        "first_step": int(all_steps[first]) if len(all_steps) > first else None,
+        "last_step": int(all_steps[-1]) if len(all_steps) else None,
+        "steps": len(all_steps) - first,
+        "measured_steps": len(step_s),
+        "warmup_steps": warmup,
+    }
+    figures.update(_rates(series, lo))
+    loss = series.column("loss")[first:]
+    finite = loss[np.isfinite(loss)]
+    figures["loss"] = float(finite.mean()) if finite.size else None
+    figures["t_s"] = float(series.column("t_s")[-1]) if len(series) else None
+    return figures
+
+
+def _rates(series: StepSeries, lo: int) -> dict[str, Any]:
+    """Throughput, step-time percentiles and data wait over ``series[lo:]``."""
+    step_s = series.column("step_s")[lo:]
+    total_s = float(step_s.sum()) if step_s.size else 0.0
+    ok = total_s > 0
+    tokens = series.column("tokens")[lo:]
+    wait = series.column("wait_s")[lo:]
+    exposed = series.column("exposed_wait_s")[lo:]
+    h2d = series.column("h2d_s")[lo:]
+    return {
+        "measured_s": total_s if step_s.size else None,
+        "samples_per_s": float(series.column("samples")[lo:].sum()) / total_s if ok else None,
+        "tokens_per_s": (float(tokens.sum()) / total_s
+                         if ok and tokens.size and np.isfinite(tokens).all() else None),
+        "steps_per_s": step_s.size / total_s if ok else None,
+        "step_s_median": float(np.median(step_s)) if step_s.size else None,
+        "step_s_p90": float(np.percentile(step_s, 90)) if step_s.size else None,
+        "step_s_mean": total_s / step_s.size if step_s.size else None,
+        "wait_s_per_step": float(wait.mean()) if wait.size else None,
+        "wait_pct": 100.0 * float(wait.sum()) / total_s if ok else None,
+        "exposed_wait_s_per_step": _finite_mean(exposed),
+        "h2d_s_per_step": _finite_mean(h2d),
+    }
+
+
+def _finite_mean(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else None
+
+
+@dataclass(frozen=True)
+class TargetProgress:
+    """Where the run stands against its goal."""
+
+    time_to_target_s: float | None
+    steps_to_target: int | None
+    eta_s: float | None
+    smoothed: float | None  # the latest smoothed value
+
+
+def target_progress(series: StepSeries, goal: Goal) -> TargetProgress:
+    """First time the smoothed value reaches the goal; else an ETA from the recent trend.
+
+    The ETA extrapolates a straight line fitted to the last ``ETA_FIT_POINTS`` smoothed values
+    against wall time; it is None when that trend does not move toward the target.
+    """
+    values = series.column(goal.name)
+    keep = np.isfinite(values)
+    if not keep.any():
+        return TargetProgress(None, None, None, None)
+    t_s = series.column("t_s")[keep]
+    steps = series.column("step")[keep]
+    smoothed = ema(values[keep].tolist(), goal.smoothing)
+    sign = 1.0 if goal.higher_is_better else -1.0  # reached when sign * (value - target) >= 0
+    for i, value in enumerate(smoothed):
+        if sign * (value - goal.value) >= 0:
+            return TargetProgress(float(t_s[i]), int(steps[i]), 0.0, smoothed[-1])
+    recent = slice(max(0, len(smoothed) - ETA_FIT_POINTS), len(smoothed))
+    fit = linear_fit(t_s[recent].tolist(), smoothed[recent])
+    eta = None
+    if fit is not None and sign * fit[0] > 0:
+        eta = (goal.value - smoothed[-1]) / fit[0]
+    return TargetProgress(None, None, eta if eta is not None and eta > 0 else None, smoothed[-1])
+
+
+def summarize(
+    series: StepSeries,
+    *,
+    warmup: int | str,
+    goal: Goal | None = None,
+    run_id: str | None = None,
+    wall_s: float | None = None,
+    clock: str | None = None,
+    tokens_counted: str | None = None,
+    loader: dict[str, Any] | None = None,
+    host: str | None = None,
+) -> Summary:
+    """The run's summary from its steps (the device, bandwidth and flops parts left empty)."""
+    step_s = series.column("step_s")
+    n = len(series)
+    excluded = warmup_steps(step_s, warmup)
+    rates = _rates(series, excluded)
+    t_s = series.column("t_s")
+    progress = target_progress(series, goal) if goal is not None else None
+    time = Time(
+        wall_s=wall_s if wall_s is not None else (float(t_s[-1]) if n else None),
+        measured_s=rates["measured_s"],
+        step_s_median=rates["step_s_median"],
+        step_s_p90=rates["step_s_p90"],
+        step_s_mean=rates["step_s_mean"],
+        warmup_s=float(step_s[:excluded].sum()) if n else None,
+        time_to_target_s=progress.time_to_target_s if progress else None,
+        steps_to_target=progress.steps_to_target if progress else None,
+        eta_to_target_s=progress.eta_s if progress else None,
+        target=(Target(name=goal.name, value=goal.value, higher_is_better=goal.higher_is_better)
+                if goal is not None else None),
+        clock=clock,
+    )
+    return Summary(
+        run_id=run_id,
+        steps=Steps(total=n, warmup=excluded, measured=n - excluded,
+                    warmup_mode="auto" if warmup == "auto" else "fixed"),
+        throughput=Throughput(
+            samples_per_s=rates["samples_per_s"],
+            tokens_per_s=rates["tokens_per_s"],
+            steps_per_s=rates["steps_per_s"],
+            tokens_counted=tokens_counted if rates["tokens_per_s"] is not None else None,
+        ),
+        time=time,
+        data=Data(
+            wait_s_per_step=rates["wait_s_per_step"],
+            wait_pct=rates["wait_pct"],
+            h2d_s_per_step=rates["h2d_s_per_step"],
+            exposed_wait_s_per_step=rates["exposed_wait_s_per_step"],
+            loader=loader,
+        ),
+        ranks=[RankEntry(rank=0, host=host, samples_per_s=rates["samples_per_s"],
+                         step_s_median=rates["step_s_median"], wait_pct=rates["wait_pct"])],
+    )
+
+
+def summary_for_run(run: RunData) -> Summary:
+    """The run's summary, rebuilt from ``steps.jsonl`` when summary.json is missing or behind.
+
+    A run killed mid-way keeps its steps (flushed at each window) but may have a summary from
+    an earlier window, or none; the rebuilt one keeps the device parts of the old one.
+    """
+    old = run.summary
+    if not run.steps or (old is not None and old.steps.total >= len(run.steps)):
+        if old is None:
+            return Summary(run_id=run.meta.get("run_id"))
+        return old
+    config = run.meta.get("config") or {}
+    goal = None
+    target = old.time.target if old is not None else None
+    if target is not None:
+        goal = Goal(name=target.name, value=target.value, higher_is_better=target.higher_is_better,
+                    smoothing=float(config.get("smoothing", 0.9)))
+    elif config.get("target_loss") is not None:
+        goal = Goal(name="loss", value=float(config["target_loss"]),
+                    smoothing=float(config.get("smoothing", 0.9)))
+    rebuilt = summarize(
+        StepSeries.from_records(run.steps),
+        warmup=config.get("warmup", "auto"),
+        goal=goal,
+        run_id=run.meta.get("run_id"),
+        clock=run.meta.get("clock"),
+        tokens_counted=run.meta.get("tokens_counted"),
+        loader=run.meta.get("loader"),
+        host=run.meta.get("host"),
+    )
+    if old is None:
+        return rebuilt
+    return dataclasses.replace(
+        old, steps=rebuilt.steps, throughput=rebuilt.throughput, time=rebuilt.time,
+        data=rebuilt.data, ranks=rebuilt.ranks,
+    )

@@ -1,0 +1,475 @@
+"""The Meter: what a training loop uses. A facade over the recorder, the sinks and the samplers.
+
+::
+
+    meter = trainpace.Meter(out="runs/exp1")
+    for batch in meter.loader(train_loader):
+        with meter.step(batch):
+            loss = model(batch).loss
+            loss.backward(); optimizer.step(); optimizer.zero_grad()
+            meter.observe(loss=loss)
+    summary = meter.finish()
+
+The Meter sits above the measurement core (it owns sinks and prints the report), so it lives
+at the front-end layer, beside the integrations. Nothing it does may raise into the loop: a
+failure of trainpace's own work is logged once and the training goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+import os
+import platform
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+import torch
+
+from trainpace._version import __version__
+from trainpace.config import MeterConfig, WarmupSetting, is_int_at_least
+from trainpace.errors import ConfigError
+from trainpace.measure.batch import is_pinned, move_to
+from trainpace.measure.clock import device_timer_for, resolve_device
+from trainpace.measure.loader import loader_settings
+from trainpace.measure.recorder import StepRecorder
+from trainpace.measure.summarize import (
+    Goal,
+    StepSeries,
+    summarize,
+    target_progress,
+    warmup_steps,
+    window_figures,
+)
+from trainpace.runlog import META_SCHEMA, Record
+from trainpace.sinks.base import FanOut, Sink
+from trainpace.sinks.console import ConsoleSink
+from trainpace.sinks.runfolder import RunFolderSink, fresh_run_folder
+from trainpace.summary import Device, Summary
+
+logger = logging.getLogger("trainpace")
+
+# A mid-run summary refresh may take at most this share of the time since the previous one.
+REFRESH_BUDGET = 0.01
+
+
+class Meter:
+    """Measures a training loop: throughput, training time, device use, data wait.
+
+    Args:
+        out: run folder to write; ``None`` writes none (the summary is still returned).
+        window: steps per window (console line, TensorBoard point, file flush).
+        warmup: steps to exclude from the steady figures, or ``"auto"``.
+        target_loss: time the run to the first time the smoothed loss is at or below this.
+        smoothing: EMA weight of the past for the value timed to a target.
+        samples: ``batch -> int`` override of the sample count.
+        tokens: ``batch -> int`` override of the token count.
+        device: the device whose clock times the steps (default: the accelerator, else CPU).
+        tensorboard: folder for TensorBoard event files (extra ``trainpace[tensorboard]``).
+        console: print one line per window.
+        report: print the report at :meth:`finish`.
+        sample_interval_s: period of the background device and host sampler.
+        count_flops: count FLOPs and bytes of one warm-up step (MFU and roofline).
+        flops_per_step: FLOPs of one optimizer step, if you know them (skips counting).
+        profile_steps: ``(start, stop)``: capture a profiler trace of those steps.
+        run_id: name of the run (default: the run folder's name, else a timestamp).
+        sinks: more sinks (objects with ``log(record)`` and ``close()``).
+        stream: where the console line and the report go (default: stderr).
+        clock: the host clock (seconds); injectable for tests.
+    """
+
+    def __init__(
+        self,
+        out: str | os.PathLike[str] | None = None,
+        *,
+        window: int = 100,
+        warmup: WarmupSetting = "auto",
+        target_loss: float | None = None,
+        smoothing: float = 0.9,
+        samples: Callable[[Any], int] | None = None,
+        tokens: Callable[[Any], int] | None = None,
+        device: str | torch.device | None = None,
+        tensorboard: str | os.PathLike[str] | None = None,
+        console: bool = True,
+        report: bool = True,
+        sample_interval_s: float = 0.1,
+        count_flops: bool = True,
+        flops_per_step: float | None = None,
+        profile_steps: tuple[int, int] | None = None,
+        run_id: str | None = None,
+        sinks: Sequence[Sink] = (),
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.config = MeterConfig(
+            out=Path(out) if out is not None else None,
+            window=window,
+            warmup=warmup,
+            target_loss=target_loss,
+            smoothing=smoothing,
+            samples=samples,
+            tokens=tokens,
+            device=str(device) if device is not None else None,
+            tensorboard=Path(tensorboard) if tensorboard is not None else None,
+            console=console,
+            report=report,
+            sample_interval_s=sample_interval_s,
+            count_flops=count_flops,
+            flops_per_step=flops_per_step,
+            profile_steps=tuple(profile_steps) if profile_steps is not None else None,  # type: ignore[arg-type]
+            run_id=run_id,
+        )
+        self._stream = stream
+        self._clock = clock
+        self._faults: set[str] = set()
+        self.device = resolve_device(self.config.device)
+        timer = device_timer_for(self.device)
+        self._recorder = StepRecorder(clock=clock, timer=timer, samples=samples, tokens=tokens)
+        self._series = StepSeries()
+        self._goal: Goal | None = (
+            Goal(name="loss", value=float(target_loss), smoothing=smoothing)
+            if target_loss is not None else None
+        )
+        self._loader: dict[str, Any] | None = None
+        self._flushed_step = 0
+        self._last_refresh_s = 0.0
+        self._refresh_cost_s = 0.0
+        self._summary: Summary | None = None
+        self._started_at = _dt.datetime.now(_dt.timezone.utc)
+        self.path: Path | None = fresh_run_folder(self.config.out) if self.config.out else None
+        self.run_id = run_id or (self.path.name if self.path else self._started_at.strftime(
+            "run-%Y%m%d-%H%M%S"))
+        outputs: list[Sink] = []
+        if self.path is not None:
+            outputs.append(RunFolderSink(self.path))
+        if console:
+            outputs.append(ConsoleSink(stream))
+        if self.config.tensorboard is not None:
+            from trainpace.sinks.tensorboard import TensorBoardSink
+
+            outputs.append(TensorBoardSink(self.config.tensorboard))
+        outputs.extend(sinks)
+        self._sink = FanOut(outputs)
+        self._step_context = _StepContext(self)
+        self._log_meta()
+
+    # -- the loop's API -------------------------------------------------------------------
+
+    def loader(self, iterable: Iterable[Any], *, device: str | torch.device | None = None,
+               non_blocking: bool | None = None) -> Iterable[Any]:
+        """Wrap an iterable of batches to time the wait for each one.
+
+        With ``device``, each batch is moved there (and the copy timed): non-blocking when the
+        batch is in pinned memory, unless ``non_blocking`` says otherwise.
+        """
+        try:
+            settings = loader_settings(iterable)
+            if settings is not None and settings != self._loader:
+                self._loader = settings
+                self._log_meta()
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._fault("reading the DataLoader settings", exc)
+        target = torch.device(device) if device is not None else None
+        return _Loader(self, iterable, target, non_blocking)
+
+    def step(self, batch: Any = None, *, accumulate: int = 1) -> _StepContext:
+        """Context for one optimizer step (or one of ``accumulate`` micro-steps of it).
+
+        Samples and tokens are counted from the batches pulled from :meth:`loader` for this
+        step; when none were, from ``batch``.
+        """
+        if not is_int_at_least(accumulate, 1):
+            raise ConfigError("accumulate", accumulate, "must be an integer >= 1")
+        context = self._step_context
+        context.batch = batch
+        context.accumulate = accumulate
+        return context
+
+    def observe(self, *, loss: Any = None, metric: Any = None, target: float | None = None,
+                higher_is_better: bool | None = None) -> None:
+        """Record the loss and/or a metric of the current step; read at the window boundary.
+
+        ``target`` times the run to the metric (or, without a metric, the loss) reaching it:
+        at or above it when ``higher_is_better``, at or below it otherwise. The loss is
+        smoothed (``smoothing``) before it is compared; a metric is compared as it is.
+        """
+        try:
+            if target is not None:
+                name = "metric" if metric is not None else "loss"
+                better = bool(higher_is_better) if higher_is_better is not None else False
+                # An evaluation metric is already an average over a dataset: it is compared
+                # as it is. The per-step training loss is noisy: it is smoothed.
+                smoothing = self.config.smoothing if name == "loss" else 0.0
+                goal = Goal(name=name, value=float(target), higher_is_better=better,
+                            smoothing=smoothing)
+                if goal != self._goal:
+                    self._goal = goal
+                    self._log_meta()
+            self._recorder.observe(loss=loss, metric=metric)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._fault("observe()", exc)
+
+    def finish(self) -> Summary:
+        """End the run: flush the last window, write the summary, print the report."""
+        if self._summary is not None:
+            return self._summary
+        summary: Summary | None = None
+        try:
+            end_s = self._clock()
+            self._boundary(final=True)
+            summary = self._build_summary(final=True, end_s=end_s)
+            self._sink.log(Record("summary", summary.to_dict(), self._recorder.steps_closed))
+            self._log_meta(finished=True)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._fault("finishing the run", exc)
+        self._sink.close()
+        if summary is None:
+            summary = Summary(run_id=self.run_id)
+        self._summary = summary
+        return summary
+
+    def __enter__(self) -> Meter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.finish()
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _fault(self, where: str, exc: BaseException) -> None:
+        """Log a failure of trainpace's own work once per place; the training goes on."""
+        if where in self._faults:
+            return
+        self._faults.add(where)
+        logger.warning(
+            "trainpace: %s failed (%s: %s); training goes on, the figures may miss it",
+            where, type(exc).__name__, exc,
+        )
+
+    def _boundary(self, *, final: bool = False) -> None:
+        """Window boundary: resolve finished steps, write them, refresh the summary."""
+        rec = self._recorder
+        first = len(self._series)
+        records = rec.take_records(final=final)
+        if records:
+            self._series.extend(records)
+            self._flushed_step = records[-1]["step"]
+            warmup = warmup_steps(self._series.column("step_s"), self.config.warmup)
+            figures = window_figures(self._series, first, warmup)
+            if self._goal is not None:
+                progress = target_progress(self._series, self._goal)
+                figures["time_to_target_s"] = progress.time_to_target_s
+                figures["eta_to_target_s"] = progress.eta_s
+            figures["device_kind"] = self.device.type
+            self._sink.log(Record("window", {"window": figures, "steps": records},
+                                  records[-1]["step"]))
+        if final:
+            return
+        now = self._clock()
+        if now - self._last_refresh_s >= self._refresh_cost_s / REFRESH_BUDGET:
+            summary = self._build_summary(final=False, end_s=now)
+            self._sink.log(Record("summary", summary.to_dict(), rec.steps_closed))
+            self._last_refresh_s = self._clock()
+            self._refresh_cost_s = self._last_refresh_s - now
+
+    def _build_summary(self, *, final: bool, end_s: float) -> Summary:
+        rec = self._recorder
+        t0 = rec.t0
+        summary = summarize(
+            self._series,
+            warmup=self.config.warmup,
+            goal=self._goal,
+            run_id=self.run_id,
+            wall_s=(end_s - t0) if final and t0 is not None else None,
+            clock=rec.timer.name if rec.timer is not None else "host",
+            tokens_counted=rec.tokens_counted,
+            loader=self._loader,
+            host=socket.gethostname(),
+        )
+        return dataclasses.replace(
+            summary,
+            device=Device(kind=self.device.type, name=_device_name(self.device)),
+        )
+
+    def _log_meta(self, *, finished: bool = False) -> None:
+        config = self.config
+        meta = {
+            "schema": META_SCHEMA,
+            "run_id": self.run_id,
+            "started_at": self._started_at.isoformat(),
+            "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat() if finished else None,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "argv": list(sys.argv),
+            "versions": {
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+                "trainpace": __version__,
+            },
+            "device": {"kind": self.device.type, "index": self.device.index,
+                       "name": _device_name(self.device)},
+            "clock": self._recorder.timer.name if self._recorder.timer is not None else "host",
+            "world_size": 1,
+            "rank": 0,
+            "config": {
+                "window": config.window,
+                "warmup": config.warmup,
+                "target_loss": config.target_loss,
+                "smoothing": config.smoothing,
+                "sample_interval_s": config.sample_interval_s,
+                "count_flops": config.count_flops,
+                "flops_per_step": config.flops_per_step,
+                "profile_steps": list(config.profile_steps) if config.profile_steps else None,
+                "device": config.device,
+                "samples_override": config.samples is not None,
+                "tokens_override": config.tokens is not None,
+            },
+            "target": dataclasses.asdict(self._goal) if self._goal is not None else None,
+            "loader": self._loader,
+            "tokens_counted": self._recorder.tokens_counted,
+        }
+        self._sink.log(Record("meta", meta, self._recorder.steps_closed))
+
+
+class _StepContext:
+    """``with meter.step(batch):`` — reused for every step (no allocation on the hot path)."""
+
+    __slots__ = ("accumulate", "batch", "meter")
+
+    def __init__(self, meter: Meter) -> None:
+        self.meter = meter
+        self.batch: Any = None
+        self.accumulate = 1
+
+    def __enter__(self) -> _StepContext:
+        meter = self.meter
+        rec = meter._recorder
+        try:
+            # The previous window is written here, between steps, and its cost kept out of
+            # the step times (it is reported as trainpace's own overhead).
+            if rec.steps_closed - meter._flushed_step >= meter.config.window and not rec.in_step:
+                started = meter._clock()
+                meter._boundary()
+                rec.exclude_from_cycle(meter._clock() - started)
+            if not rec.enter(self.accumulate):
+                meter._fault("a nested meter.step()", RuntimeError("steps do not nest"))
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            meter._fault("starting a step", exc)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            self.meter._recorder.exit(self.batch, failed=exc_type is not None)
+        except Exception as error:  # noqa: BLE001 - monitoring never breaks training
+            self.meter._fault("ending a step", error)
+        self.batch = None  # do not keep the batch alive until the next step
+
+
+class _Loader:
+    """An iterable of batches whose every ``next()`` is timed."""
+
+    def __init__(self, meter: Meter, iterable: Iterable[Any], device: torch.device | None,
+                 non_blocking: bool | None) -> None:
+        self._meter = meter
+        self._iterable = iterable
+        self._device = device
+        self._non_blocking = non_blocking
+
+    def __iter__(self) -> Iterator[Any]:
+        rec = self._meter._recorder
+        started = _contained(self._meter, "timing the loader", rec.fetch_started)
+        iterator = iter(self._iterable)  # DataLoader workers start here: that is waiting too
+        if started is not None:
+            _contained(self._meter, "timing the loader", rec.fetch_done, started, None, False)
+        return _LoaderIterator(self._meter, iterator, self._device, self._non_blocking)
+
+    def __len__(self) -> int:
+        return len(self._iterable)  # type: ignore[arg-type]
+
+
+class _LoaderIterator:
+    __slots__ = ("_device", "_iterator", "_meter", "_non_blocking", "_rec")
+
+    def __init__(self, meter: Meter, iterator: Iterator[Any], device: torch.device | None,
+                 non_blocking: bool | None) -> None:
+        self._meter = meter
+        self._rec = meter._recorder
+        self._iterator = iterator
+        self._device = device
+        self._non_blocking = non_blocking
+
+    def __iter__(self) -> _LoaderIterator:
+        return self
+
+    def __next__(self) -> Any:
+        rec = self._rec
+        try:
+            started = rec.fetch_started()
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._meter._fault("timing the loader", exc)
+            started = None
+        try:
+            batch = next(self._iterator)
+        except StopIteration:
+            if started is not None:
+                _contained(self._meter, "timing the loader", rec.fetch_done, started, None, False)
+            raise
+        if started is not None:
+            try:
+                rec.fetch_done(started, batch)
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._meter._fault("counting a batch", exc)
+        if self._device is not None:
+            batch = self._move(batch)
+        return batch
+
+    def _move(self, batch: Any) -> Any:
+        rec = self._rec
+        device = self._device
+        assert device is not None
+        non_blocking = self._non_blocking
+        if non_blocking is None:
+            non_blocking = device.type == "cuda" and is_pinned(batch)
+        started = _contained(self._meter, "timing the copy", rec.copy_started)
+        moved = move_to(batch, device, non_blocking)
+        if started is not None:
+            _contained(self._meter, "timing the copy", rec.copy_done, started)
+        return moved
+
+
+def _contained(meter: Meter, where: str, fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+        meter._fault(where, exc)
+        return None
+
+
+def _device_name(device: torch.device) -> str | None:
+    try:
+        if device.type == "cuda" and torch.cuda.is_available():
+            return str(torch.cuda.get_device_name(device))
+        if device.type == "cpu":
+            return _cpu_name()
+    except Exception:  # noqa: BLE001 - a name is nice to have, never required
+        return None
+    return None
+
+
+def _cpu_name() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None

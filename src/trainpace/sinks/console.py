@@ -1,0 +1,79 @@
+"""One console line per window, e.g.
+``step 300 | 1,234 samples/s | 45.6k tok/s | step 8.1 ms (p90 9.0) | data wait 3.1% | loss 2.31``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from trainpace.runlog import Record
+
+
+def format_window(figures: dict[str, Any]) -> str:
+    """The console line for one window's figures (only what was measured)."""
+    parts = [f"step {figures.get('last_step')}"]
+    if not figures.get("measured_steps"):
+        parts.append(f"warm-up ({figures.get('warmup_steps')} steps so far)")
+    samples = figures.get("samples_per_s")
+    if samples is not None:
+        parts.append(f"{samples:,.0f} samples/s" if samples >= 10 else f"{samples:.2f} samples/s")
+    tokens = figures.get("tokens_per_s")
+    if tokens is not None:
+        parts.append(f"{_compact(tokens)} tok/s")
+    median, p90 = figures.get("step_s_median"), figures.get("step_s_p90")
+    if median is not None and p90 is not None:
+        parts.append(f"step {_duration(median)} (p90 {_duration(p90)})")
+    wait = figures.get("wait_pct")
+    if wait is not None:
+        parts.append(f"data wait {wait:.1f}%")
+    util = figures.get("device_util_pct")
+    if util is not None:
+        parts.append(f"{figures.get('device_kind') or 'device'} busy {util:.0f}%")
+    loss = figures.get("loss")
+    if loss is not None:
+        parts.append(f"loss {loss:.4g}")
+    eta = figures.get("eta_to_target_s")
+    if figures.get("time_to_target_s") is not None:
+        parts.append(f"target reached at {_duration(figures['time_to_target_s'])}")
+    elif eta is not None:
+        parts.append(f"target in ~{_duration(eta)}")
+    return " | ".join(parts)
+
+
+def _compact(value: float) -> str:
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= limit:
+            return f"{value / limit:.1f}{suffix}"
+    return f"{value:.0f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.1f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 120:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class ConsoleSink:
+    """Prints :func:`format_window` for each window record to ``stream`` (stderr by default)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream
+
+    def log(self, record: Record) -> None:
+        """Print the window line; other records are not for the console."""
+        if record.kind != "window":
+            return
+        stream = self._stream if self._stream is not None else sys.stderr
+        print(format_window(dict(record.data["window"])), file=stream, flush=True)
+
+    def close(self) -> None:
+        """Nothing to release (the stream is not ours)."""

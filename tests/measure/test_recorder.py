@@ -1,0 +1,208 @@
+"""The hot-path recorder, driven by a manual clock: every expected figure is exact."""
+
+import pytest
+import torch
+
+from trainpace.measure.recorder import StepRecorder
+
+
+def fetch(rec, clock, batch, wait_s):
+    started = rec.fetch_started()
+    clock.advance(wait_s)
+    rec.fetch_done(started, batch)
+
+
+def test_a_step_cycle_includes_the_wait_for_its_batch(clock):
+    rec = StepRecorder(clock=clock)
+    for _ in range(3):
+        fetch(rec, clock, torch.zeros(4, 2), wait_s=0.02)
+        rec.enter(1)
+        clock.advance(0.08)
+        rec.exit(None, failed=False)
+    records = rec.take_records()
+    assert [r["step"] for r in records] == [1, 2, 3]
+    for r in records:
+        assert r["step_s"] == pytest.approx(0.10)
+        assert r["wait_s"] == pytest.approx(0.02)
+        assert r["samples"] == 4
+        assert r["micro_batches"] == 1
+    assert records[-1]["t_s"] == pytest.approx(0.30)
+
+
+def test_gradient_accumulation_inside_one_step(clock):
+    rec = StepRecorder(clock=clock)
+    rec.enter(1)
+    for _ in range(4):  # four micro-batches pulled from the loader inside the step
+        fetch(rec, clock, torch.zeros(8, 2), wait_s=0.01)
+        clock.advance(0.02)
+    rec.exit(None, failed=False)
+    (record,) = rec.take_records()
+    assert record["samples"] == 32
+    assert record["micro_batches"] == 4
+    assert record["wait_s"] == pytest.approx(0.04)
+    assert record["step_s"] == pytest.approx(0.12)
+
+
+def test_accumulate_k_joins_k_step_blocks_into_one_optimizer_step(clock):
+    rec = StepRecorder(clock=clock)
+    closed = []
+    for _ in range(6):
+        rec.enter(3)
+        clock.advance(0.01)
+        closed.append(rec.exit(torch.zeros(5, 1), failed=False))  # no loader: the argument counts
+    assert closed == [False, False, True, False, False, True]
+    records = rec.take_records()
+    assert [(r["step"], r["samples"], r["micro_batches"]) for r in records] == [(1, 15, 3), (2, 15, 3)]
+    assert records[0]["step_s"] == pytest.approx(0.03)
+
+
+def test_the_step_argument_is_not_counted_twice_when_the_loader_gave_the_batch(clock):
+    rec = StepRecorder(clock=clock)
+    batch = torch.zeros(6, 1)
+    fetch(rec, clock, batch, 0.0)
+    rec.enter(1)
+    rec.exit(batch, failed=False)
+    assert rec.take_records()[0]["samples"] == 6
+
+
+def test_a_failed_step_is_not_a_step(clock):
+    rec = StepRecorder(clock=clock)
+    rec.enter(1)
+    clock.advance(1.0)
+    assert rec.exit(torch.zeros(2), failed=True) is False
+    rec.enter(1)
+    clock.advance(0.5)
+    rec.exit(torch.zeros(2), failed=False)
+    (record,) = rec.take_records()
+    assert record["step"] == 1
+    assert record["step_s"] == pytest.approx(0.5)  # the failed second is not in it
+
+
+def test_observe_outside_a_step_belongs_to_the_step_just_closed(clock):
+    rec = StepRecorder(clock=clock)
+    rec.enter(1)
+    rec.observe(loss=torch.tensor(2.0))
+    rec.observe(loss=4.0)  # two micro-batch losses: their mean
+    rec.exit(None, failed=False)
+    rec.observe(metric=0.75)  # an eval after the step
+    (record,) = rec.take_records()
+    assert record["loss"] == pytest.approx(3.0)
+    assert record["metric"] == pytest.approx(0.75)
+
+
+def test_token_counts_and_the_override(clock):
+    rec = StepRecorder(clock=clock)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    fetch(rec, clock, {"input_ids": torch.zeros(2, 3), "attention_mask": mask}, 0.0)
+    rec.enter(1)
+    rec.exit(None, failed=False)
+    assert rec.take_records()[0]["tokens"] == 5
+    assert rec.tokens_counted == "non_padding"
+
+    custom = StepRecorder(clock=clock, tokens=lambda b: 42, samples=lambda b: 7)
+    fetch(custom, clock, "anything", 0.0)
+    custom.enter(1)
+    custom.exit(None, failed=False)
+    record = custom.take_records()[0]
+    assert (record["samples"], record["tokens"], custom.tokens_counted) == (7, 42, "custom")
+
+
+def test_a_failing_counter_does_not_lose_the_step(clock):
+    def broken(batch):
+        raise RuntimeError("boom")
+
+    rec = StepRecorder(clock=clock, samples=broken)
+    rec.enter(1)
+    clock.advance(0.1)
+    with pytest.raises(RuntimeError):
+        rec.exit(torch.zeros(3), failed=False)
+    (record,) = rec.take_records()
+    assert record["step_s"] == pytest.approx(0.1)
+
+
+def test_meter_overhead_is_kept_out_of_the_next_step(clock):
+    rec = StepRecorder(clock=clock)
+    rec.enter(1)
+    clock.advance(0.1)
+    rec.exit(None, failed=False)
+    clock.advance(0.003)  # the meter's own work between steps
+    rec.exclude_from_cycle(0.003)
+    rec.enter(1)
+    clock.advance(0.1)
+    rec.exit(None, failed=False)
+    records = rec.take_records()
+    assert records[1]["step_s"] == pytest.approx(0.1)
+    assert records[1]["t_s"] == pytest.approx(0.203)  # wall time keeps the truth
+    assert rec.overhead_s == pytest.approx(0.003)
+
+
+class FakeDevice:
+    """A device sharing the host's manual clock: it runs queued work in order.
+
+    A marker's time is when the device reaches it (after the work queued before it);
+    ready() is whether the host clock has passed that time; wait() blocks the host until then.
+    """
+
+    name = "cuda"
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.queue_end = clock.now
+
+    def enqueue(self, seconds):
+        self.queue_end = max(self.queue_end, self.clock.now) + seconds
+
+    def mark(self):
+        return {"t": max(self.queue_end, self.clock.now)}
+
+    def ready(self, marker):
+        return self.clock.now >= marker["t"]
+
+    def elapsed_s(self, a, b):
+        return b["t"] - a["t"]
+
+    def wait(self, marker):
+        self.clock.now = max(self.clock.now, marker["t"])
+
+    def release(self, marker):
+        pass
+
+
+def test_device_step_time_comes_from_events_not_the_host(clock):
+    dev = FakeDevice(clock)
+    rec = StepRecorder(clock=clock, timer=dev)
+    rec.touch()
+    for _ in range(3):
+        fetch(rec, clock, torch.zeros(4), wait_s=0.001)  # the host fetches fast...
+        rec.enter(1)
+        dev.enqueue(0.050)  # ...and queues 50 ms of device work in 1 ms
+        clock.advance(0.001)
+        rec.exit(None, failed=False)
+    assert clock.now - 1000.0 == pytest.approx(0.006)
+    assert rec.take_records() == []  # nothing finished on the device yet, and nothing blocked
+    assert clock.now - 1000.0 == pytest.approx(0.006)
+    clock.now = 1000.0 + 0.052  # the device has finished step 1 only
+    records = rec.take_records()
+    assert [r["step"] for r in records] == [1]
+    records += rec.take_records(final=True)
+    assert [r["step"] for r in records] == [1, 2, 3]
+    # step 1 = 1 ms of waiting with the device idle + 50 ms of work; then 50 ms each
+    assert [r["step_s"] for r in records] == pytest.approx([0.051, 0.050, 0.050])
+    assert [r["exposed_wait_s"] for r in records] == pytest.approx([0.001, 0.0, 0.0])
+    assert [r["wait_s"] for r in records] == pytest.approx([0.001] * 3)  # the host's view
+
+
+def test_exposed_wait_is_the_device_idle_time_while_the_host_waits(clock):
+    dev = FakeDevice(clock)
+    rec = StepRecorder(clock=clock, timer=dev)
+    rec.touch()
+    for _ in range(2):
+        fetch(rec, clock, torch.zeros(2), wait_s=0.030)  # a slow loader
+        rec.enter(1)
+        dev.enqueue(0.010)
+        rec.exit(None, failed=False)
+    records = rec.take_records(final=True)
+    # step 2's fetch overlaps the last 10 ms of step 1's device work: 20 ms exposed
+    assert [r["exposed_wait_s"] for r in records] == pytest.approx([0.030, 0.020])
+    assert [r["step_s"] for r in records] == pytest.approx([0.040, 0.030])
+    assert [r["wait_s"] for r in records] == pytest.approx([0.030, 0.030])

@@ -1,0 +1,153 @@
+import math
+
+import numpy as np
+import pytest
+
+from trainpace.measure.summarize import (
+    Goal,
+    StepSeries,
+    summarize,
+    summary_for_run,
+    target_progress,
+    warmup_steps,
+    window_figures,
+)
+from trainpace.runlog import RunData
+from trainpace.stats import ema
+from trainpace.summary import Device, Summary
+
+
+def records(step_s, *, wait_s=0.0, samples=10, tokens=None, losses=None):
+    out, t = [], 0.0
+    for i, s in enumerate(step_s):
+        t += s
+        out.append({
+            "step": i + 1, "t_s": t, "step_s": s, "wait_s": wait_s, "exposed_wait_s": None,
+            "h2d_s": None, "samples": samples, "tokens": tokens, "micro_batches": 1,
+            "loss": losses[i] if losses else None, "metric": None,
+        })
+    return out
+
+
+def test_auto_warmup_finds_the_slow_first_steps():
+    step_s = np.array([0.5, 0.3, 0.2] + [0.01] * 50)
+    assert warmup_steps(step_s, "auto") == 3
+
+
+def test_auto_warmup_always_excludes_the_first_step():
+    assert warmup_steps(np.array([0.01] * 40), "auto") == 1
+
+
+def test_a_stall_after_warmup_does_not_extend_it():
+    step_s = np.array([0.2] + [0.01] * 20 + [0.5] + [0.01] * 20)
+    assert warmup_steps(step_s, "auto") == 1
+
+
+def test_fixed_warmup_is_capped_by_the_steps_seen():
+    assert warmup_steps(np.array([0.1] * 5), 3) == 3
+    assert warmup_steps(np.array([0.1] * 2), 3) == 2
+
+
+def test_steady_figures_exclude_warmup_exactly():
+    series = StepSeries.from_records(records([1.0, 1.0] + [0.1] * 20, wait_s=0.02, samples=32))
+    s = summarize(series, warmup=2)
+    assert (s.steps.total, s.steps.warmup, s.steps.measured) == (22, 2, 20)
+    assert s.throughput.samples_per_s == pytest.approx(320.0)
+    assert s.throughput.steps_per_s == pytest.approx(10.0)
+    assert s.data.wait_pct == pytest.approx(20.0)
+    assert s.data.wait_s_per_step == pytest.approx(0.02)
+    assert s.time.step_s_median == pytest.approx(0.1)
+    assert s.time.warmup_s == pytest.approx(2.0)
+    assert s.time.wall_s == pytest.approx(4.0)
+    assert s.throughput.tokens_per_s is None
+    assert s.ranks[0].samples_per_s == pytest.approx(320.0)
+
+
+def test_percentiles_of_step_time():
+    series = StepSeries.from_records(records([0.0] + [i / 100 for i in range(1, 11)]))
+    s = summarize(series, warmup=1)
+    assert s.time.step_s_median == pytest.approx(0.055)
+    assert s.time.step_s_p90 == pytest.approx(0.091)
+
+
+def test_tokens_per_second_when_every_step_has_tokens():
+    series = StepSeries.from_records(records([0.5] * 5, tokens=1000))
+    s = summarize(series, warmup=1, tokens_counted="non_padding")
+    assert s.throughput.tokens_per_s == pytest.approx(2000.0)
+    assert s.throughput.tokens_counted == "non_padding"
+
+
+def test_time_to_target_is_the_first_smoothed_crossing():
+    losses = [4.0, 3.0, 2.5, 2.0, 1.5, 1.2, 1.0, 0.9, 0.8, 0.7]
+    series = StepSeries.from_records(records([0.5] * 10, losses=losses))
+    goal = Goal(name="loss", value=1.5, smoothing=0.5)
+    smoothed = ema(losses, 0.5)
+    first = next(i for i, v in enumerate(smoothed) if v <= 1.5)
+    progress = target_progress(series, goal)
+    assert progress.steps_to_target == first + 1
+    assert progress.time_to_target_s == pytest.approx(0.5 * (first + 1))
+    # hand check of the bias-corrected EMA: the raw loss hits 1.5 at step 5, the EMA later
+    assert first + 1 == 7
+
+
+def test_higher_is_better_metric_target():
+    series = StepSeries.from_records([
+        {"step": i, "t_s": float(i), "step_s": 1.0, "metric": m}
+        for i, m in enumerate([0.1, 0.5, 0.8, 0.95, 0.96], start=1)
+    ])
+    progress = target_progress(series, Goal(name="metric", value=0.9, higher_is_better=True,
+                                            smoothing=0.0))
+    assert progress.steps_to_target == 4
+    assert progress.time_to_target_s == 4.0
+
+
+def test_eta_extrapolates_the_recent_trend():
+    # loss falls 0.1 per second, linearly; target 1.0 from 2.0 at t=10 s -> 10 s more
+    losses = [3.0 - 0.1 * t for t in range(1, 11)]
+    series = StepSeries.from_records(records([1.0] * 10, losses=losses))
+    progress = target_progress(series, Goal(name="loss", value=1.0, smoothing=0.0))
+    assert progress.time_to_target_s is None
+    assert progress.eta_s == pytest.approx(10.0)
+
+
+def test_no_eta_when_not_converging():
+    series = StepSeries.from_records(records([1.0] * 10, losses=[2.0 + 0.01 * i for i in range(10)]))
+    assert target_progress(series, Goal(name="loss", value=1.0)).eta_s is None
+
+
+def test_window_figures_cover_only_the_window():
+    series = StepSeries.from_records(records([0.1] * 10 + [0.2] * 10, samples=4))
+    w = window_figures(series, first=10, warmup=1)
+    assert (w["first_step"], w["last_step"], w["steps"], w["measured_steps"]) == (11, 20, 10, 10)
+    assert w["samples_per_s"] == pytest.approx(20.0)
+
+
+def test_nulls_stay_null_not_zero():
+    s = summarize(StepSeries(), warmup="auto")
+    d = s.to_dict()
+    assert d["throughput"]["samples_per_s"] is None
+    assert d["time"]["step_s_median"] is None
+    assert d["steps"] == {"total": 0, "warmup": 0, "measured": 0, "warmup_mode": "auto"}
+
+
+def test_summary_for_a_killed_run_is_rebuilt_from_its_steps(tmp_path):
+    steps = records([0.2] + [0.1] * 30, samples=8)
+    stale = Summary(run_id="r", device=Device(kind="cpu", name="x"))  # written before any window
+    run = RunData(tmp_path, {"run_id": "r", "config": {"warmup": 1}}, steps, [], stale)
+    s = summary_for_run(run)
+    assert s.steps.total == 31
+    assert s.throughput.samples_per_s == pytest.approx(80.0)
+    assert s.device.name == "x"  # the device part of the old summary is kept
+
+
+def test_an_up_to_date_summary_is_kept(tmp_path):
+    steps = records([0.1] * 3)
+    current = Summary(run_id="r")
+    current = current.__class__(**{**current.__dict__, "steps": current.steps.__class__(total=3)})
+    run = RunData(tmp_path, {}, steps, [], current)
+    assert summary_for_run(run) is current
+
+
+def test_nan_free_json():
+    s = summarize(StepSeries.from_records(records([0.1] * 3)), warmup=1)
+    assert all(not (isinstance(v, float) and math.isnan(v)) for v in s.to_dict()["time"].values())

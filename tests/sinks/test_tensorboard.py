@@ -1,0 +1,42 @@
+import pytest
+import torch
+
+import trainpace
+
+event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+
+
+def test_one_scalar_per_sign_per_window_read_back_with_tensorboard(tmp_path, clock):
+    logdir = tmp_path / "tb"
+    meter = trainpace.Meter(tmp_path / "run", tensorboard=logdir, window=10, clock=clock,
+                            console=False, report=False, count_flops=False)
+    for b in meter.loader([torch.zeros(8, 2)] * 30):
+        with meter.step(b):
+            clock.advance(0.02)
+            meter.observe(loss=1.5)
+    meter.finish()
+    acc = event_accumulator.EventAccumulator(str(logdir))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"throughput/samples_per_s", "time/step_median_ms", "time/step_p90_ms",
+            "data/wait_pct", "train/loss"} <= tags
+    points = acc.Scalars("throughput/samples_per_s")
+    assert [p.step for p in points] == [10, 20, 30]
+    assert [p.value for p in points] == pytest.approx([400.0] * 3)
+    assert [p.value for p in acc.Scalars("time/step_median_ms")] == pytest.approx([20.0] * 3)
+    assert "throughput/tokens_per_s" not in tags  # not measured: no point, not a zero
+
+
+def test_missing_tensorboard_names_the_extra(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name.startswith("torch.utils.tensorboard"):
+            raise ImportError("no tensorboard")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    with pytest.raises(trainpace.MissingDependencyError, match=r"pip install 'trainpace\[tensorboard\]'"):
+        trainpace.Meter(tensorboard=tmp_path / "tb", console=False)
