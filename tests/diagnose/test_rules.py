@@ -141,7 +141,7 @@ def test_thermal_margin_and_throttling():
     assert v.bottleneck == "thermal"
     assert v.finding.evidence["margin_c"] == 5.0
     cool = SensorDevice(kind="cuda", temperature_c=79.0, slowdown_temperature_c=85.0)
-    assert rules.thermal(ctx(Summary(device=cool))).checked == "thermal: 79 °C, 6 °C below slowdown"
+    assert rules.thermal(ctx(Summary(device=cool))).checked == "79 °C, 6 °C below slowdown"
     throttled = Device(kind="cuda", temperature_c=60.0, throttle_pct=5.0)
     assert only(rules.thermal(ctx(Summary(device=throttled)))).finding.title == "Clocks throttled 5% of the time"
     assert rules.thermal(ctx(Summary(device=Device(kind="cuda", throttle_pct=4.9)))).verdicts == ()
@@ -293,7 +293,7 @@ def test_launch_bound_kernels_from_a_trace():
     assert v.finding.title == "Launch-bound: 900 kernels per step, 50% of them short (median 4 µs)"
     assert v.lost_pct == 60.0
     s = Summary(kernels=Kernels(short_pct=49.0))
-    assert rules.host_overhead(ctx(s)).checked == "host: 49% short kernels"
+    assert rules.host_overhead(ctx(s)).checked == "49% short kernels"
 
 
 def test_saturated_host_cpu_matters_only_when_a_device_does_the_compute():
@@ -319,7 +319,7 @@ def test_communication_bands(share, severity):
 
 
 def test_communication_single_process_and_missing_source():
-    assert rules.communication(ctx(Summary())).checked == "communication: one process, nothing to exchange"
+    assert rules.communication(ctx(Summary())).checked == "one process, nothing to exchange"
     assert rules.communication(ctx(Summary(world_size=4))).skipped.startswith("no communication time")
 
 
@@ -332,7 +332,7 @@ def test_straggler_at_ten_percent_names_the_rank_and_the_culprit():
     assert (v.finding.severity, v.bottleneck) == ("warning", "straggler")
     assert v.finding.advice[0].startswith("rank 2 on b waits for data 15% of its step against 3%")
     ranks[2] = RankEntry(rank=2, host="b", step_s_median=1.09, wait_pct=3.0)
-    assert rules.ranks(ctx(Summary(world_size=3, ranks=ranks))).checked == "ranks: slowest 9% over the median"
+    assert rules.ranks(ctx(Summary(world_size=3, ranks=ranks))).checked == "slowest rank 9% over the median"
 
 
 def test_straggler_in_compute_and_critical():
@@ -340,7 +340,7 @@ def test_straggler_in_compute_and_critical():
     v = only(rules.ranks(ctx(Summary(world_size=4, ranks=ranks))))
     assert v.finding.severity == "critical"
     assert "slower in compute" in v.finding.advice[0]
-    assert rules.ranks(ctx(Summary(ranks=[RankEntry()]))).checked == "ranks: one rank"
+    assert rules.ranks(ctx(Summary(ranks=[RankEntry()]))).checked == "one rank"
 
 
 def test_rules_run_in_the_experts_order():

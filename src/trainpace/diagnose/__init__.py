@@ -81,7 +81,11 @@ def diagnose(
         id="checks",
         severity="info",
         title=title,
-        evidence={"checked": checked, "not_checked": not_checked},
+        evidence={
+            "bottleneck_finding": best.finding.id if best is not None else None,
+            "checked": checked,
+            "not_checked": not_checked,
+        },
         advice=advice,
     )
     return Diagnosis(bottleneck=bottleneck, findings=[v.finding for v in verdicts] + [checks])

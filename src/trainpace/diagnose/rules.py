@@ -214,7 +214,7 @@ def drift(ctx: Context) -> Outcome:
                 "or run longer so the steady window dominates"
             ],
         )
-    return Outcome(checked=f"step time steady ({drift_pct:+.0f}% {span})")
+    return Outcome(checked=f"step time steady ({round(drift_pct):+d}% {span})")
 
 
 # ---- 2. throughput vs what the hardware allows; 3. device and bandwidth ------------------
@@ -391,7 +391,7 @@ def thermal(ctx: Context) -> Outcome:
                  f"{margin:.0f} °C below slowdown" if margin is not None else None,
                  f"throttled {d.throttle_pct:.0f}% of the time"
                  if d.throttle_pct is not None else None]
-        return Outcome(checked="thermal: " + ", ".join(p for p in parts if p))
+        return Outcome(checked=", ".join(p for p in parts if p))
     if throttled:
         title = f"Clocks throttled {d.throttle_pct:.0f}% of the time"
     else:
@@ -513,7 +513,7 @@ def host_overhead(ctx: Context) -> Outcome:
         return Outcome(skipped="no kernel statistics (profiler trace) and no host CPU reading")
     parts = [f"{k.short_pct:.0f}% short kernels" if k.short_pct is not None else None,
              f"host CPU {h.system_cpu_pct:.0f}%" if h.system_cpu_pct is not None else None]
-    return Outcome(checked="host: " + ", ".join(p for p in parts if p))
+    return Outcome(checked=", ".join(p for p in parts if p))
 
 
 # ---- 5. communication and rank imbalance -------------------------------------------------
@@ -525,7 +525,7 @@ def communication(ctx: Context) -> Outcome:
     c = s.communication
     if c.share_pct is None:
         if s.world_size <= 1:
-            return Outcome(checked="communication: one process, nothing to exchange")
+            return Outcome(checked="one process, nothing to exchange")
         return Outcome(skipped="no communication time measured (needs a profiler trace)")
     if c.share_pct < t.communication_warning_pct:
         return Outcome(checked=f"communication {c.share_pct:.1f}% of the step")
@@ -561,7 +561,7 @@ def ranks(ctx: Context) -> Outcome:
     t = ctx.t
     entries = [r for r in ctx.summary.ranks if r.step_s_median is not None]
     if len(entries) < 2:
-        return Outcome(checked="ranks: one rank") if len(ctx.summary.ranks) <= 1 else Outcome(
+        return Outcome(checked="one rank") if len(ctx.summary.ranks) <= 1 else Outcome(
             skipped="no per-rank step times")
     typical = median([r.step_s_median for r in entries if r.step_s_median is not None]) or 0.0
     slow = max(entries, key=lambda r: r.step_s_median or 0.0)
@@ -569,7 +569,7 @@ def ranks(ctx: Context) -> Outcome:
         return Outcome(skipped="per-rank step times are zero")
     skew_pct = 100.0 * (slow.step_s_median / typical - 1.0)
     if skew_pct < t.straggler_warning_pct:
-        return Outcome(checked=f"ranks: slowest {skew_pct:.0f}% over the median")
+        return Outcome(checked=f"slowest rank {skew_pct:.0f}% over the median")
     waits = [r.wait_pct for r in entries if r.wait_pct is not None]
     wait_typical = median(waits)
     where = f"rank {slow.rank}" + (f" on {slow.host}" if slow.host else "")

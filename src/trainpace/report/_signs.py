@@ -1,0 +1,196 @@
+"""The five vital signs as display rows, shared by the console and the HTML report.
+
+A :class:`Sign` holds text, never numbers to recompute: its headline value, its details, and a
+status from the diagnosis (the worst finding about it) — or ``not measured`` when every figure
+behind it is null, with the source that was missing. A null is shown as ``—``, never as 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trainpace.diagnose.advice import duration
+from trainpace.summary import SEVERITIES, Diagnosis, Finding, Summary
+
+DASH = "—"
+
+# The findings each sign answers for (ids from trainpace.diagnose.rules).
+SIGN_FINDINGS: dict[str, tuple[str, ...]] = {
+    "throughput": ("launch_bound", "host_cpu", "communication", "straggler"),
+    "training time": ("stalls", "periodic_stall", "drift"),
+    "device utilization": ("device_idle", "memory_full", "thermal", "compute_bound",
+                           "device_busy"),
+    "memory bandwidth": ("bandwidth_bound",),
+    "data loading": ("data_wait", "h2d_copy"),
+}
+_ORDER = {"ok": 0, "info": 1, "warning": 2, "critical": 3}
+
+
+@dataclass(frozen=True)
+class Sign:
+    """One vital sign, ready to show."""
+
+    name: str
+    status: str  # "ok" | "info" | "warning" | "critical" | "not measured"
+    value: str
+    details: tuple[str, ...]
+
+
+def num(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """A figure with its unit and thousands separators; ``—`` when unknown."""
+    if value is None:
+        return DASH
+    text = f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
+    return f"{text} {unit}" if unit else text
+
+
+def pct(value: float | None) -> str:
+    """``12.5%``, or ``—``."""
+    return DASH if value is None else f"{value:.1f}%" if value < 10 else f"{value:.0f}%"
+
+
+def secs(value: float | None) -> str:
+    """A duration, or ``—``."""
+    return DASH if value is None else duration(value)
+
+
+def _status(summary: Summary, name: str, measured: bool) -> str:
+    if not measured:
+        return "not measured"
+    worst = "ok"
+    for finding in summary.diagnosis.findings:
+        if finding.id in SIGN_FINDINGS[name] and _ORDER[finding.severity] > _ORDER[worst]:
+            worst = finding.severity
+    return worst
+
+
+def _details(*pairs: tuple[str, Any]) -> tuple[str, ...]:
+    return tuple(f"{label} {text}".strip() for label, text in pairs if text not in (None, DASH))
+
+
+def signs(summary: Summary) -> list[Sign]:
+    """The five signs of a summary, in the order of DESIGN.md."""
+    s = summary
+    tp, tm, d, b, f, data = s.throughput, s.time, s.device, s.bandwidth, s.flops, s.data
+    tokens = None
+    if tp.tokens_per_s is not None:
+        tokens = num(tp.tokens_per_s, "tokens/s") + (
+            f" ({tp.tokens_counted})" if tp.tokens_counted else ""
+        )
+    out = [
+        Sign(
+            "throughput",
+            _status(s, "throughput", tp.samples_per_s is not None or tp.steps_per_s is not None),
+            num(tp.samples_per_s, "samples/s") if tp.samples_per_s is not None
+            else num(tp.steps_per_s, "steps/s"),
+            _details(("", tokens), ("steps/s", num(tp.steps_per_s)),
+                     ("achieved", num(f.achieved_tflops, "TFLOP/s")), ("MFU", pct(f.mfu_pct)),
+                     ("over", f"{s.steps.measured} steps ({s.steps.warmup} warm-up excluded)"
+                      if s.steps.total else None)),
+        ),
+        Sign(
+            "training time",
+            _status(s, "training time", tm.wall_s is not None or tm.step_s_median is not None),
+            f"wall {secs(tm.wall_s)}",
+            _details(("step median", secs(tm.step_s_median)), ("p90", secs(tm.step_s_p90)),
+                     ("to target", _target_text(s))),
+        ),
+        Sign(
+            "device utilization",
+            _status(s, "device utilization", d.util_pct is not None
+                    or d.memory_used_pct is not None or d.temperature_c is not None),
+            f"busy {pct(d.util_pct)}",
+            _details(("", " ".join(x for x in (d.kind, d.name and f"({d.name})") if x) or None),
+                     ("memory", pct(d.memory_used_pct)),
+                     ("temperature", num(d.temperature_c, "°C")),
+                     ("throttled", pct(d.throttle_pct))),
+        ),
+        Sign(
+            "memory bandwidth",
+            _status(s, "memory bandwidth", b.util_pct is not None or b.achieved_gb_s is not None),
+            f"{pct(b.util_pct)} of peak" if b.util_pct is not None
+            else num(b.achieved_gb_s, "GB/s"),
+            _details(("", f"{num(b.achieved_gb_s, 'GB/s')} of {num(b.peak_gb_s, 'GB/s')}"
+                      if b.achieved_gb_s is not None and b.peak_gb_s is not None else None),
+                     ("source", b.source), ("roofline", f.roofline)),
+        ),
+        Sign(
+            "data loading",
+            _status(s, "data loading", data.wait_pct is not None),
+            f"wait {pct(data.wait_pct)} of step",
+            _details(("per step", secs(data.wait_s_per_step)),
+                     ("host-to-device", secs(data.h2d_s_per_step)),
+                     ("exposed", secs(data.exposed_wait_s_per_step)),
+                     ("loader", _loader_text(data.loader))),
+        ),
+    ]
+    return [
+        Sign(sign.name, sign.status, DASH, (f"not measured: {MISSING[sign.name]}", *sign.details))
+        if sign.status == "not measured"
+        else sign
+        for sign in out
+    ]
+
+
+MISSING: dict[str, str] = {
+    "throughput": "no measured steps yet",
+    "training time": "no steps recorded",
+    "device utilization": "no sampler reading (NVML or psutil)",
+    "memory bandwidth": "no bandwidth source (NVML/DCGM) and no byte count",
+    "data loading": "the loader was not wrapped with meter.loader(...)",
+}
+"""Why a sign is not measured: the source that was missing."""
+
+
+def _target_text(s: Summary) -> str | None:
+    tm = s.time
+    target = tm.target
+    if tm.time_to_target_s is not None:
+        steps = f" (step {tm.steps_to_target})" if tm.steps_to_target is not None else ""
+        return f"{secs(tm.time_to_target_s)}{steps}"
+    if target is None:
+        return None
+    eta = f", ETA {secs(tm.eta_to_target_s)}" if tm.eta_to_target_s is not None else ""
+    return f"{target.name} {target.value:g} not reached{eta}"
+
+
+def _loader_text(loader: dict[str, Any] | None) -> str | None:
+    if not loader:
+        return None
+    keys: Sequence[str] = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers",
+                           "batch_size")
+    return ", ".join(f"{k}={loader[k]}" for k in keys if loader.get(k) is not None)
+
+
+def evidence_text(evidence: dict[str, Any], limit: int = 8) -> list[str]:
+    """``key=value`` strings for a finding's evidence, nulls and long values left out."""
+    out: list[str] = []
+    for key, value in evidence.items():
+        if value is None or (isinstance(value, (dict, list)) and not value):
+            continue
+        if isinstance(value, bool):
+            text = str(value).lower()
+        elif isinstance(value, float):
+            text = f"{value:.4g}"
+        elif isinstance(value, list):
+            text = ", ".join(str(v) for v in value[:6]) + (", …" if len(value) > 6 else "")
+        elif isinstance(value, dict):
+            text = ", ".join(f"{k}={v}" for k, v in list(value.items())[:5])
+        else:
+            text = str(value)
+        out.append(f"{key}={text}")
+        if len(out) == limit:
+            break
+    return out
+
+
+def headline(diagnosis: Diagnosis) -> tuple[Finding | None, list[Finding], Finding | None]:
+    """(the finding behind the bottleneck, the findings worst first, the ``checks`` finding)."""
+    checks = next((f for f in diagnosis.findings if f.id == "checks"), None)
+    findings = sorted((f for f in diagnosis.findings if f.id != "checks"),
+                      key=lambda f: -SEVERITIES.index(f.severity))
+    key = checks.evidence.get("bottleneck_finding") if checks else None
+    lead = next((f for f in findings if f.id == key), None)
+    return lead, findings, checks

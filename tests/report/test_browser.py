@@ -1,0 +1,77 @@
+"""The HTML report in a real headless Chromium: it renders (not blank) and logs nothing.
+
+The page has no script, so any console line at all is a fault; the checker itself is tested
+on a page that does log, so a Chromium that stopped reporting console lines cannot pass.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from report.conftest import make_run
+from trainpace.report.html import write_page
+from trainpace.report.run_html import run_page
+
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(n)), None)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)"),
+]
+
+
+def render(page: Path, tmp_path: Path) -> tuple[Path, list[str]]:
+    """Screenshot ``page``; returns (png, the console lines Chromium logged)."""
+    png = tmp_path / "shot.png"
+    assert CHROMIUM is not None
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+         "--hide-scrollbars", "--window-size=1100,2600", f"--screenshot={png}", page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert png.exists(), proc.stderr[-2000:]
+    return png, [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+
+
+def pixels(png: Path) -> np.ndarray:
+    image = pytest.importorskip("PIL.Image")
+    with image.open(png) as im:
+        return np.asarray(im.convert("RGB"), dtype=np.int16)
+
+
+def near(rgb: np.ndarray, hex_color: str, tolerance: int = 12) -> int:
+    target = np.array([int(hex_color[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
+    return int((np.abs(rgb - target).max(axis=2) <= tolerance).sum())
+
+
+def test_the_run_report_renders_and_logs_nothing(tmp_path):
+    run = make_run(name="<b>not bold</b>")
+    page = write_page(tmp_path / "report.html",
+                      run_page(run.summary, steps=run.steps, system=run.system, meta=run.meta))
+    png, console = render(page, tmp_path)
+    assert console == []
+    rgb = pixels(png)
+    assert rgb.std() > 10  # not a blank page
+    assert len(np.unique(rgb.reshape(-1, 3), axis=0)) > 50
+    # our own drawing is on screen: the compute band (blue), the data-wait band (orange),
+    # the critical badge (red)
+    assert near(rgb, "#3b6fd4") > 2000
+    assert near(rgb, "#e08a1e") > 200
+    assert near(rgb, "#c8423b") > 100
+
+
+def test_the_checker_sees_console_errors(tmp_path):
+    page = tmp_path / "bad.html"
+    page.write_text("<!DOCTYPE html><html><body><p>x</p><script>console.error('boom');"
+                    "missing_function();</script></body></html>", encoding="utf-8")
+    _, console = render(page, tmp_path)
+    assert any("boom" in line for line in console)
+    assert any("Uncaught ReferenceError" in line for line in console)
