@@ -19,6 +19,9 @@ from trainpace.errors import TrainpaceError
 
 # Verb name -> module. Order is the order of `trainpace --help`.
 VERBS: dict[str, str] = {
+    "demo": "trainpace.cli._demo",
+    "report": "trainpace.cli._report",
+    "compare": "trainpace.cli._compare",
 }
 
 
