@@ -34,6 +34,7 @@ import torch
 
 from trainpace._version import __version__
 from trainpace.config import MeterConfig, WarmupSetting, is_int_at_least
+from trainpace.diagnose import diagnose
 from trainpace.errors import ConfigError
 from trainpace.measure.batch import is_pinned, move_to
 from trainpace.measure.clock import device_timer_for, resolve_device
@@ -47,6 +48,7 @@ from trainpace.measure.summarize import (
     warmup_steps,
     window_figures,
 )
+from trainpace.report.console import print_report
 from trainpace.runlog import META_SCHEMA, Record
 from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.console import ConsoleSink
@@ -141,6 +143,8 @@ class Meter:
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
         self._summary: Summary | None = None
+        self._system_rows: list[dict[str, Any]] = []
+        self._meta: dict[str, Any] = {}
         self._started_at = _dt.datetime.now(_dt.timezone.utc)
         self.path: Path | None = fresh_run_folder(self.config.out) if self.config.out else None
         self.run_id = run_id or (self.path.name if self.path else self._started_at.strftime(
@@ -224,6 +228,7 @@ class Meter:
             end_s = self._clock()
             self._boundary(final=True)
             summary = self._build_summary(final=True, end_s=end_s)
+            summary = self._diagnosed(summary)
             self._sink.log(Record("summary", summary.to_dict(), self._recorder.steps_closed))
             self._log_meta(finished=True)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
@@ -232,7 +237,21 @@ class Meter:
         if summary is None:
             summary = Summary(run_id=self.run_id)
         self._summary = summary
+        if self.config.report:
+            try:
+                print_report(summary, file=self._stream)
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._fault("printing the report", exc)
         return summary
+
+    def _diagnosed(self, summary: Summary) -> Summary:
+        try:
+            diagnosis = diagnose(summary, steps=self._series.records(), system=self._system_rows,
+                                 meta=self._meta)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._fault("diagnosing the run", exc)
+            return summary
+        return dataclasses.replace(summary, diagnosis=diagnosis)
 
     def __enter__(self) -> Meter:
         return self
@@ -335,6 +354,7 @@ class Meter:
             "loader": self._loader,
             "tokens_counted": self._recorder.tokens_counted,
         }
+        self._meta = meta
         self._sink.log(Record("meta", meta, self._recorder.steps_closed))
 
 

@@ -22,6 +22,7 @@ VERBS: dict[str, str] = {
     "demo": "trainpace.cli._demo",
     "report": "trainpace.cli._report",
     "compare": "trainpace.cli._compare",
+    "analyze": "trainpace.cli._analyze",
 }
 
 

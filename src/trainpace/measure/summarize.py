@@ -57,6 +57,22 @@ class StepSeries:
     def __len__(self) -> int:
         return len(self._columns["step"])
 
+    def records(self) -> list[dict[str, Any]]:
+        """The steps as ``steps.jsonl`` records again (null for NaN)."""
+        columns = {name: self._columns[name] for name in COLUMNS}
+        integral = {"step", "samples", "micro_batches", "tokens"}
+        out: list[dict[str, Any]] = []
+        for i in range(len(self)):
+            record: dict[str, Any] = {}
+            for name, column in columns.items():
+                value = column[i]
+                if math.isnan(value):
+                    record[name] = None
+                else:
+                    record[name] = int(value) if name in integral else value
+            out.append(record)
+        return out
+
     def column(self, name: str) -> np.ndarray:
         """A read-only view of one column (no copy)."""
         column = self._columns[name]
