@@ -68,6 +68,7 @@ class TinyGPT(nn.Module):
         self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab_size)
+        self.causal_mask: torch.Tensor
         mask = torch.triu(torch.full((seq_len, seq_len), float("-inf")), diagonal=1)
         self.register_buffer("causal_mask", mask, persistent=False)
 
