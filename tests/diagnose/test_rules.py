@@ -274,7 +274,7 @@ def test_drift_in_the_data_wait_says_so():
 def test_falling_step_time_hints_at_warmup():
     v = only(rules.drift(ctx(Summary(steps=Steps(warmup=3)), steps=records([0.2] * 10 + [0.1] * 30))))
     assert v.finding.severity == "info"
-    assert v.finding.advice[0].startswith("exclude more warm-up, e.g. Meter(warmup=13)")
+    assert v.finding.advice[0].startswith("exclude more warm-up, e.g. Meter(warmup=12)")
 
 
 def test_drift_ignores_stalls_and_needs_twenty_steps():
@@ -356,3 +356,10 @@ def test_samples_per_step_for_advice():
                 device=Device(kind="cuda", util_pct=20.0))
     v = only(rules.device_util(ctx(s)))
     assert "(now 64 samples per step)" in v.finding.advice[0]
+
+
+def test_steps_within_the_summarys_warmup_are_not_measured():
+    # records written before warm-up was decided say warmup=false; the summary knows better
+    c = ctx(Summary(steps=Steps(warmup=5)), steps=records([1.0] * 5 + [0.1] * 30))
+    assert c.times.step[0] == 6
+    assert c.times.step_s == [0.1] * 30

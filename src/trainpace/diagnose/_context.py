@@ -61,13 +61,19 @@ class Context:
 
     @cached_property
     def times(self) -> StepTimes:
-        """The measured steps' times (empty when no step records were given)."""
+        """The measured steps' times (empty when no step records were given).
+
+        A step is warm-up when its record says so or when it is among the first
+        ``summary.steps.warmup`` (records written before warm-up was decided say false).
+        """
         out = StepTimes()
+        warmup = self.summary.steps.warmup
         for index, record in enumerate(self.steps or (), start=1):
             step_s = _number(record.get("step_s"))
-            if record.get("warmup") or step_s is None:
+            step = int(record.get("step") or index)
+            if record.get("warmup") or step <= warmup or step_s is None:
                 continue
-            out.step.append(int(record.get("step") or index))
+            out.step.append(step)
             out.step_s.append(step_s)
             out.wait_s.append(_number(record.get("wait_s")) or 0.0)
             out.t_s.append(_number(record.get("t_s")))

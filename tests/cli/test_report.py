@@ -1,0 +1,110 @@
+"""``trainpace report RUN``: the table, --json, --html, runs killed mid-way, bad input."""
+
+import json
+
+import pytest
+
+from report.folders import steps, write_run
+from trainpace.cli import main
+from trainpace.summary import SCHEMA, Summary
+
+LOADER = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "batch_size": 32}
+
+
+@pytest.fixture
+def slow_data_run(tmp_path):
+    # 0.1 s steps, 0.04 s of them waiting for the batch: 40% data wait, 320 samples/s
+    return write_run(tmp_path / "slow", steps(60, step_s=0.1, samples=32, wait_s=0.04),
+                     meta={"loader": LOADER})
+
+
+def test_table_shows_the_signs_and_the_diagnosis(slow_data_run, capsys):
+    assert main(["report", str(slow_data_run)]) == 0
+    out = capsys.readouterr().out
+    assert "320 samples/s" in out
+    assert "wait 40% of step" in out
+    assert "bottleneck: data loading — The step waits for data 40% of the time" in out
+    # a batch takes the loop 0.04 s, it must arrive every 0.06 s: ceil(1.2 × 0.04 / 0.06) = 1 → 2
+    assert "try `DataLoader(num_workers=2, persistent_workers=True)`" in " ".join(out.split())
+
+
+def test_json_is_one_summary_object_with_the_diagnosis(slow_data_run, capsys):
+    assert main(["report", str(slow_data_run), "--json"]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out)
+    assert data["schema"] == SCHEMA
+    assert data["throughput"]["samples_per_s"] == pytest.approx(320.0)
+    assert data["data"]["wait_pct"] == pytest.approx(40.0)
+    assert data["diagnosis"]["bottleneck"] == "data_loading"
+    assert data["diagnosis"]["findings"][0]["id"] == "data_wait"
+    assert data["device"]["util_pct"] is None  # never measured: null, not 0
+
+
+def test_a_killed_run_is_reported_from_its_steps(slow_data_run, capsys):
+    with open(slow_data_run / "steps.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"step": 61, "t_s": 6.1, "step_')  # the process died mid-line
+    assert not (slow_data_run / "summary.json").exists()
+    assert main(["report", str(slow_data_run), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["steps"]["total"] == 60
+    assert "steps.jsonl: the last line was cut off" in captured.err
+    assert "summary.json is missing or behind; the figures are recomputed from 60 steps" in captured.err
+
+
+def test_a_run_with_no_step_yet_shows_nothing_measured(tmp_path, capsys):
+    folder = write_run(tmp_path / "fresh", [])
+    assert main(["report", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("not measured") == 5
+    assert "bottleneck: none" in out
+
+
+def test_html_report_is_written(slow_data_run, tmp_path, capsys):
+    page = tmp_path / "r.html"
+    assert main(["report", str(slow_data_run), "--html", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    assert "The step waits for data 40% of the time" in text
+    assert f"wrote {page}" in capsys.readouterr().err
+
+
+def test_thresholds_can_be_set(slow_data_run, capsys):
+    assert main(["report", str(slow_data_run), "--json", "--threshold", "data_wait_warning_pct=45",
+                 "--threshold", "data_wait_critical_pct=60"]) == 0
+    assert json.loads(capsys.readouterr().out)["diagnosis"]["bottleneck"] == "none"
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    (lambda p: p, "no such folder"),
+    (lambda p: (p.mkdir(), p)[1], "not a trainpace run folder"),
+    (lambda p: (p.write_text("x"), p)[1], "not a folder"),
+    (lambda p: (p.mkdir(), (p / "summary.json").write_text('{"schema": "other/2"}'), p)[2],
+     "schema is 'other/2', expected 'trainpace.summary/1'"),
+    (lambda p: (p.mkdir(), (p / "summary.json").write_text("{not json"), p)[2], "not valid JSON"),
+])
+def test_bad_input_is_one_clear_line_and_exit_1(tmp_path, capsys, setup, message):
+    path = setup(tmp_path / "x")
+    assert main(["report", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("trainpace report: error: ")
+    assert message in lines[0]
+
+
+def test_bad_threshold_name_is_exit_1_and_bad_form_exit_2(slow_data_run, capsys):
+    assert main(["report", str(slow_data_run), "--threshold", "nope=1"]) == 1
+    assert "threshold is not one of" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(slow_data_run), "--threshold", "nope"])
+    assert exc.value.code == 2
+
+
+def test_a_finished_summary_is_used_as_written(tmp_path, capsys):
+    summary = Summary(run_id="done", world_size=1)
+    folder = write_run(tmp_path / "done", [], summary=summary)
+    assert main(["report", str(folder), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["run_id"] == "done"
+    assert "recomputed" not in captured.err
