@@ -1,0 +1,116 @@
+"""The ``trainpace analyze --html`` page: a trace analysis as one self-contained HTML file.
+
+Built from the shared shell and plot helpers of :mod:`trainpace.report.html`; every name that
+comes from a trace (kernels, ops, files) goes through their escaping. No script, no network.
+"""
+
+from __future__ import annotations
+
+from trainpace.report.html import (
+    Series,
+    bar_chart,
+    bullets,
+    page,
+    paragraph,
+    section,
+    stacked_chart,
+    table,
+)
+from trainpace.report.run_html import diagnosis_html
+from trainpace.trace.result import ROLES, RankAnalysis, TraceAnalysis
+
+
+def _num(value: float | None, digits: int = 1, unit: str = "") -> str:
+    return "–" if value is None else f"{value:,.{digits}f}{unit}"
+
+
+def _ms(us: float | None) -> str:
+    return "–" if us is None else f"{us / 1e3:,.2f} ms"
+
+
+def ranks_html(analysis: TraceAnalysis) -> str:
+    """The per-rank temporal breakdown (HTA's definitions) and step figures."""
+    rows = [
+        (r.rank, _ms(r.window_us), _num(r.idle_pct, 2, "%"), _num(r.compute_pct, 2, "%"),
+         _num(r.non_compute_pct, 2, "%"), _num(r.comm_comp_overlap_pct, 2, "%"),
+         r.steps.count, _ms(r.steps.duration_us_median), _num(r.steps.dataloader_pct, 2, "%"),
+         _num(r.steps.gpu_util_pct, 2, "%"))
+        for r in analysis.ranks
+    ]
+    headers = ("rank", "device window", "idle", "compute", "non-compute",
+               "comm hidden under compute", "steps", "step (median)", "DataLoader exposed",
+               "GPU util")
+    return (table(headers, rows, numeric=range(1, 10))
+            + paragraph("Idle, compute and non-compute follow Holistic Trace Analysis 0.5 (window: "
+                        "first to last device event, the last ProfilerStep left out); the step, "
+                        "DataLoader and GPU-util columns follow torch-tb-profiler's overview.",
+                        muted=True))
+
+
+def _steps_chart(r: RankAnalysis) -> str:
+    rows = r.steps.rows
+    xs = [float(i + 1) for i in range(len(rows))]
+    layers = [Series(role.replace("_", " "), xs, [getattr(row, f"{role}_us") / 1e3 for row in rows])
+              for role in ROLES]
+    return stacked_chart(xs, layers, title=f"Rank {r.rank}: each step by role (ms)",
+                         x_label="step", y_label="ms")
+
+
+def _idle_html(r: RankAnalysis) -> str:
+    i = r.idle
+    if i is None:
+        return paragraph("No device events: idle time not computed.", muted=True)
+    causes = table(("cause (per stream, HTA)", "time"),
+                   [("host wait: the next kernel was not launched yet", _ms(i.host_wait_us)),
+                    (f"kernel wait: launch gap under {i.kernel_wait_threshold_us:g} µs",
+                     _ms(i.kernel_wait_us)),
+                    ("other: launched, waiting on something else", _ms(i.other_us))],
+                   numeric=(1,))
+    by_cause = [(k, v / 1e3) for k, v in i.gaps_by_cause_us.items() if v > 0]
+    chart = bar_chart([k.replace("_", " ") for k, _ in by_cause], [v for _, v in by_cause],
+                      title=f"Device-idle gaps ≥ {i.gap_threshold_us:g} µs: what the host was "
+                      "doing (ms)", unit=" ms")
+    gaps = table(("at", "length", "step", "host was in", "top host ops"),
+                 [(_ms(g.start_us), _ms(g.duration_us), g.step or "–", g.cause.replace("_", " "),
+                   ", ".join(str(o["name"]) for o in g.top_ops)) for g in i.gaps],
+                 numeric=(0, 1))
+    return causes + chart + gaps
+
+
+def _kernels_html(r: RankAnalysis) -> str:
+    k = r.kernels
+    if k is None:
+        return paragraph("No device kernels in the window.", muted=True)
+    signs = paragraph(
+        f"{_num(k.per_step, 0)} kernels per step · median {_num(k.median_us, 1)} µs · "
+        f"{_num(k.short_pct, 1)}% under {k.short_threshold_us:g} µs · launch lag median "
+        f"{_num(k.launch_lag_us, 1)} µs (p90 {_num(k.launch_lag_p90_us, 1)} µs)")
+    chart = bar_chart([c.category for c in k.categories], [c.pct or 0.0 for c in k.categories],
+                      title="Kernel time by category (%)", unit="%")
+    top = table(("kernel", "category", "count", "total", "mean", "share"),
+                [(row.name, row.category, row.count, _ms(row.total_us),
+                  _num(row.mean_us, 1, " µs"), _num(row.pct, 1, "%")) for row in k.top],
+                numeric=(2, 3, 4, 5))
+    return signs + chart + top
+
+
+def trace_page(analysis: TraceAnalysis) -> str:
+    """The whole page."""
+    files = ", ".join(r.path for r in analysis.ranks)
+    sections = [
+        section("Findings", diagnosis_html(analysis.summary.diagnosis)),
+        section("Ranks", ranks_html(analysis)),
+    ]
+    sections.extend(
+        section(
+            f"Rank {r.rank} — {r.path}",
+            _steps_chart(r) if r.steps.rows else paragraph("No ProfilerStep spans.", muted=True),
+            _idle_html(r), _kernels_html(r),
+            bullets(r.notes) if r.notes else "",
+        )
+        for r in analysis.ranks
+    )
+    notes = [*analysis.notes, *analysis.cross_rank.notes]
+    if notes:
+        sections.append(section("Notes", bullets(notes)))
+    return page("trainpace analyze", *sections, subtitle=files)

@@ -1,0 +1,28 @@
+"""Analysis of PyTorch profiler (Kineto) traces: the evidence behind ``trainpace analyze``.
+
+::
+
+    analysis = analyze_traces(["rank0.json.gz", "rank1.json.gz"])
+    analysis.ranks[0].idle_pct, analysis.findings, analysis.to_dict()
+
+Loading streams the file into numpy columns (:mod:`.load`); the temporal breakdown and the
+comm/compute overlap follow Holistic Trace Analysis 0.5, the step breakdown follows
+torch-tb-profiler (:mod:`.breakdown`); idle causes (:mod:`.idle`), kernel categories and
+launch-bound signs (:mod:`.kernels`); the findings come from ``trainpace.diagnose`` over a
+Summary built from the trace (:mod:`.evidence`). :mod:`.capture` records a trace for the Meter.
+"""
+
+from __future__ import annotations
+
+from trainpace.trace.analyze import analyze_columns, analyze_traces
+from trainpace.trace.load import TraceColumns, load_trace
+from trainpace.trace.result import RankAnalysis, TraceAnalysis
+
+__all__ = [
+    "RankAnalysis",
+    "TraceAnalysis",
+    "TraceColumns",
+    "analyze_columns",
+    "analyze_traces",
+    "load_trace",
+]

@@ -1,0 +1,136 @@
+"""What each trace event is: the classification rules, as data.
+
+Two kernel classifications live here, on purpose:
+
+- :data:`HTA_KERNEL_TYPES`: Holistic Trace Analysis 0.5.0's exact rules (``hta/utils/utils.py``:
+  ``is_comm_kernel``, ``is_memory_kernel``, ``is_compute_kernel``), used only for the temporal
+  breakdown and the communication/computation overlap so those figures compare with HTA's.
+- :data:`KERNEL_CATEGORIES`: trainpace's own finer categories for the kernel breakdown.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+# ---- event categories (the trace's ``cat``, compared lower-cased) -----------------------
+
+# Work that runs on the device: kernels and copies ("Kernel"/"Memcpy"/"Memset" in traces
+# written before PyTorch 1.9, "kernel"/"gpu_memcpy"/"gpu_memset" after).
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset",
+                         "mtia_ccp_events"})
+KERNEL_CATS = frozenset({"kernel"})
+MEMCPY_CATS = frozenset({"gpu_memcpy", "memcpy"})
+MEMSET_CATS = frozenset({"gpu_memset", "memset"})
+# Host-side calls into the device runtime or driver (the launches).
+RUNTIME_CATS = frozenset({"runtime", "cuda_runtime", "cuda_driver", "mtia_runtime",
+                          "xpu_runtime", "privateuse1_runtime", "glow_runtime"})
+# Host-side operators and annotations (torch-tb-profiler's "CPU Exec" role).
+CPU_OP_CATS = frozenset({"cpu_op", "operator", "user_annotation", "python"})
+PYTHON_CATS = frozenset({"python_function"})
+# Spans that are neither host work nor device work: the profiler's own span, GPU-side copies
+# of annotations, flow arrows.
+IGNORED_CATS = frozenset({"trace", "gpu_user_annotation", "ac2g", "async", "fwdbwd"})
+
+# ---- names ------------------------------------------------------------------------------
+
+PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)$")
+# torch-tb-profiler's DataLoader role: the loader's __next__ (or a DataPipe) under
+# torch.profiler, which names it "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__".
+DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*\.__next__$|^enumerate\(DataPipe\)#")
+# torch-tb-profiler's communication ops (NcclOpNameSet, GlooOpNameSet).
+COMM_OPS = frozenset(
+    f"{lib}:{op}"
+    for lib in ("nccl", "gloo")
+    for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")
+)
+# Host calls that wait for the device.
+SYNCHRONIZE = re.compile(
+    r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cuStreamSynchronize"
+    r"|cuCtxSynchronize|cudaMemcpy|hipDeviceSynchronize|hipStreamSynchronize"
+    r"|aten::item|aten::_local_scalar_dense)$"
+)
+OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)#")
+# HTA keeps these GPU-side sync events on stream -1 as device events.
+HTA_SYNC_EVENTS = frozenset({"Event Sync", "Context Sync"})
+
+# ---- HTA 0.5.0 kernel types (temporal breakdown, overlap) -----------------------------------
+
+HTA_COMMUNICATION = "COMMUNICATION"
+HTA_MEMORY = "MEMORY"
+HTA_COMPUTATION = "COMPUTATION"
+HTA_OTHER = "OTHER"
+# (type, pattern matched at the start of the name, negate), first hit wins.
+HTA_KERNEL_TYPES: tuple[tuple[str, re.Pattern[str], bool], ...] = (
+    (HTA_COMMUNICATION, re.compile(r"^nccl.*Kernel"), False),
+    (HTA_MEMORY, re.compile(r"(^Memcpy)|(^Memset)|(^dma)"), False),
+    (HTA_COMPUTATION, re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)"), True),
+)
+HTA_TYPES: tuple[str, ...] = (HTA_COMMUNICATION, HTA_MEMORY, HTA_COMPUTATION, HTA_OTHER)
+
+
+def hta_kernel_type(name: str) -> str:
+    """HTA 0.5.0's ``get_kernel_type``: COMMUNICATION, MEMORY, COMPUTATION or OTHER."""
+    for kind, pattern, negate in HTA_KERNEL_TYPES:
+        if (pattern.match(name) is None) == negate:
+            return kind
+    return HTA_OTHER
+
+
+# ---- trainpace kernel categories -------------------------------------------------------
+
+# (category, pattern), first hit wins; searched case-insensitively, first in the kernel's own
+# name (before its template and argument lists, so "elementwise_kernel<..fbgemm..>" is not a
+# GEMM) and, when that finds nothing, in the whole name ("cutlass::Kernel<..s1688gemm..>").
+KERNEL_CATEGORIES: tuple[tuple[str, str], ...] = (
+    ("communication", r"nccl|rccl|hccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
+                      r"|sendrecv|nvshmem|dpsk::ep"),
+    ("memory", r"^(hip)?memcpy|^(hip)?memset|^dma"),
+    ("attention", r"flash|fmha|attention|attn|sdpa|xformers|cutlassf|cutlassb|\bmha"),
+    ("convolution", r"conv|scudnn|cudnn::cnn|cudnn::detail|winograd|dgrad|wgrad|fprop"
+                    r"|implicit_gemm|cask_cudnn|fft2d|nchwtonhwc|nhwctonchw"),
+    ("gemm", r"gemm|gemv|cublas|matmul|nvjet|splitk|wmma|bmm|triton_tem_fused_(add)?mm"),
+    ("reduction", r"reduce|reduction|norm|bn_fw|bn_bw|softmax|welford|argmax|argmin|topk"
+                  r"|sort|scan|cub::|pool|triton_red_|triton_per_|cross_entropy|nll_loss"),
+    ("elementwise", r"elementwise|pointwise|triton_poi_|fill|copy|cat|index|gather|scatter"
+                    r"|where|add|mul|div|relu|gelu|silu|sigmoid|tanh|dropout|foreach"
+                    r"|multi_tensor|adam|sgd|adagrad|clamp|threshold|cast|convert|permute"
+                    r"|transpose|embedding|unary|binary"),
+)
+CATEGORIES: tuple[str, ...] = (*(c for c, _ in KERNEL_CATEGORIES), "other")
+_CATEGORY_PATTERNS = tuple(
+    (category, re.compile(pattern, re.IGNORECASE)) for category, pattern in KERNEL_CATEGORIES
+)
+_OWN_NAME = re.compile(r"^(?:void\s+)?([^<(]*)")
+
+
+def kernel_category(name: str) -> str:
+    """The category of a device kernel or copy, by its name."""
+    match = _OWN_NAME.match(name)
+    own = match.group(1) if match else name
+    for text in (own, name):
+        for category, pattern in _CATEGORY_PATTERNS:
+            if pattern.search(text):
+                return category
+    return "other"
+
+
+# ---- per-symbol lookup tables --------------------------------------------------------------
+
+
+def lower_in(symbols: Sequence[str], members: frozenset[str]) -> np.ndarray:
+    """For each symbol (a category), is its lower-cased form in ``members``."""
+    return np.fromiter((s.lower() in members for s in symbols), dtype=bool, count=len(symbols))
+
+
+def matches(symbols: Sequence[str], pattern: re.Pattern[str]) -> np.ndarray:
+    """For each symbol (a name), does ``pattern`` search-match it."""
+    return np.fromiter((pattern.search(s) is not None for s in symbols), dtype=bool,
+                       count=len(symbols))
+
+
+def name_in(symbols: Sequence[str], members: frozenset[str]) -> np.ndarray:
+    """For each symbol, is it one of ``members``."""
+    return np.fromiter((s in members for s in symbols), dtype=bool, count=len(symbols))

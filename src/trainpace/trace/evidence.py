@@ -1,0 +1,140 @@
+"""Trace figures as a ``trainpace.summary/1`` Summary, diagnosed by the live run's rules.
+
+The same rules (``trainpace.diagnose``) judge a live run and a trace, so a trace gives the same
+findings (``data_wait``, ``launch_bound``, ``communication``, ``straggler``, ...) for the same
+evidence. What a trace cannot tell (samples, tokens, FLOPs, temperature, bandwidth) stays
+None, and the diagnosis says those checks did not run.
+
+Across ranks, shares are the mean over ranks and step times the median of the ranks' medians;
+the ``ranks`` list keeps each rank's own figures for the straggler rule.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trainpace.stats import median
+from trainpace.summary import (
+    Communication,
+    Data,
+    Device,
+    Diagnosis,
+    Kernels,
+    RankEntry,
+    Steps,
+    Summary,
+    Throughput,
+    Time,
+)
+from trainpace.trace.result import RankAnalysis
+
+logger = logging.getLogger(__name__)
+SOURCE = "trace"
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _s(us: float | None) -> float | None:
+    return us / 1e6 if us is not None else None
+
+
+def _wait_s(r: RankAnalysis) -> float | None:
+    rows = r.steps.rows
+    return sum(row.dataloader_span_us for row in rows) / len(rows) / 1e6 if rows else None
+
+
+def _rank_util(r: RankAnalysis) -> float | None:
+    return 100.0 - r.idle_pct if r.idle_pct is not None else None
+
+
+def _comm_share(r: RankAnalysis) -> float | None:
+    if r.communication_us is None or not r.window_us:
+        return None
+    return 100.0 * r.communication_us / r.window_us
+
+
+def step_records(r: RankAnalysis) -> list[dict[str, Any]]:
+    """A rank's steps as ``steps.jsonl``-like records, for the step-time rules."""
+    return [
+        {"step": i + 1, "step_s": row.duration_us / 1e6, "wait_s": row.dataloader_span_us / 1e6,
+         "warmup": False}
+        for i, row in enumerate(r.steps.rows)
+    ]
+
+
+def build_summary(ranks: Sequence[RankAnalysis]) -> Summary:
+    """The Summary of a set of analyzed traces, with its diagnosis."""
+    has_device = any(r.window_us is not None for r in ranks)
+    rank_steps = [r.steps for r in ranks if r.steps.count]
+    step_medians = [s.duration_us_median for s in rank_steps]
+    measured = [sum(row.duration_us for row in s.rows) for s in rank_steps]
+    count = min((s.count for s in rank_steps), default=0)
+    total = max((s.count + len(s.dropped) for s in rank_steps), default=0)
+    kernels = [r.kernels for r in ranks if r.kernels is not None]
+    first = ranks[0] if ranks else None
+    wall = max((r.window_us for r in ranks if r.window_us is not None), default=None)
+    summary = Summary(
+        run_id=f"trace:{Path(first.path).name}" if first else None,
+        world_size=max(1, len(ranks)),
+        steps=Steps(total=total, warmup=0, measured=count),
+        throughput=Throughput(
+            steps_per_s=count / (_mean(measured) or 0) * 1e6 if count and _mean(measured) else None
+        ),
+        time=Time(
+            wall_s=_s(wall),
+            measured_s=_s(_mean(measured)),
+            step_s_median=_s(median([m for m in step_medians if m is not None])),
+            step_s_p90=_s(median([s.duration_us_p90 for s in rank_steps
+                                  if s.duration_us_p90 is not None])),
+            step_s_mean=_s(_mean([s.duration_us_mean for s in rank_steps])),
+            clock=SOURCE,
+        ),
+        data=Data(
+            wait_s_per_step=_mean([_wait_s(r) for r in ranks]),
+            wait_pct=_mean([r.steps.dataloader_span_pct for r in ranks]),
+            exposed_wait_s_per_step=_mean(
+                [_s(r.steps.roles_us_mean.get("dataloader")) for r in ranks if r.steps.count]
+            ) if has_device else None,
+        ),
+        device=Device(
+            kind="cuda" if has_device else None,
+            name=next((r.device_name for r in ranks if r.device_name), None),
+            util_pct=_mean([_rank_util(r) for r in ranks]),
+        ),
+        communication=Communication(
+            share_pct=_mean([_comm_share(r) for r in ranks]),
+            overlap_pct=_mean([r.comm_comp_overlap_pct for r in ranks]),
+            source=SOURCE if has_device else None,
+        ),
+        kernels=Kernels(
+            per_step=_mean([k.per_step for k in kernels]),
+            median_us=median([k.median_us for k in kernels if k.median_us is not None]),
+            short_pct=_mean([k.short_pct for k in kernels]),
+            launch_lag_us=median([k.launch_lag_us for k in kernels
+                                  if k.launch_lag_us is not None]),
+            source=SOURCE if kernels else None,
+        ),
+        ranks=[
+            RankEntry(rank=r.rank, step_s_median=_s(r.steps.duration_us_median),
+                      wait_pct=r.steps.dataloader_span_pct)
+            for r in ranks
+        ],
+    )
+    return _diagnosed(summary, step_records(first) if first else None)
+
+
+def _diagnosed(summary: Summary, steps: list[dict[str, Any]] | None) -> Summary:
+    from dataclasses import replace
+
+    try:
+        from trainpace.diagnose import diagnose
+    except ImportError:  # pragma: no cover - diagnose ships with the package
+        logger.warning("trainpace.diagnose is unavailable: no findings")
+        return replace(summary, diagnosis=Diagnosis())
+    return replace(summary, diagnosis=diagnose(summary, steps=steps))

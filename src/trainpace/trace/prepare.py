@@ -1,0 +1,135 @@
+"""One rank's events, classified once: masks, launch links, profiler steps, HTA's filter.
+
+Everything here is a per-event array computed with a per-symbol lookup (a regex runs once
+per distinct name, never once per event).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainpace.trace import classify as cl
+from trainpace.trace.load import TraceColumns
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The ``ProfilerStep#N`` spans on the host, sorted by start."""
+
+    names: tuple[str, ...]
+    numbers: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Classified events of one trace (all arrays are per event)."""
+
+    cols: TraceColumns
+    device: np.ndarray  # kernels, copies, memsets: work on the device
+    kernel: np.ndarray
+    memcpy: np.ndarray
+    memset: np.ndarray
+    runtime: np.ndarray  # host calls into the device runtime (launches, syncs)
+    cpu_op: np.ndarray  # host operators and annotations
+    python: np.ndarray
+    host: np.ndarray  # any host-side span (not device work, not the profiler's own)
+    dataloader: np.ndarray
+    comm_op: np.ndarray  # host nccl:/gloo: collective ops
+    hta_type: np.ndarray  # index into classify.HTA_TYPES, by name
+    launch: np.ndarray  # for device events: index of the host event of the same correlation
+    hta_kept: np.ndarray  # HTA's filter: events of every ProfilerStep but the last
+    hta_filtered: bool  # whether that filter applied (two or more ProfilerStep names)
+    steps: Steps
+
+
+def _per_symbol(cols: TraceColumns) -> dict[str, np.ndarray]:
+    cats, names = cols.cats, cols.names
+    return {
+        "device": cl.lower_in(cats, cl.DEVICE_CATS)[cols.cat],
+        "kernel": cl.lower_in(cats, cl.KERNEL_CATS)[cols.cat],
+        "memcpy": cl.lower_in(cats, cl.MEMCPY_CATS)[cols.cat],
+        "memset": cl.lower_in(cats, cl.MEMSET_CATS)[cols.cat],
+        "runtime": cl.lower_in(cats, cl.RUNTIME_CATS)[cols.cat],
+        "cpu_op": cl.lower_in(cats, cl.CPU_OP_CATS)[cols.cat],
+        "python": cl.lower_in(cats, cl.PYTHON_CATS)[cols.cat],
+        "ignored": cl.lower_in(cats, cl.IGNORED_CATS)[cols.cat],
+        "dataloader": cl.matches(names, cl.DATALOADER)[cols.name],
+        "comm_op": cl.name_in(names, cl.COMM_OPS)[cols.name],
+        "sync_event": cl.name_in(names, cl.HTA_SYNC_EVENTS)[cols.name],
+        "step_name": cl.matches(names, re.compile(r"^" + cl.PROFILER_STEP.pattern))[cols.name],
+        "hta_step_name": cl.matches(names, re.compile("ProfilerStep"))[cols.name],
+    }
+
+
+def _hta_types(cols: TraceColumns) -> np.ndarray:
+    lookup = np.fromiter(
+        (cl.HTA_TYPES.index(cl.hta_kernel_type(n)) for n in cols.names),
+        dtype=np.int8, count=len(cols.names),
+    )
+    out: np.ndarray = lookup[cols.name]
+    return out
+
+
+def _link(source: np.ndarray, target: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """For each event in ``source``: the first event in ``target`` with the same key, or -1."""
+    out = np.full(len(key), -1, dtype=np.int64)
+    candidates = np.flatnonzero(target & (key != -1))
+    wanted = np.flatnonzero(source & (key != -1))
+    if len(candidates) == 0 or len(wanted) == 0:
+        return out
+    order = candidates[np.argsort(key[candidates], kind="stable")]
+    sorted_keys = key[order]
+    at = np.searchsorted(sorted_keys, key[wanted])
+    at_safe = np.minimum(at, len(order) - 1)
+    hit = sorted_keys[at_safe] == key[wanted]
+    out[wanted[hit]] = order[at_safe[hit]]
+    return out
+
+
+def _steps(cols: TraceColumns, host_step: np.ndarray) -> Steps:
+    idx = np.flatnonzero(host_step)
+    idx = idx[np.argsort(cols.ts[idx], kind="stable")]
+    names = tuple(cols.names[i] for i in cols.name[idx])
+    numbers = np.array([int(m.group(1)) if (m := cl.PROFILER_STEP.search(n)) else -1
+                        for n in names], dtype=np.int64)
+    return Steps(names=names, numbers=numbers, start=cols.ts[idx], end=cols.end[idx])
+
+
+def prepare(cols: TraceColumns) -> Prepared:
+    """Classify the events of one trace."""
+    m = _per_symbol(cols)
+    host = ~m["device"] & ~m["ignored"]
+    # HTA's GPUKernelFilter: on a stream with a correlation, or a GPU-side sync event.
+    hta_gpu = ((cols.stream >= 0) & (cols.correlation >= 0)) | m["sync_event"]
+    launch = _link(m["device"] | hta_gpu, ~hta_gpu, cols.correlation)
+    steps = _steps(cols, m["step_name"] & m["cpu_op"])
+    kept, filtered = _hta_filter(cols, hta_gpu, m["hta_step_name"])
+    return Prepared(
+        cols=cols, device=m["device"], kernel=m["kernel"], memcpy=m["memcpy"],
+        memset=m["memset"], runtime=m["runtime"], cpu_op=m["cpu_op"], python=m["python"],
+        host=host, dataloader=m["dataloader"] & m["cpu_op"], comm_op=m["comm_op"] & m["cpu_op"],
+        hta_type=_hta_types(cols), launch=launch, hta_kept=kept, hta_filtered=filtered,
+        steps=steps,
+    )
+
+
+def _hta_filter(cols: TraceColumns, hta_gpu: np.ndarray,
+                step_name: np.ndarray) -> tuple[np.ndarray, bool]:
+    """HTA's ``_filter_irrelevant_gpu_kernels``: with two or more distinct ProfilerStep names,
+    keep the host events that start before the last step and the device events they launched.
+    """
+    if len(np.unique(cols.name[step_name])) < 2:
+        return np.ones(len(cols), dtype=bool), False
+    last_start = cols.ts[step_name & ~hta_gpu].max()
+    host_kept = ~hta_gpu & (cols.ts < last_start)
+    kept_correlations = np.unique(cols.correlation[host_kept])
+    device_kept = hta_gpu & np.isin(cols.correlation, kept_correlations)
+    return host_kept | device_kept, True

@@ -1,0 +1,221 @@
+"""What ``trainpace analyze`` finds, as frozen dataclasses; ``to_dict()`` gives the JSON.
+
+Times are µs (as in the traces), shares are % of a stated whole, ``None`` means "could not be
+computed from this trace" and a note says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainpace.summary import Finding, Summary
+
+SCHEMA = "trainpace.trace/1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRow:
+    """One ``ProfilerStep#N``, split the way torch-tb-profiler's overview splits it.
+
+    The eight roles (kernel … other) are exclusive, in priority order, and add up to
+    ``duration_us``: time covered by a kernel is kernel time even if the host was also in
+    the DataLoader then.
+    """
+
+    name: str
+    start_us: float  # from the first step's start
+    duration_us: float  # on the device: to the end of the work the step launched
+    host_us: float  # the ProfilerStep span on the host
+    kernel_us: float
+    memcpy_us: float
+    memset_us: float
+    communication_us: float
+    runtime_us: float
+    dataloader_us: float
+    cpu_exec_us: float
+    other_us: float
+    device_busy_us: float  # any device work (kernel, copy, memset) during the step
+    compute_us: float  # computation kernels (HTA's rule) during the step
+    dataloader_span_us: float  # host time inside DataLoader __next__ during the step
+
+
+ROLES: tuple[str, ...] = ("kernel", "memcpy", "memset", "communication", "runtime",
+                          "dataloader", "cpu_exec", "other")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepsBreakdown:
+    """The profiled steps (torch-tb-profiler's definitions, so figures compare with its
+    overview)."""
+
+    count: int = 0
+    origin_us: float | None = None  # the first step's start on the trace's clock
+    dropped: list[str] = field(default_factory=list)  # tail steps whose kernels were cut off
+    duration_us_mean: float | None = None
+    duration_us_median: float | None = None
+    duration_us_p90: float | None = None
+    roles_us_mean: dict[str, float] = field(default_factory=dict)
+    gpu_util_pct: float | None = None  # kernel time / all steps' span
+    dataloader_pct: float | None = None  # DataLoader role (not hidden by device work) / step
+    dataloader_span_pct: float | None = None  # host time in DataLoader __next__ / step
+    rows: list[StepRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamIdle:
+    """Idle time between consecutive kernels of one stream, by cause (HTA's definitions)."""
+
+    stream: int
+    host_wait_us: float
+    kernel_wait_us: float
+    other_us: float
+    gaps: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gap:
+    """A stretch with no device work at all, and what the host was doing meanwhile."""
+
+    start_us: float  # from the start of the device window
+    duration_us: float
+    step: str | None
+    cause: str  # the host activity covering most of it (see idle.CAUSES)
+    host_us: dict[str, float]
+    top_ops: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdleBreakdown:
+    """Why the device was idle."""
+
+    host_wait_us: float  # the next kernel was not launched yet
+    kernel_wait_us: float  # launched, a short (< kernel_wait_threshold_us) launch gap
+    other_us: float  # launched long before, waiting on something else (events, streams)
+    kernel_wait_threshold_us: float
+    streams: list[StreamIdle]
+    gap_threshold_us: float
+    gaps_count: int
+    gaps_total_us: float
+    gaps_pct: float | None  # of the device window
+    gaps_by_cause_us: dict[str, float]
+    gaps: list[Gap]  # the longest ones
+
+
+@dataclass(frozen=True, kw_only=True)
+class CategoryRow:
+    category: str
+    count: int
+    total_us: float
+    pct: float | None  # of all device kernel time (durations summed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelRow:
+    name: str
+    category: str
+    count: int
+    total_us: float
+    mean_us: float
+    median_us: float
+    max_us: float
+    pct: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelBreakdown:
+    """Device kernels by category, the top ones, and the signs of a launch-bound step."""
+
+    count: int
+    per_step: float | None
+    median_us: float | None
+    short_pct: float | None  # share of kernels shorter than short_threshold_us
+    short_threshold_us: float
+    launch_lag_us: float | None  # median: launch call's end to kernel start
+    launch_lag_p90_us: float | None
+    categories: list[CategoryRow]
+    top: list[KernelRow]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankAnalysis:
+    """One trace (one rank). The temporal breakdown uses HTA 0.5's definitions: the window
+    runs from the first to the last device event, the last ProfilerStep is left out when
+    there are two or more, and memcpy/memset count as device work (non-compute)."""
+
+    rank: int
+    path: str
+    device_name: str | None = None
+    events: int = 0
+    device_events: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    window_us: float | None = None
+    idle_us: float | None = None
+    compute_us: float | None = None
+    non_compute_us: float | None = None
+    idle_pct: float | None = None
+    compute_pct: float | None = None
+    non_compute_pct: float | None = None
+    comm_comp_overlap_pct: float | None = None  # share of communication hidden under compute
+    communication_us: float | None = None
+    exposed_communication_us: float | None = None  # communication with no compute under it
+    hta_dropped_step: str | None = None
+    window_steps: int = 0  # ProfilerSteps inside the device window
+    steps: StepsBreakdown = field(default_factory=StepsBreakdown)
+    idle: IdleBreakdown | None = None
+    kernels: KernelBreakdown | None = None
+    distributed: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrossRank:
+    """Ranks compared (two or more): per rank ``{rank, step_us_median,
+    communication_us_per_step, clock_offset_us}``, where the clock offset is how much later
+    the first common ProfilerStep starts on that rank's clock than on the first rank's."""
+
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    step_skew_pct: float | None = None  # slowest rank's median step over the median rank's
+    slowest_rank: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceAnalysis:
+    """The analysis of a set of traces (one per rank), with findings from the same rules as a
+    live run."""
+
+    ranks: list[RankAnalysis]
+    cross_rank: CrossRank
+    summary: Summary
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.summary.diagnosis.findings
+
+    @property
+    def bottleneck(self) -> str | None:
+        return self.summary.diagnosis.bottleneck
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` object: traces, per-rank breakdowns, findings, and the summary."""
+        return {
+            "schema": SCHEMA,
+            "traces": [
+                {"path": r.path, "rank": r.rank, "events": r.events,
+                 "device_events": r.device_events, "skipped": r.skipped,
+                 "device_name": r.device_name, "distributed": r.distributed}
+                for r in self.ranks
+            ],
+            "ranks": [r.to_dict() for r in self.ranks],
+            "cross_rank": dataclasses.asdict(self.cross_rank),
+            "bottleneck": self.bottleneck,
+            "findings": [dataclasses.asdict(f) for f in self.findings],
+            "summary": self.summary.to_dict(),
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tracekit import HANDMADE, RESNET_NW0, SAMPLED, handmade
+
+from trainpace.errors import TraceFormatError
+from trainpace.trace.load import json_bytes, load_trace, memory_needed, trace_files
+
+WriteTrace = Callable[..., Path]
+
+
+def _names(cols) -> list[str]:  # type: ignore[no-untyped-def]
+    return [cols.names[i] for i in cols.name]
+
+
+def test_handmade_trace_becomes_columns() -> None:
+    cols = load_trace(HANDMADE)
+    assert len(cols) == 23  # the complete ("X") events with a cat
+    assert cols.events_total == 27
+    assert cols.skipped == {"other phases (not 'X')": 4}
+    assert cols.meta["distributedInfo"]["rank"] == 0
+    assert cols.meta["traceName"] == "handmade_steps.json"  # a key after traceEvents
+    assert not cols.rounded_to_us
+    first_kernel = _names(cols).index("volta_sgemm_128x64_nn")
+    assert cols.ts[first_kernel] == 30 and cols.end[first_kernel] == 50
+    assert cols.stream[first_kernel] == 7 and cols.correlation[first_kernel] == 11
+    assert cols.external_id[first_kernel] == 1 and cols.device[first_kernel] == 0
+    step = _names(cols).index("ProfilerStep#1")
+    assert cols.stream[step] == -1 and cols.correlation[step] == -1
+
+
+@pytest.mark.parametrize("chunk", [64, 200, 1 << 20])
+def test_piece_size_does_not_change_the_columns(chunk: int) -> None:
+    whole = load_trace(HANDMADE)
+    pieces = load_trace(HANDMADE, chunk_bytes=chunk)
+    assert _names(pieces) == _names(whole)
+    for column in ("ts", "dur", "stream", "correlation", "external_id"):
+        assert np.array_equal(getattr(pieces, column), getattr(whole, column))
+
+
+def test_real_gzip_trace_matches_a_plain_parse() -> None:
+    cols = load_trace(SAMPLED[0], chunk_bytes=1 << 16)
+    events = json.loads(gzip.decompress(SAMPLED[0].read_bytes()))["traceEvents"]
+    complete = [e for e in events if e.get("ph") == "X" and "cat" in e]
+    assert len(cols) == len(complete) == 4811
+    assert _names(cols) == [e["name"] for e in complete]
+    assert cols.ts.tolist() == [float(e["ts"]) for e in complete]
+    assert cols.meta["distributedInfo"] == {"backend": "nccl", "rank": 0, "world_size": 128}
+
+
+def test_names_holding_cut_points_survive_small_pieces(write_trace: WriteTrace) -> None:
+    trace = handmade()
+    tricky = 'weird}, {"name": "x"}], ["}'
+    trace["traceEvents"][6]["name"] = tricky
+    trace["traceEvents"][6]["args"]["nested"] = [{"a": 1}, {"b": {"c": "}, {"}}]
+    cols = load_trace(write_trace(trace), chunk_bytes=64)
+    assert tricky in cols.names and len(cols) == 23
+
+
+def test_ns_resolution_is_rounded_as_hta_does(write_trace: WriteTrace) -> None:
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 10.4, "dur": 5.2, "args": {"stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 20.5, "dur": 0.3, "args": {"stream": 7}},
+    ]
+    cols = load_trace(write_trace({"traceEvents": events}))
+    assert cols.rounded_to_us
+    assert cols.ts.tolist() == [11.0, 21.0]
+    assert cols.end.tolist() == [15.0, 21.0]  # floor(15.6); floor(20.8) clamped to the start
+    assert cols.dur.tolist() == [4.0, 0.0]
+
+
+def test_json_array_format_and_bom(write_trace: WriteTrace) -> None:
+    events = handmade()["traceEvents"]
+    cols = load_trace(write_trace(b"\xef\xbb\xbf" + json.dumps(events).encode()))
+    assert len(cols) == 23 and cols.meta == {}
+
+
+def test_traceevents_key_nested_before_the_real_one(write_trace: WriteTrace) -> None:
+    trace = {"note": {"traceEvents": "not this one"}, **handmade()}
+    cols = load_trace(write_trace(trace))
+    assert len(cols) == 23 and cols.meta["note"] == {"traceEvents": "not this one"}
+
+
+def test_malformed_events_are_counted_and_skipped(write_trace: WriteTrace) -> None:
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "ok", "ts": 1, "dur": 2, "args": {"stream": "7"}},
+        {"ph": "X", "cat": "kernel", "name": "no dur", "ts": 1},
+        {"ph": "X", "cat": "kernel", "name": "bad ts", "ts": "soon", "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": "negative", "ts": 1, "dur": -3},
+        {"ph": "X", "cat": "kernel", "name": 5, "ts": 1, "dur": 1},
+        {"ph": "X", "name": "no cat", "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": "args", "ts": 1, "dur": 1, "args": [1]},
+        "not an event",
+        {"ph": "X", "cat": "kernel", "name": "big", "ts": 1, "dur": 1,
+         "args": {"correlation": 10**30, "stream": 1.5}},
+    ]
+    cols = load_trace(write_trace({"traceEvents": events}))
+    assert _names(cols) == ["ok", "args", "big"]
+    assert cols.stream.tolist() == [7, -1, 1]  # HTA reads a stream as int(...)
+    assert cols.correlation.tolist() == [-1, -1, -1]
+    assert cols.skipped == {
+        "malformed: ts or dur missing or not a number": 2,
+        "malformed: name or cat missing or not a string": 1,
+        "no cat (HTA drops these too)": 1,
+        "not a JSON object": 1,
+        "malformed: negative or infinite ts/dur": 1,
+    }
+
+
+def _error(path: Path, **kwargs: object) -> str:
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(path, **kwargs)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert str(path) in message  # every error names the file
+    return message
+
+
+def test_truncated_gzip(write_trace: WriteTrace) -> None:
+    data = gzip.compress(HANDMADE.read_bytes())
+    message = _error(write_trace(data[: len(data) // 2], "cut.json.gz"))
+    assert "damaged or truncated" in message
+
+
+def test_corrupted_gzip(write_trace: WriteTrace) -> None:
+    data = bytearray(gzip.compress(HANDMADE.read_bytes()))
+    data[len(data) // 2] ^= 0xFF
+    data[len(data) // 2 + 1] ^= 0xFF
+    message = _error(write_trace(bytes(data), "bad.json.gz"))
+    assert "gzip stream is damaged" in message or "not valid JSON" in message
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"", "the file is empty"),
+        (b"   \n ", "the file is empty"),
+        (b"hello, world", "not JSON"),
+        (b'{"schemaVersion": 1}', "no 'traceEvents' key (keys: schemaVersion)"),
+        (b'{"traceEvents": 5}', "'traceEvents' is a int, not a list"),
+        (b'"a string"', "not JSON"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "k", "name": "a", "ts": 1, "dur": 1},',
+         "truncated"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "k", "name": "a", "ts": 1, "dur": 1}]',
+         "without its closing"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "k", "name": "a", "ts": 1 "dur": 1}, {}]}',
+         "not valid JSON at byte 62"),
+        (b'{"traceEvents": []} trailing', "unexpected data after traceEvents"),
+    ],
+)
+def test_bad_input_is_one_clear_error(write_trace: WriteTrace, content: bytes,
+                                      expected: str) -> None:
+    assert expected in _error(write_trace(content))
+
+
+def test_missing_file_and_empty_folder(tmp_path: Path) -> None:
+    with pytest.raises(TraceFormatError, match="no such file"):
+        trace_files([tmp_path / "nope.json"])
+    with pytest.raises(TraceFormatError, match="no trace files"):
+        trace_files([tmp_path])
+
+
+def test_folder_expands_to_its_traces(tmp_path: Path) -> None:
+    for name in ("b.json", "a.pt.trace.json.gz", "notes.txt"):
+        (tmp_path / name).write_text("{}")
+    assert trace_files([tmp_path]) == [str(tmp_path / "a.pt.trace.json.gz"),
+                                       str(tmp_path / "b.json")]
+
+
+def test_trace_larger_than_memory_is_refused_before_reading() -> None:
+    message = _error(RESNET_NW0, memory_available=10_000_000)
+    assert "too large for the memory available" in message
+    assert "its 35 MB of JSON need about" in message and "10 MB is free" in message
+
+
+def test_json_size_of_gzip_comes_from_its_trailer() -> None:
+    assert json_bytes(str(RESNET_NW0)) == 35154637
+    assert json_bytes(str(HANDMADE)) == HANDMADE.stat().st_size
+    assert memory_needed(str(RESNET_NW0)) > 35154637 // 2

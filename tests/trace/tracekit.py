@@ -1,0 +1,29 @@
+"""Shared test helpers for the trace tests: the trace files in tests/data/traces."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from trainpace.trace.load import load_trace
+from trainpace.trace.prepare import Prepared, prepare
+
+TRACES = Path(__file__).resolve().parent.parent / "data" / "traces"
+HANDMADE = TRACES / "handmade_steps.json"
+RESNET_NW0 = TRACES / "resnet50_num_workers_0.pt.trace.json.gz"
+RESNET_NW4 = TRACES / "resnet50_num_workers_4.pt.trace.json.gz"
+SAMPLED = [TRACES / "sampled_rank-0.json.gz", TRACES / "sampled_rank-1.json.gz"]
+
+
+@functools.lru_cache(maxsize=8)
+def prepared(path: Path) -> Prepared:
+    """A trace file loaded and classified once per test session (read-only)."""
+    return prepare(load_trace(path))
+
+
+def handmade() -> dict[str, Any]:
+    """The hand-made trace as a dict, to derive variants from."""
+    data: dict[str, Any] = json.loads(HANDMADE.read_text())
+    return data
