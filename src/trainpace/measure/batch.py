@@ -25,19 +25,20 @@ TokenCount = int | torch.Tensor
 
 def count_samples(batch: Any) -> int | None:
     """Samples in ``batch``, or None when it has no recognisable batch dimension."""
+    # The cheap exact-type checks come first: this runs for every batch of the training.
     if isinstance(batch, torch.Tensor):
         return int(batch.shape[0]) if batch.dim() > 0 else None
-    if isinstance(batch, Mapping):
+    if isinstance(batch, (tuple, list)):
+        if batch and all(isinstance(item, (str, bytes, int, float)) for item in batch):
+            return len(batch)  # a list of raw samples (e.g. strings)
+        return _first_count(batch)
+    if isinstance(batch, (dict, Mapping)):
         for key in _SAMPLE_KEYS:
             if key in batch:
                 found = count_samples(batch[key])
                 if found is not None:
                     return found
         return _first_count(batch.values())
-    if isinstance(batch, (tuple, list)):
-        if batch and all(isinstance(item, (str, bytes, int, float)) for item in batch):
-            return len(batch)  # a list of raw samples (e.g. strings)
-        return _first_count(batch)
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
         return count_samples({f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)})
     shape = getattr(batch, "shape", None)  # numpy arrays and other array-likes
@@ -55,8 +56,10 @@ def _first_count(items: Any) -> int | None:
 
 
 def _fields(batch: Any) -> Mapping[str, Any] | None:
-    if isinstance(batch, Mapping):
+    if isinstance(batch, (dict, Mapping)):
         return batch
+    if isinstance(batch, (torch.Tensor, tuple, list)):
+        return None
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
         return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
     return None

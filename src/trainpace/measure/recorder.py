@@ -204,6 +204,10 @@ class StepRecorder:
 
     def _count(self, row: _Row, batch: Any) -> None:
         row.batches += 1
+        if type(batch) is torch.Tensor and self._samples_fn is None and self._tokens_fn is None:
+            if batch.dim() > 0:  # the common plain-tensor batch: no tokens, one dimension read
+                row.samples += batch.shape[0]
+            return
         samples = self._samples_fn(batch) if self._samples_fn is not None else count_samples(batch)
         if samples is not None:
             row.samples += int(samples)

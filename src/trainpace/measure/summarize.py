@@ -49,10 +49,13 @@ class StepSeries:
         return series
 
     def extend(self, records: Iterable[Mapping[str, Any]]) -> None:
+        nan = math.nan
+        columns = list(self._columns.items())
         for record in records:
-            for name, column in self._columns.items():
-                value = record.get(name)
-                column.append(math.nan if value is None else float(value))
+            get = record.get
+            for name, column in columns:
+                value = get(name)
+                column.append(nan if value is None else value)
 
     def __len__(self) -> int:
         return len(self._columns["step"])

@@ -19,7 +19,6 @@ from trainpace.runlog import (
     SUMMARY_FILE,
     SYSTEM_FILE,
     Record,
-    json_safe,
 )
 
 logger = logging.getLogger(__name__)
@@ -67,11 +66,12 @@ class RunFolderSink:
         handle = self._files.get(name)
         if handle is None:
             handle = self._files[name] = open(self.path / name, "ab")  # noqa: SIM115 - kept open
-        handle.write(b"".join(orjson.dumps(json_safe(row)) + b"\n" for row in rows))
+        # orjson writes NaN and infinities as null: strict JSON without a pass over the rows
+        handle.write(b"\n".join(map(orjson.dumps, rows)) + b"\n")
         handle.flush()  # in the OS's hands now: survives the process being killed
 
     def _replace(self, name: str, data: Any) -> None:
         target = self.path / name
         temporary = target.with_suffix(target.suffix + ".tmp")
-        temporary.write_bytes(orjson.dumps(json_safe(data), option=orjson.OPT_INDENT_2) + b"\n")
+        temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
         os.replace(temporary, target)  # atomic: a reader sees the old file or the new one
