@@ -115,6 +115,28 @@ class Device:
     memory_used_pct: float | None = None
     temperature_c: float | None = None
     throttle_pct: float | None = None
+    # extensions (time-weighted over the window; _min/_max are the extremes of the readings)
+    index: int | None = None  # NVML index of the metered GPU
+    util_source: str | None = None  # "nvml_utilization_gpu" (kernel-active time) or "process_cpu"
+    util_pct_min: float | None = None
+    util_pct_max: float | None = None
+    memory_used_pct_max: float | None = None
+    memory_used_gb: float | None = None
+    memory_total_gb: float | None = None
+    temperature_c_max: float | None = None
+    slowdown_temperature_c: float | None = None  # NVML: where hardware slowdown begins
+    power_w: float | None = None
+    power_limit_w: float | None = None  # the enforced limit
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    throttle_reasons: dict[str, float] | None = None  # reason -> % of the window, e.g. sw_power_cap
+    pcie_tx_gb_s: float | None = None
+    pcie_rx_gb_s: float | None = None
+    sm_active_pct: float | None = None  # share of SMs busy (GPM SM_UTIL or DCGM SM_ACTIVE)
+    sm_occupancy_pct: float | None = None
+    tensor_active_pct: float | None = None
+    activity_source: str | None = None  # "nvml_gpm" or "dcgm"
+    samples: int | None = None  # sampler readings in the window
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +146,15 @@ class Bandwidth:
     util_pct: float | None = None
     achieved_gb_s: float | None = None
     peak_gb_s: float | None = None
+    # "nvml_gpm_dram_bw_util", "dcgm_dram_active", "nvml_memory_busy" (a time-% proxy, not
+    # a share of the peak) or "estimate" (counted bytes per step / step time / peak)
     source: str | None = None
+    # extensions
+    util_pct_max: float | None = None  # the sampled source's highest reading
+    estimate_util_pct: float | None = None  # achieved_gb_s / peak_gb_s, whatever the source
+    memory_busy_pct: float | None = None  # NVML utilization.memory: time memory was read/written
+    peak_source: str | None = None
+    error: str | None = None  # a figure above its peak: what is wrong instead of a number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +173,8 @@ class Flops:
     ridge_flop_per_byte: float | None = None  # peak FLOP/s / peak bytes/s
     roofline: str | None = None  # "compute_bound" | "bandwidth_bound"
     by_family: list[dict[str, Any]] | None = None  # [{family, flops, bytes, intensity, roofline}]
+    source: str | None = None  # "counted" (one step under the FLOP counter) or "user"
+    error: str | None = None  # MFU over 100%: what is wrong instead of a number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +195,11 @@ class Host:
     cpu_threads: int | None = None  # threads torch uses (the 100%-per-thread scale)
     rss_gb: float | None = None
     available_gb: float | None = None
+    # extensions
+    main_process_cpu_pct: float | None = None  # the training process alone, no workers
+    process_cpu_pct_max: float | None = None
+    memory_total_gb: float | None = None  # the cgroup limit when lower than the machine's
+    memory_used_pct: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

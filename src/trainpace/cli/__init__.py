@@ -23,6 +23,7 @@ VERBS: dict[str, str] = {
     "report": "trainpace.cli._report",
     "compare": "trainpace.cli._compare",
     "analyze": "trainpace.cli._analyze",
+    "ceilings": "trainpace.cli._ceilings",
 }
 
 

@@ -1,0 +1,70 @@
+"""``trainpace ceilings``: measure this machine's memory bandwidth and matmul rates; cache them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "measure this machine's real memory bandwidth and matmul TFLOP/s per dtype, and cache them"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The verb's arguments."""
+    parser.add_argument("--device", default=None,
+                        help="cpu, cuda or cuda:N (default: cuda when PyTorch sees one, else cpu)")
+    parser.add_argument("--dtype", action="append", default=None, metavar="DTYPE",
+                        help="measure only this dtype (float32, tf32, bfloat16, float16, float8); "
+                        "repeatable")
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes and short budgets: seconds, less exact")
+    parser.add_argument("--cached", action="store_true",
+                        help="show the cached ceilings of the device instead of measuring")
+    parser.add_argument("--no-save", action="store_true", help="do not write the cache")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure (or read the cache), save, render."""
+    import torch
+
+    from trainpace.cli._output import print_json
+    from trainpace.devices.ceilings import (
+        cache_path,
+        device_identity,
+        load_ceilings,
+        measure_ceilings,
+        save_ceilings,
+    )
+    from trainpace.errors import DeviceError
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    kind, name, threads = device_identity(device)
+    path = cache_path(kind, name, threads)
+    if args.cached:
+        ceilings = load_ceilings(device)
+        if ceilings is None:
+            raise DeviceError(f"{name}: no ceilings cached at {path}; run `trainpace ceilings`")
+    else:
+        print(f"trainpace ceilings: measuring {name} ({kind}); "
+              f"{'a few seconds' if args.quick else 'about half a minute'}", file=sys.stderr)
+        ceilings = measure_ceilings(device, dtypes=args.dtype, quick=args.quick)
+        if not args.no_save:
+            path = save_ceilings(ceilings)
+    saved = args.cached or not args.no_save
+    if args.json:
+        print_json({**ceilings.to_dict(), "cache": str(path) if saved else None})
+        return 0
+    threads_text = f", {ceilings.threads} threads" if ceilings.threads else ""
+    print(f"ceilings of {ceilings.name} ({ceilings.kind}{threads_text}), "
+          f"measured {ceilings.measured_at}")
+    if ceilings.bandwidth_gb_s is not None:
+        print(f"  memory bandwidth  {ceilings.bandwidth_gb_s:10.1f} GB/s      "
+              f"({ceilings.method.get('bandwidth')})")
+    sizes = ceilings.method.get("matmul_n") or {}
+    for dtype, tflops in ceilings.matmul_tflops.items():
+        print(f"  matmul {dtype:<10} {tflops:10.4g} TFLOP/s   (n={sizes.get(dtype, '?')})")
+    for dtype, why in ceilings.skipped.items():
+        print(f"  matmul {dtype:<10} not measured: {why}")
+    if saved:
+        print(f"cached in {path}; the meter uses these where the spec table has no entry")
+    return 0

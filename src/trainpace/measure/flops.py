@@ -1,0 +1,302 @@
+"""FLOPs and bytes moved by one training step, counted once, per op family.
+
+The step runs under ``torch.utils.flop_counter.FlopCounterMode`` (PyTorch's own FLOP formulas:
+matmuls, convolutions, attention) and, on top of it, a dispatch mode of ours that sees every
+ATen op first and tallies:
+
+- the bytes it reads and writes: every distinct tensor input plus every output, at the size
+  the op touches (a view counts its own elements, a broadcast input its distinct ones); views
+  and allocations move nothing. This is the traffic of an unfused execution with no cache
+  reuse: close to DRAM traffic for large tensors on a GPU, an overstatement when tensors fit
+  in a cache or kernels are fused (``torch.compile``);
+- the FLOPs FlopCounterMode added while the op ran, attributed to the op's family and to
+  the dtype it computed in (float32 matmuls on CUDA count as ``tf32`` when PyTorch allows it).
+
+Only ops with a FLOP formula have FLOPs (elementwise ops count 0), which is what model FLOPs
+utilization means. Counting never raises into the step: a failure of ours leaves the
+result ``None``, logged once; an exception from the step itself propagates unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+logger = logging.getLogger(__name__)
+
+FAMILIES: tuple[str, ...] = ("matmul", "conv", "attention", "elementwise", "reduction", "other")
+
+_MATMUL = frozenset({
+    "mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "mv", "addmv", "dot", "vdot",
+    "_scaled_mm", "_int_mm", "_addmm_activation", "linear",
+})
+_REDUCTION = frozenset({
+    "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data",
+    "native_layer_norm", "native_layer_norm_backward", "native_batch_norm",
+    "native_batch_norm_backward", "_native_batch_norm_legit",
+    "_native_batch_norm_legit_no_training", "native_group_norm", "native_group_norm_backward",
+    "_fused_rms_norm", "_fused_rms_norm_backward", "nll_loss_forward", "nll_loss_backward",
+    "nll_loss2d_forward", "nll_loss2d_backward", "cumsum", "logsumexp", "norm",
+    "linalg_vector_norm", "topk", "sort", "argmax", "argmin",
+})
+_ELEMENTWISE = frozenset({
+    "copy_", "_to_copy", "fill_", "zero_", "clone", "zeros_like", "ones_like", "full_like",
+    "uniform_", "normal_", "bernoulli_", "native_dropout", "native_dropout_backward",
+    "_fused_adam_", "_fused_adamw_", "_fused_sgd_", "_fused_adam", "_fused_adamw",
+})
+# In-place ops that overwrite ``self`` without reading it.
+_WRITE_ONLY_SELF = frozenset({
+    "copy_", "fill_", "zero_", "uniform_", "normal_", "bernoulli_", "random_", "exponential_",
+    "geometric_", "cauchy_", "log_normal_",
+})
+# Ops that allocate or describe memory without moving data.
+_NO_TRAFFIC = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
+    "detach", "alias", "lift_fresh", "_local_scalar_dense", "set_", "_unsafe_view",
+})
+
+
+def op_family(func: torch._ops.OpOverload) -> str:
+    """The family (one of :data:`FAMILIES`) of an ATen op."""
+    name = func.overloadpacket.__name__
+    if name in _MATMUL:
+        return "matmul"
+    if "conv" in name:
+        return "conv"
+    if "attention" in name:
+        return "attention"
+    if torch.Tag.pointwise in func.tags or name in _ELEMENTWISE or name.startswith("_foreach_"):
+        return "elementwise"
+    if torch.Tag.reduction in func.tags or name in _REDUCTION:
+        return "reduction"
+    return "other"
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of the distinct elements a tensor (or view) addresses: broadcast dims count once."""
+    elements = 1
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        if size == 0:
+            return 0
+        if stride != 0:
+            elements *= size
+    return elements * t.element_size()
+
+
+def _dtype_key(tensor: torch.Tensor, family: str) -> str:
+    """The peak-table dtype an op with FLOPs ran in."""
+    dtype = tensor.dtype
+    if dtype == torch.float32 and tensor.device.type == "cuda":
+        if family == "conv" and torch.backends.cudnn.allow_tf32:
+            return "tf32"
+        if family != "conv" and torch.get_float32_matmul_precision() != "highest":
+            return "tf32"
+    name = str(dtype).removeprefix("torch.")
+    return "float8" if name.startswith("float8") else name
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyCount:
+    """FLOPs, bytes and op count of one op family in the counted step."""
+
+    family: str
+    flops: float
+    bytes: float
+    ops: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCount:
+    """What one training step computed and moved."""
+
+    flops: float
+    bytes: float
+    ops: int
+    families: tuple[FamilyCount, ...]  # in FAMILIES order, families seen only
+    flops_by_dtype: Mapping[str, float] = field(default_factory=dict)
+    samples: int | None = None  # samples in the counted step, when the caller said
+
+    @property
+    def dtype(self) -> str | None:
+        """The dtype that carried most FLOPs (the peak MFU is measured against)."""
+        if not self.flops_by_dtype:
+            return None
+        return max(self.flops_by_dtype.items(), key=lambda item: item[1])[0]
+
+    def family(self, name: str) -> FamilyCount | None:
+        """The count of one family, or None if the step ran no op of it."""
+        return next((f for f in self.families if f.family == name), None)
+
+
+@dataclass
+class _Tally:
+    flops: dict[str, float] = field(default_factory=dict)
+    bytes: dict[str, float] = field(default_factory=dict)
+    ops: dict[str, int] = field(default_factory=dict)
+    flops_by_dtype: dict[str, float] = field(default_factory=dict)
+    family_of: dict[Any, str] = field(default_factory=dict)
+    error: str | None = None
+
+    def record(self, func: torch._ops.OpOverload, args: tuple[Any, ...],
+               kwargs: Mapping[str, Any], out: Any, flops: float) -> None:
+        name = func.overloadpacket.__name__
+        if not flops and (func.is_view or name in _NO_TRAFFIC):
+            return  # moves no data, computes nothing
+        family = self.family_of.get(func)
+        if family is None:
+            family = self.family_of[func] = op_family(func)
+        inputs = list(_tensors(args[1:] if name in _WRITE_ONLY_SELF else args))
+        inputs += _tensors({k: v for k, v in kwargs.items() if k != "out"})
+        moved = sum(tensor_bytes(t) for t in _distinct(inputs))
+        moved += sum(tensor_bytes(t) for t in _distinct(_tensors(out)))
+        self.ops[family] = self.ops.get(family, 0) + 1
+        self.bytes[family] = self.bytes.get(family, 0.0) + moved
+        if flops:
+            self.flops[family] = self.flops.get(family, 0.0) + flops
+            first = next(iter(t for t in _tensors(args) if t.is_floating_point()), None)
+            key = _dtype_key(first, family) if first is not None else "unknown"
+            self.flops_by_dtype[key] = self.flops_by_dtype.get(key, 0.0) + flops
+
+    def result(self, samples: int | None) -> StepCount:
+        families = tuple(
+            FamilyCount(family=f, flops=self.flops.get(f, 0.0), bytes=self.bytes.get(f, 0.0),
+                        ops=self.ops[f])
+            for f in FAMILIES
+            if f in self.ops
+        )
+        return StepCount(
+            flops=sum(f.flops for f in families),
+            bytes=sum(f.bytes for f in families),
+            ops=sum(f.ops for f in families),
+            families=families,
+            flops_by_dtype=dict(self.flops_by_dtype),
+            samples=samples,
+        )
+
+
+def _tensors(tree: Any) -> Iterator[torch.Tensor]:
+    return (leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor))
+
+
+def _distinct(tensors: Iterator[torch.Tensor] | list[torch.Tensor]) -> list[torch.Tensor]:
+    seen: set[int] = set()
+    out = []
+    for t in tensors:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+class _OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Sees each op before FlopCounterMode; records its bytes and the FLOPs it added."""
+
+    def __init__(self, tally: _Tally, total_flops: Callable[[], float]) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._tally = tally
+        self._total_flops = total_flops
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: Mapping[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        before = self._total_flops()
+        out = func(*args, **kwargs)
+        if self._tally.error is None:
+            try:
+                self._tally.record(func, args, kwargs, out, self._total_flops() - before)
+            except Exception as exc:  # noqa: BLE001 - counting must never break the step
+                self._tally.error = f"{func}: {type(exc).__name__}: {exc}"
+        return out
+
+
+def _cpu_sdpa_mapping() -> dict[Any, Any]:
+    """FLOP formulas for CPU attention kernels that PyTorch's table lacks (same math)."""
+    from torch.utils import flop_counter as fc
+
+    def forward(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None,
+                **kwargs: Any) -> int:
+        return int(fc.sdpa_flop_count(query, key, value))  # type: ignore[no-untyped-call]
+
+    def backward(grad_out: Any, query: Any, key: Any, value: Any, *args: Any,
+                 out_shape: Any = None, **kwargs: Any) -> int:
+        return int(
+            fc.sdpa_backward_flop_count(grad_out, query, key, value)  # type: ignore[no-untyped-call]
+        )
+
+    aten = torch.ops.aten
+    mapping: dict[Any, Any] = {}
+    for name, formula in (
+        ("_scaled_dot_product_flash_attention_for_cpu", forward),
+        ("_scaled_dot_product_flash_attention_for_cpu_backward", backward),
+    ):
+        packet = getattr(aten, name, None)
+        if packet is not None:
+            mapping[packet] = formula
+    return mapping
+
+
+class StepCounter:
+    """Context manager: count the FLOPs and bytes of the code it wraps (one step).
+
+    ``result`` is a :class:`StepCount` after a clean exit, None if the wrapped code raised or
+    counting failed (``error`` then says why). ``samples`` (the step's sample count) lets the
+    figures scale FLOPs with the samples of other steps.
+    """
+
+    def __init__(self, *, samples: int | None = None) -> None:
+        self.samples = samples
+        self.result: StepCount | None = None
+        self.error: str | None = None
+        self._tally = _Tally()
+        self._modes: list[Any] = []
+
+    def __enter__(self) -> StepCounter:
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            flop_mode = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_mapping())
+            flop_mode.__enter__()  # type: ignore[no-untyped-call]
+            self._modes.append(flop_mode)
+            op_mode = _OpCounter(self._tally, flop_mode.get_total_flops)
+            op_mode.__enter__()  # type: ignore[no-untyped-call]
+            self._modes.append(op_mode)
+        except Exception as exc:  # noqa: BLE001 - a counter that cannot start counts nothing
+            self.error = f"cannot start counting ({type(exc).__name__}: {exc})"
+            self._exit_modes()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        counting = bool(self._modes)
+        self._exit_modes()
+        if exc_type is not None or not counting:
+            return
+        if self._tally.error is not None:
+            self.error = self._tally.error
+            logger.info("trainpace: FLOP/byte counting failed (%s); flops are unknown", self.error)
+            return
+        self.result = self._tally.result(self.samples)
+
+    def _exit_modes(self) -> None:
+        while self._modes:
+            mode = self._modes.pop()
+            try:
+                mode.__exit__(None, None, None)
+            except Exception as exc:  # noqa: BLE001 - leaving a mode must not break the step
+                self.error = self.error or f"cannot stop counting ({type(exc).__name__}: {exc})"
+
+
+def count_step(fn: Callable[..., object], *args: Any, samples: int | None = None,
+               **kwargs: Any) -> StepCount | None:
+    """Run ``fn(*args, **kwargs)`` once under a :class:`StepCounter`; its count (or None)."""
+    with StepCounter(samples=samples) as counter:
+        fn(*args, **kwargs)
+    return counter.result
+

@@ -1,0 +1,73 @@
+import json
+
+import pytest
+import torch
+
+from trainpace.cli import main
+from trainpace.devices import ceilings as ceilings_module
+from trainpace.devices.ceilings import Ceilings, device_identity
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINPACE_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_json_measures_and_caches(cache, capsys):
+    assert main(["ceilings", "--device", "cpu", "--quick", "--dtype", "float32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["device"]["kind"] == "cpu"
+    assert out["device"]["name"] == device_identity("cpu")[1]
+    assert out["bandwidth_gb_s"] > 0
+    assert set(out["matmul_tflops"]) == {"float32"}
+    assert out["matmul_tflops"]["float32"] > 0
+    cached = json.loads((cache / "ceilings").glob("cpu-*.json").__next__().read_text())
+    assert cached["matmul_tflops"] == out["matmul_tflops"]
+    assert out["cache"].startswith(str(cache))
+
+
+def _fake_measure(device, *, dtypes=None, quick=False):
+    kind, name, threads = device_identity(device)
+    return Ceilings(kind=kind, name=name, threads=threads, bandwidth_gb_s=10.0,
+                    matmul_tflops={"float32": 0.5}, skipped={"float8": "needs a GPU"},
+                    measured_at="2026-01-01T00:00:00+00:00", method={"matmul_n": {"float32": 512}})
+
+
+def test_text_output_and_cached_read(cache, capsys, monkeypatch):
+    monkeypatch.setattr(ceilings_module, "measure_ceilings", _fake_measure)
+    assert main(["ceilings", "--device", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "memory bandwidth        10.0 GB/s" in text
+    assert "matmul float32           0.5 TFLOP/s   (n=512)" in text
+    assert "matmul float8     not measured: needs a GPU" in text
+    assert "cached in" in text
+    assert main(["ceilings", "--device", "cpu", "--cached", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bandwidth_gb_s"] == 10.0
+
+
+def test_no_save_writes_nothing(cache, capsys, monkeypatch):
+    monkeypatch.setattr(ceilings_module, "measure_ceilings", _fake_measure)
+    assert main(["ceilings", "--device", "cpu", "--no-save", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cache"] is None
+    assert not (cache / "ceilings").exists()
+
+
+def test_cached_without_a_cache_is_a_clear_error(cache, capsys):
+    assert main(["ceilings", "--device", "cpu", "--cached"]) == 1
+    err = capsys.readouterr().err
+    assert "trainpace ceilings: error:" in err
+    assert "no ceilings cached at" in err
+    assert "run `trainpace ceilings`" in err
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(cache, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(["ceilings", "--device", "cuda"]) == 1
+    assert "no CUDA device is visible to PyTorch" in capsys.readouterr().err
+
+
+def test_bad_dtype_is_a_clear_error(cache, capsys):
+    assert main(["ceilings", "--device", "cpu", "--dtype", "int4", "--quick"]) == 1
+    assert "dtype must be one of" in capsys.readouterr().err

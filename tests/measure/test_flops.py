@@ -1,0 +1,161 @@
+import pytest
+import torch
+
+from trainpace.measure import flops as flops_module
+from trainpace.measure.flops import FAMILIES, StepCounter, count_step, op_family, tensor_bytes
+
+B, IN, OUT = 8, 32, 16
+F32 = 4
+
+
+def test_linear_forward_is_2_b_in_out_and_moves_its_operands():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(IN, OUT)
+    x = torch.randn(B, IN)
+    count = count_step(lambda: layer(x))
+    assert count.flops == 2 * B * IN * OUT
+    matmul = count.family("matmul")
+    assert matmul.flops == 2 * B * IN * OUT
+    # addmm reads the input, the (transposed view of the) weight and the bias; writes the output
+    assert matmul.bytes == (B * IN + IN * OUT + OUT + B * OUT) * F32
+    assert count.flops_by_dtype == {"float32": 2 * B * IN * OUT}
+    assert count.dtype == "float32"
+
+
+def test_linear_backward_is_twice_the_forward():
+    layer = torch.nn.Linear(IN, OUT)
+    x = torch.randn(B, IN, requires_grad=True)
+
+    def step():
+        layer(x).sum().backward()
+
+    count = count_step(step)
+    forward = 2 * B * IN * OUT
+    assert count.flops == forward + 2 * forward
+    assert count.family("matmul").ops == 3  # addmm, then mm for grad input and grad weight
+
+
+def test_elementwise_add_reads_two_and_writes_one():
+    n = 1000
+    a, b = torch.randn(n), torch.randn(n)
+    count = count_step(lambda: a + b)
+    assert count.flops == 0
+    assert count.bytes == 3 * n * F32
+    assert [f.family for f in count.families] == ["elementwise"]
+    assert count.dtype is None
+
+
+def test_in_place_and_write_only_ops():
+    n = 256
+    a, b = torch.randn(n), torch.randn(n)
+    assert count_step(lambda: a.add_(b)).bytes == 3 * n * F32  # reads a and b, writes a
+    assert count_step(lambda: a.copy_(b)).bytes == 2 * n * F32  # reads b, writes a
+    assert count_step(lambda: a.fill_(1.0)).bytes == n * F32  # writes a only
+
+
+def test_views_move_nothing_and_broadcasts_count_distinct_elements():
+    n = 64
+    a, s = torch.randn(n), torch.randn(1)
+    assert count_step(lambda: a.view(8, 8).t()).ops == 0
+    count = count_step(lambda: a + s.expand(n))
+    assert count.bytes == (n + 1 + n) * F32
+    assert tensor_bytes(s.expand(n, n)) == F32
+    assert tensor_bytes(torch.empty(0, 3)) == 0
+    assert tensor_bytes(torch.randn(4, 6)[:, :2]) == 8 * F32
+
+
+def test_bfloat16_matmul_counts_under_its_dtype():
+    a = torch.randn(16, 32, dtype=torch.bfloat16)
+    b = torch.randn(32, 8, dtype=torch.bfloat16)
+    count = count_step(lambda: a @ b)
+    assert count.flops_by_dtype == {"bfloat16": 2 * 16 * 32 * 8}
+    assert count.family("matmul").bytes == (16 * 32 + 32 * 8 + 16 * 8) * 2
+
+
+def test_cpu_attention_uses_torch_sdpa_formula():
+    batch, heads, length, dim = 2, 4, 8, 16
+    q = torch.randn(batch, heads, length, dim)
+    count = count_step(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
+    # two batched matmuls (QK^T and PV), 2 FLOPs per multiply-add
+    assert count.family("attention").flops == 2 * 2 * batch * heads * length * length * dim
+
+
+def test_convolution_is_its_own_family():
+    conv = torch.nn.Conv2d(3, 4, kernel_size=3, bias=False)
+    x = torch.randn(2, 3, 8, 8)
+    count = count_step(lambda: conv(x))
+    # output 2x4x6x6, each element 3*3*3 multiply-adds
+    assert count.family("conv").flops == 2 * (2 * 4 * 6 * 6) * (3 * 3 * 3)
+
+
+def test_families_of_common_ops():
+    aten = torch.ops.aten
+    assert op_family(aten.mm.default) == "matmul"
+    assert op_family(aten.convolution_backward.default) == "conv"
+    assert op_family(aten._scaled_dot_product_flash_attention_for_cpu.default) == "attention"
+    assert op_family(aten.mul.Tensor) == "elementwise"
+    assert op_family(aten._foreach_add.List) == "elementwise"
+    assert op_family(aten.sum.dim_IntList) == "reduction"
+    assert op_family(aten._softmax.default) == "reduction"
+    assert op_family(aten.embedding.default) == "other"
+    assert set(FAMILIES) == {"matmul", "conv", "attention", "elementwise", "reduction", "other"}
+
+
+def test_a_training_step_with_optimizer_is_counted_once():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(IN, OUT), torch.nn.ReLU(), torch.nn.Linear(OUT, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(B, IN), torch.randint(0, 4, (B,))
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    with StepCounter(samples=B) as counter:
+        step()
+    count = counter.result
+    fwd = 2 * B * (IN * OUT + OUT * 4)
+    # backward: grad weight for both layers, grad input only for the second (x needs no grad)
+    bwd = 2 * B * (IN * OUT + OUT * 4) + 2 * B * OUT * 4
+    assert count.flops == fwd + bwd
+    assert count.samples == B
+    assert {f.family for f in count.families} >= {"matmul", "elementwise", "reduction"}
+    assert count.bytes == sum(f.bytes for f in count.families)
+
+
+def test_a_failure_of_the_counter_does_not_break_the_step(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(flops_module._Tally, "record", broken)
+    a = torch.ones(4)
+    with StepCounter() as counter:
+        out = a * 3
+    assert torch.equal(out, torch.full((4,), 3.0))
+    assert counter.result is None
+    assert "RuntimeError: boom" in counter.error
+
+
+def test_an_exception_of_the_step_propagates_and_leaves_no_count():
+    with pytest.raises(ValueError, match="user error"), StepCounter() as counter:
+        torch.ones(2) + 1
+        raise ValueError("user error")
+    assert counter.result is None
+    # the modes were left: ops after the block are not counted or intercepted
+    assert torch.ones(2).sum().item() == 2.0
+
+
+def test_a_counter_that_cannot_start_counts_nothing(monkeypatch):
+    import torch.utils.flop_counter as fc
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no modes here")
+
+    monkeypatch.setattr(fc.FlopCounterMode, "__init__", refuse)
+    with StepCounter() as counter:
+        value = (torch.ones(3) * 2).sum().item()
+    assert value == 6.0
+    assert counter.result is None
+    assert counter.error.startswith("cannot start counting (RuntimeError: no modes here)")
