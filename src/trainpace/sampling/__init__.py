@@ -1,0 +1,1 @@
+"""Background sampling of the device and the host: NVML (the one choke point), DCGM, psutil."""

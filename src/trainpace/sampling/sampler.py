@@ -1,0 +1,125 @@
+"""The background sampler: a daemon thread that takes a reading every ``interval_s``.
+
+Each reading gives two things: a row for ``system.jsonl`` (``t_s`` added here, on the meter's
+clock) and flat numbers that feed a :class:`~trainpace.sampling.series.SeriesSet`, from which
+any window's time-weighted aggregates are computed. Tests call :meth:`Sampler.sample_once`
+with a manual clock and no thread. The loop is ``while not stop.wait(interval)``; a failing
+reading is logged once and sampling goes on; :meth:`Sampler.stop` joins the thread and
+takes a last reading, so the aggregates reach the end of the run. Rows wait for
+:meth:`Sampler.drain_rows` in a bounded buffer (an hour at 10 Hz); the aggregates do not
+depend on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from trainpace.errors import ConfigError
+from trainpace.sampling.series import Aggregate, SeriesSet
+
+logger = logging.getLogger(__name__)
+
+Reading = tuple[dict[str, Any], dict[str, float | None]]  # (row, flat numbers)
+
+
+def is_positive_number(value: object) -> bool:
+    """A finite int or float above zero (not a bool)."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float))
+            and math.isfinite(value) and value > 0)
+
+
+class Sampler:
+    """Calls ``read()`` periodically; keeps the rows to drain and the series to aggregate."""
+
+    def __init__(
+        self,
+        read: Callable[[], Reading],
+        *,
+        interval_s: float = 0.1,
+        clock: Callable[[], float] = time.perf_counter,
+        t0: float | None = None,
+        max_buckets: int = 20_000,
+        max_pending_rows: int = 36_000,
+    ) -> None:
+        if not is_positive_number(interval_s):
+            raise ConfigError("interval_s", interval_s, "must be a number of seconds > 0")
+        self._read = read
+        self.interval_s = float(interval_s)
+        self._clock = clock
+        self._t0 = clock() if t0 is None else t0
+        self._series = SeriesSet(max_buckets=max_buckets)
+        self._series.start(self._clock() - self._t0)
+        self._rows: deque[dict[str, Any]] = deque(maxlen=max_pending_rows)
+        self.dropped_rows = 0  # rows nobody drained before the buffer was full
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed = False
+        self.readings = 0
+        self.busy_s = 0.0  # time spent reading (the sampler's own cost)
+
+    def sample_once(self) -> dict[str, Any] | None:
+        """Take one reading now; returns its row (None if the reading failed)."""
+        started = time.perf_counter()
+        try:
+            row, flat = self._read()
+            t_s = self._clock() - self._t0
+            row = {"t_s": t_s, **row}
+            with self._lock:
+                self._series.add(t_s, flat)
+                if len(self._rows) == self._rows.maxlen:
+                    self.dropped_rows += 1
+                self._rows.append(row)
+                self.readings += 1
+        except Exception as exc:  # noqa: BLE001 - sampling must never break the training
+            if not self._failed:
+                self._failed = True
+                logger.warning("trainpace: a device/host reading failed (%s: %s); sampling "
+                               "goes on, further failures are not shown", type(exc).__name__, exc)
+            return None
+        finally:
+            self.busy_s += time.perf_counter() - started
+        return row
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample_once()
+
+    def start(self) -> None:
+        """Start the thread (once)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="trainpace-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self, *, final_reading: bool = True) -> None:
+        """Stop and join the thread; then one last reading (the run's end is covered)."""
+        thread, self._thread = self._thread, None
+        self._stop.set()
+        if thread is not None:
+            thread.join()
+            if final_reading:
+                self.sample_once()
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def drain_rows(self) -> list[dict[str, Any]]:
+        """The rows taken since the last call."""
+        with self._lock:
+            rows = list(self._rows)
+            self._rows.clear()
+        return rows
+
+    def aggregate(self, name: str, t_start_s: float, t_end_s: float) -> Aggregate | None:
+        """Time-weighted aggregate of one flat series over ``[t_start_s, t_end_s]``."""
+        with self._lock:
+            return self._series.aggregate(name, t_start_s, t_end_s)

@@ -1,0 +1,184 @@
+import time
+from collections import namedtuple
+from types import SimpleNamespace
+
+import pytest
+
+from trainpace.sampling.host import CgroupMemory, HostSource, find_cgroup_memory
+
+CpuTimes = namedtuple("CpuTimes", "user system")
+SystemTimes = namedtuple("SystemTimes", "user nice system idle iowait guest guest_nice")
+GB = 10**9
+
+
+class FakeError(Exception):
+    pass
+
+
+class FakeProcess:
+    def __init__(self, pid, cpu=0.0, rss=1 * GB):
+        self.pid = pid
+        self.cpu = cpu
+        self.rss = rss
+        self.gone = False
+
+    def cpu_times(self):
+        if self.gone:
+            raise FakeError("no such process")
+        return CpuTimes(self.cpu * 0.75, self.cpu * 0.25)
+
+    def memory_info(self):
+        return SimpleNamespace(rss=self.rss)
+
+
+class FakePsutil:
+    """Just what HostSource uses, scripted by the test."""
+
+    Error = FakeError
+
+    def __init__(self):
+        self.main = FakeProcess(1)
+        self.children_list = []
+        self.children_calls = 0
+        self.system = SystemTimes(0, 0, 0, 0, 0, 0, 0)
+        self.memory = SimpleNamespace(total=32 * GB, available=24 * GB)
+
+    def Process(self, pid=None):  # noqa: N802 - psutil's name
+        main, outer = self.main, self
+
+        class Handle:
+            def cpu_times(self):
+                return main.cpu_times()
+
+            def memory_info(self):
+                return main.memory_info()
+
+            def children(self, recursive=False):
+                outer.children_calls += 1
+                return list(outer.children_list)
+
+        return Handle()
+
+    def cpu_times(self):
+        return self.system
+
+    def virtual_memory(self):
+        return self.memory
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _source(ps, clock, **kwargs):
+    return HostSource(psutil_module=ps, clock=clock, cgroup=False, **kwargs)
+
+
+def test_cpu_percentages_are_exact_differences_and_the_first_reading_is_a_baseline():
+    ps, clock = FakePsutil(), Clock()
+    worker = FakeProcess(7, cpu=3.0)
+    ps.children_list = [worker]
+    host = _source(ps, clock)
+    first = host.read()
+    assert first["main_cpu_pct"] is None
+    assert first["process_cpu_pct"] is None
+    assert first["system_cpu_pct"] is None
+    assert first["workers"] == 1
+    assert first["rss_gb"] == 1.0
+    clock.now = 2.0
+    ps.main.cpu = 1.5  # 1.5 s of CPU in 2 s
+    worker.cpu = 5.0  # 2 s of CPU in 2 s
+    ps.system = SystemTimes(3, 0, 1, 3, 1, 0.5, 0)  # busy 4 of 8 (guest is inside user)
+    second = host.read()
+    assert second["main_cpu_pct"] == 75.0
+    assert second["process_cpu_pct"] == 175.0
+    assert second["system_cpu_pct"] == 50.0
+    assert second["available_gb"] == 24.0
+    assert second["memory_total_gb"] == 32.0
+    assert second["memory_used_pct"] == 25.0
+
+
+def test_workers_are_refreshed_every_second_and_new_ones_count_from_their_next_reading():
+    ps, clock = FakePsutil(), Clock()
+    host = _source(ps, clock, children_every_s=1.0)
+    host.read()
+    late = FakeProcess(9, cpu=10.0)  # started between refreshes with 10 s already used
+    ps.children_list = [late]
+    clock.now = 0.5
+    assert host.read()["process_cpu_pct"] == 0.0  # not seen yet: the list is refreshed at 1 s
+    clock.now = 1.0
+    assert host.read()["process_cpu_pct"] == 0.0  # seen now: a baseline, not 10 s at once
+    clock.now = 1.5
+    late.cpu = 10.25
+    assert host.read()["process_cpu_pct"] == 50.0
+    assert ps.children_calls == 2
+    late.gone = True
+    clock.now = 2.0
+    reading = host.read()  # a worker that exited is skipped until the next refresh drops it
+    assert reading["process_cpu_pct"] == 0.0
+    assert reading["workers"] == 0
+
+
+def test_a_cgroup_limit_below_the_machine_caps_memory():
+    ps, clock = FakePsutil(), Clock()
+    limit = SimpleNamespace(limit_bytes=8 * GB, working_set_bytes=lambda: 6 * GB)
+    host = HostSource(psutil_module=ps, clock=clock, cgroup=limit)
+    reading = host.read()
+    assert reading["memory_total_gb"] == 8.0
+    assert reading["available_gb"] == 2.0
+    assert reading["memory_used_pct"] == 75.0
+
+
+def _write(folder, files):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+
+
+def test_find_cgroup_v2(tmp_path):
+    _write(tmp_path / "job", {"memory.max": "4294967296\n", "memory.current": "3000000000\n",
+                              "memory.stat": "anon 1\ninactive_file 1000000000\nactive_file 5\n"})
+    (tmp_path / "cgroup").write_text("0::/job\n")
+    found = find_cgroup_memory(tmp_path, tmp_path / "cgroup")
+    assert found.limit_bytes == 4294967296
+    assert found.working_set_bytes() == 2 * GB
+
+
+def test_find_cgroup_v1_and_unlimited(tmp_path):
+    _write(tmp_path / "memory" / "docker", {
+        "memory.limit_in_bytes": "2000000000", "memory.usage_in_bytes": "1500000000",
+        "memory.stat": "cache 9\ntotal_inactive_file 500000000\n"})
+    (tmp_path / "cgroup").write_text("12:cpu,cpuacct:/docker\n11:memory:/docker\n")
+    found = find_cgroup_memory(tmp_path, tmp_path / "cgroup")
+    assert found.limit_bytes == 2 * GB
+    assert found.working_set_bytes() == 1 * GB
+    _write(tmp_path / "free", {"memory.max": "max\n"})
+    (tmp_path / "cgroup2").write_text("0::/free\n")
+    assert find_cgroup_memory(tmp_path, tmp_path / "cgroup2") is None
+    assert find_cgroup_memory(tmp_path, tmp_path / "absent") is None
+
+
+def test_unreadable_cgroup_usage_is_none(tmp_path):
+    limit = CgroupMemory(GB, tmp_path / "nope", tmp_path / "nope", "inactive_file")
+    assert limit.working_set_bytes() is None
+
+
+def test_real_psutil_matches_this_process_cpu_time():
+    host = HostSource(children_every_s=10.0)
+    host.read()
+    wall0, cpu0 = time.monotonic(), time.process_time()
+    deadline = wall0 + 0.3
+    while time.monotonic() < deadline:
+        sum(i * i for i in range(1000))
+    reading = host.read()
+    truth = 100.0 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
+    # same process, same interval: only the clocks' resolution (10 ms ticks) differs
+    assert reading["main_cpu_pct"] == pytest.approx(truth, abs=15.0)
+    assert reading["process_cpu_pct"] >= reading["main_cpu_pct"] - 1e-9
+    assert 0.0 <= reading["system_cpu_pct"] <= 100.0
+    assert reading["rss_gb"] > 0
+    assert 0 < reading["available_gb"] <= reading["memory_total_gb"]

@@ -1,0 +1,100 @@
+import logging
+import time
+
+import pytest
+
+from trainpace.errors import ConfigError
+from trainpace.sampling.sampler import Sampler
+
+
+class Clock:
+    def __init__(self, now=100.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def _scripted(values):
+    readings = iter(values)
+
+    def read():
+        value = next(readings)
+        return {"value": value}, {"value": value}
+
+    return read
+
+
+def test_rows_and_time_weighted_aggregates_with_a_manual_clock():
+    clock = Clock()
+    sampler = Sampler(_scripted([10.0, 30.0, None, 50.0]), interval_s=0.1, clock=clock, t0=99.0)
+    for step in (1.0, 1.0, 0.5, 0.5):  # readings at t_s 2, 3, 3.5, 4
+        clock.now += step
+        sampler.sample_once()
+    rows = sampler.drain_rows()
+    assert [r["t_s"] for r in rows] == [2.0, 3.0, 3.5, 4.0]
+    assert [r["value"] for r in rows] == [10.0, 30.0, None, 50.0]
+    assert sampler.drain_rows() == []
+    # first reading covers (1, 2] (sampling started at t_s 1), then (2, 3], (3, 3.5] unknown, (3.5, 4]
+    found = sampler.aggregate("value", 1.0, 4.0)
+    assert found.mean == pytest.approx((10 * 1 + 30 * 1 + 50 * 0.5) / 2.5)
+    assert (found.min, found.max, found.readings) == (10.0, 50.0, 3)
+    assert sampler.aggregate("value", 2.5, 3.0).mean == 30.0
+    assert sampler.readings == 4
+
+
+def test_a_failing_reading_is_contained_and_logged_once(caplog):
+    calls = []
+
+    def read():
+        calls.append(1)
+        if len(calls) < 3:
+            raise OSError("sensor gone")
+        return {"ok": 1}, {"ok": 1.0}
+
+    sampler = Sampler(read, clock=Clock(), t0=0.0)
+    assert sampler.sample_once() is None
+    assert sampler.sample_once() is None
+    assert sampler.sample_once()["ok"] == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["trainpace: a device/host reading failed (OSError: sensor gone); "
+                        "sampling goes on, further failures are not shown"]
+
+
+def test_the_thread_samples_and_stop_takes_a_last_reading():
+    count = [0]
+
+    def read():
+        count[0] += 1
+        return {"n": count[0]}, {"n": float(count[0])}
+
+    t0 = time.perf_counter()
+    sampler = Sampler(read, interval_s=0.02, t0=t0)
+    sampler.start()
+    sampler.start()  # idempotent
+    time.sleep(0.25)
+    assert sampler.running
+    sampler.stop()
+    assert not sampler.running
+    rows = sampler.drain_rows()
+    assert len(rows) >= 3  # ~12 at 50 Hz; a loaded machine still gives a few
+    assert rows == sorted(rows, key=lambda r: r["t_s"])
+    assert rows[-1]["t_s"] >= 0.25  # the last reading was taken at stop()
+    assert sampler.busy_s > 0
+
+
+def test_pending_rows_are_bounded():
+    sampler = Sampler(_scripted([float(i) for i in range(10)]), clock=Clock(), t0=0.0,
+                      max_pending_rows=4)
+    for _ in range(10):
+        sampler.sample_once()
+    rows = sampler.drain_rows()
+    assert [r["value"] for r in rows] == [6.0, 7.0, 8.0, 9.0]
+    assert sampler.dropped_rows == 6
+    assert sampler.aggregate("value", 99, 101).readings == 10  # aggregates keep everything
+
+
+@pytest.mark.parametrize("interval", [0, -1, float("nan"), True, "0.1"])
+def test_bad_interval_is_a_config_error(interval):
+    with pytest.raises(ConfigError, match="interval_s must be a number of seconds > 0"):
+        Sampler(_scripted([]), interval_s=interval)
