@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from trainpace.diagnose import rules
+from trainpace.diagnose import anomalies, rules
 from trainpace.diagnose._context import Context
 from trainpace.diagnose.thresholds import Thresholds
 from trainpace.summary import (
@@ -240,10 +240,61 @@ def test_small_outlier_cost_is_info_without_a_bottleneck():
     assert v.bottleneck is None
 
 
+def periodic(steps, first=1, last=None, extra=None):
+    spikes = {s: (extra or {}).get(s, 1.0) for s in steps}
+    return anomalies.periodic(spikes, first, last or max(steps), Thresholds())
+
+
 def test_period_tolerates_one_step_of_jitter():
-    assert rules._period([10, 20, 31, 40], 10.0) == 10
-    assert rules._period([10, 20, 35, 40], 10.0) is None
-    assert rules._period([1, 2, 3], 10.0) is None
+    assert periodic([10, 20, 31, 40]) == (10, [10, 20, 31, 40])
+    assert periodic([10, 20, 35, 40]) is None
+    assert periodic([1, 2, 3]) is None
+
+
+def test_period_survives_unrelated_stalls_and_keeps_one_step_per_cycle():
+    assert periodic([10, 20, 27, 30, 40, 50, 60]) == (10, [10, 20, 30, 40, 50, 60])
+    # the step after each slow step is slow too (cold caches): one per cycle, the nearest
+    assert periodic([10, 11, 20, 21, 30, 31, 40, 41]) == (10, [10, 20, 30, 40])
+
+
+def test_the_period_that_explains_the_most_time_wins():
+    # big stalls every 10 steps, smaller slow steps clustered after each (cold caches)
+    slow = [10, 13, 14, 20, 23, 24, 30, 33, 34, 40, 43, 44, 50, 53, 54]
+    extra = {s: 0.25 if s % 10 == 0 else 0.015 for s in slow}
+    assert periodic(slow, extra=extra) == (10, [10, 20, 30, 40, 50])
+
+
+def test_noise_between_periodic_stalls_does_not_halve_the_period():
+    # stalls every 10 steps; on a loaded machine, slow steps also fall on the 5s in between
+    slow = list(range(5, 61, 5))
+    extra = {s: 0.25 if s % 10 == 0 else 0.02 for s in slow}
+    assert periodic(slow, extra=extra) == (10, [10, 20, 30, 40, 50, 60])
+
+
+def test_a_period_must_fill_most_of_its_places_in_the_run():
+    assert periodic([10, 20, 30], last=200) is None  # 3 of the 20 places every 10 steps
+    assert periodic([10, 20, 30, 40, 60, 70, 80, 90, 100], last=100) == (10, [10, 20, 30, 40, 60, 70, 80, 90, 100])
+
+
+def test_period_search_is_bounded_on_a_noisy_run():
+    import random
+    import time as clock
+
+    rng = random.Random(0)
+    steps = sorted(rng.sample(range(1, 100_000), 3000))
+    start = clock.perf_counter()
+    assert periodic(steps, last=100_000) is None
+    assert clock.perf_counter() - start < 2.0
+
+
+def test_an_unrelated_stall_beside_a_periodic_one_is_its_own_finding():
+    step_s = [0.1] * 60
+    for i in (10, 20, 30, 40, 50, 60):
+        step_s[i - 1] = 0.2
+    step_s[26] = 0.5  # step 27
+    outcome = rules.step_outliers(ctx(steps=records(step_s)))
+    assert [v.finding.id for v in outcome.verdicts] == ["periodic_stall", "stalls"]
+    assert outcome.verdicts[1].finding.evidence["outlier_steps"] == [27]
 
 
 def test_warmup_steps_are_not_outliers_and_few_steps_are_skipped():

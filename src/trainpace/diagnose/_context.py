@@ -9,7 +9,7 @@ from typing import Any
 
 from trainpace.diagnose.thresholds import Thresholds
 from trainpace.stats import median
-from trainpace.summary import Finding, Summary
+from trainpace.summary import Finding, Severity, Summary
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,27 @@ class Outcome:
     verdicts: tuple[Verdict, ...] = ()
     checked: str | None = None
     skipped: str | None = None
+
+
+def verdict(
+    finding_id: str,
+    severity: Severity,
+    title: str,
+    evidence: dict[str, Any],
+    advice: Sequence[str],
+    *,
+    bottleneck: str | None = None,
+    lost_pct: float | None = None,
+) -> Outcome:
+    """An outcome holding one finding."""
+    finding = Finding(id=finding_id, severity=severity, title=title, evidence=evidence,
+                      advice=list(advice))
+    return Outcome(verdicts=(Verdict(finding, bottleneck, lost_pct),))
+
+
+def banded(value: float, warning: float, critical: float) -> Severity:
+    """The severity of a value against its warning and critical thresholds."""
+    return "critical" if value >= critical else "warning" if value >= warning else "info"
 
 
 @dataclass(frozen=True)

@@ -8,213 +8,15 @@ evidence (the numbers) and advice computed from them, or what it checked, or why
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 from trainpace.diagnose import advice as adv
-from trainpace.diagnose._context import Context, Outcome, Verdict
+from trainpace.diagnose._context import Context, Outcome, Verdict, banded, verdict
+from trainpace.diagnose.anomalies import drift, step_outliers
 from trainpace.stats import median
 from trainpace.summary import Finding, Severity
 
 Rule = Callable[[Context], Outcome]
-
-
-def _verdict(
-    id: str,
-    severity: Severity,
-    title: str,
-    evidence: dict[str, Any],
-    advice: Sequence[str],
-    *,
-    bottleneck: str | None = None,
-    lost_pct: float | None = None,
-) -> Outcome:
-    finding = Finding(
-        id=id, severity=severity, title=title, evidence=evidence, advice=list(advice)
-    )
-    return Outcome(verdicts=(Verdict(finding, bottleneck, lost_pct),))
-
-
-def _banded(value: float, warning: float, critical: float) -> Severity:
-    return "critical" if value >= critical else "warning" if value >= warning else "info"
-
-
-def _period(steps: Sequence[int], tolerance_pct: float) -> int | None:
-    """The common interval of step numbers, if every gap is within tolerance of the median gap."""
-    gaps = [b - a for a, b in itertools.pairwise(steps)]
-    typical = median(gaps)
-    if typical is None or typical < 2:
-        return None
-    tolerance = max(1.0, typical * tolerance_pct / 100.0)
-    if all(abs(gap - typical) <= tolerance for gap in gaps):
-        return round(typical)
-    return None
-
-
-# ---- 1. step-time anomalies -------------------------------------------------------------
-
-
-def _too_few_steps(ctx: Context, need: int, what: str) -> Outcome | None:
-    if ctx.steps is None:
-        return Outcome(skipped=f"no per-step records (steps.jsonl) for the {what} check")
-    n = len(ctx.times.step_s)
-    if n < need:
-        return Outcome(skipped=f"only {n} measured steps; the {what} check needs {need}")
-    return None
-
-
-def step_outliers(ctx: Context) -> Outcome:
-    """Stalls (> stall_factor × the median step) and periodic slow steps (every N steps)."""
-    t, times = ctx.t, ctx.times
-    n = len(times.step_s)
-    short = _too_few_steps(ctx, t.outlier_min_steps, "stall")
-    if short is not None:
-        return short
-    med = median(times.step_s) or 0.0
-    wait_med = median(times.wait_s) or 0.0
-    spikes = [i for i, s in enumerate(times.step_s) if s > t.spike_factor * med]
-    period = None
-    if len(spikes) >= t.spike_min_count:
-        period = _period([times.step[i] for i in spikes], t.period_tolerance_pct)
-    chosen = spikes if period else [i for i in spikes if times.step_s[i] > t.stall_factor * med]
-    if not chosen:
-        return Outcome(
-            checked=f"no step over {t.stall_factor:g}× the median ({adv.duration(med)}) "
-            f"in {n} steps, no periodic slow step"
-        )
-    lost_s = sum(times.step_s[i] - med for i in chosen)
-    lost_pct = 100.0 * lost_s / sum(times.step_s)
-    in_wait_s = sum(max(0.0, times.wait_s[i] - wait_med) for i in chosen)
-    in_loader = in_wait_s >= 0.5 * lost_s
-    severity = _banded(lost_pct, t.outlier_warning_pct, t.outlier_critical_pct)
-    slow = [times.step_s[i] for i in chosen]
-    worst = max(chosen, key=lambda i: times.step_s[i])
-    evidence = {
-        "measured_steps": n,
-        "step_s_median": med,
-        "count": len(chosen),
-        "period_steps": period,
-        "outlier_steps": [times.step[i] for i in chosen[:20]],
-        "outlier_step_s_median": median(slow),
-        "worst_step": times.step[worst],
-        "worst_step_s": times.step_s[worst],
-        "lost_s": lost_s,
-        "lost_pct": lost_pct,
-        "in_data_wait_pct": 100.0 * in_wait_s / lost_s if lost_s > 0 else None,
-    }
-    each = adv.duration(lost_s / len(chosen))
-    if period:
-        kind = "stall" if max(slow) > t.stall_factor * med else "slow step"
-        title = (
-            f"Periodic {kind} every {period} steps: {len(chosen)} steps took "
-            f"{adv.duration(median(slow) or 0.0)} instead of {adv.duration(med)} "
-            f"({lost_pct:.1f}% of the time)"
-        )
-        if in_loader:
-            advice = [
-                f"the extra {each} each time is in the data wait: the loader runs dry every "
-                f"{period} steps — an epoch boundary that restarts the workers "
-                "(persistent_workers=True) or a prefetch queue too short for slow batches "
-                f"(raise prefetch_factor) — {adv.gain_text(lost_pct)}"
-            ]
-        else:
-            advice = [
-                f"periodic work outside the loader costs {each} every {period} steps: a "
-                "checkpoint save, an evaluation or a logging sync; save asynchronously "
-                "(torch.distributed.checkpoint.async_save) or less often, evaluate less often "
-                f"— {adv.gain_text(lost_pct)}"
-            ]
-        finding_id = "periodic_stall"
-    else:
-        title = (
-            f"{len(chosen)} stall{'s' if len(chosen) > 1 else ''} over {t.stall_factor:g}× the "
-            f"median step: worst {adv.duration(times.step_s[worst])} at step "
-            f"{times.step[worst]} ({lost_pct:.1f}% of the time)"
-        )
-        cause = (
-            "the stalls are in the data wait: a slow read or a slow sample (check storage and "
-            "samples that decode slowly)"
-            if in_loader
-            else "the stalls are outside the loader: garbage collection (gc.freeze() after "
-            "setup), host memory swapping, a competing process, or a synchronizing call "
-            "(.item(), .cpu()) behind queued work"
-        )
-        advice = [f"{cause} — {adv.gain_text(lost_pct)}"]
-        finding_id = "stalls"
-    return _verdict(
-        finding_id,
-        severity,
-        title,
-        evidence,
-        advice,
-        bottleneck=None if severity == "info" else "data_loading" if in_loader else "host_overhead",
-        lost_pct=lost_pct,
-    )
-
-
-def drift(ctx: Context) -> Outcome:
-    """Step time that grows (or falls) over the run: first quarter against last quarter."""
-    t, times = ctx.t, ctx.times
-    n = len(times.step_s)
-    short = _too_few_steps(ctx, t.drift_min_steps, "drift")
-    if short is not None:
-        return short
-    med = median(times.step_s) or 0.0
-    keep = [i for i, s in enumerate(times.step_s) if s <= t.stall_factor * med]
-    quarter = max(1, len(keep) // 4)
-    head, tail = keep[:quarter], keep[-quarter:]
-    first = median([times.step_s[i] for i in head]) or 0.0
-    last = median([times.step_s[i] for i in tail]) or 0.0
-    if first <= 0:
-        return Outcome(skipped="the first steps have no duration")
-    drift_pct = 100.0 * (last / first - 1.0)
-    wait_first = median([times.wait_s[i] for i in head]) or 0.0
-    wait_last = median([times.wait_s[i] for i in tail]) or 0.0
-    evidence = {
-        "measured_steps": n,
-        "first_quarter_step_s": first,
-        "last_quarter_step_s": last,
-        "drift_pct": drift_pct,
-        "first_quarter_wait_s": wait_first,
-        "last_quarter_wait_s": wait_last,
-    }
-    span = f"from {adv.duration(first)} to {adv.duration(last)} over {n} steps"
-    if drift_pct >= t.drift_warning_pct:
-        temps = ctx.system_values("temperature_c")
-        if wait_last - wait_first >= 0.5 * (last - first):
-            cause = "the growth is in the data wait: the loader slows down (a cache filling, "
-            "files growing, workers leaking memory)"
-        elif len(temps) >= 2 and temps[-1] - temps[0] >= 10:
-            cause = (
-                f"the device warmed from {temps[0]:.0f} to {temps[-1]:.0f} °C: "
-                "check clocks and throttling"
-            )
-        else:
-            cause = (
-                "the growth is in the step itself: tensors kept across steps (summing losses "
-                "without .item() or .detach() keeps their graphs alive), allocator "
-                "fragmentation, or inputs that grow (sequence length)"
-            )
-        return _verdict(
-            "drift",
-            "warning",
-            f"Step time drifts up {drift_pct:.0f}% {span}",
-            evidence,
-            [cause],
-        )
-    if drift_pct <= -t.drift_warning_pct:
-        return _verdict(
-            "drift",
-            "info",
-            f"Step time falls {-drift_pct:.0f}% {span}: warm-up may reach into the measured steps",
-            evidence,
-            [
-                f"exclude more warm-up, e.g. Meter(warmup={ctx.summary.steps.warmup + n // 4}), "
-                "or run longer so the steady window dominates"
-            ],
-        )
-    return Outcome(checked=f"step time steady ({round(drift_pct):+d}% {span})")
 
 
 # ---- 2. throughput vs what the hardware allows; 3. device and bandwidth ------------------
@@ -274,7 +76,7 @@ def hardware(ctx: Context) -> Outcome:
         )
         if lower_precision:
             advice.append("bf16 autocast halves the bytes every op moves")
-        return _verdict(
+        return verdict(
             "bandwidth_bound", "warning", title, evidence, advice, bottleneck="memory_bandwidth"
         )
     if f.roofline == "compute_bound":
@@ -291,9 +93,9 @@ def hardware(ctx: Context) -> Outcome:
         elif f.mfu_pct is not None and f.mfu_pct < 40:
             advice.insert(0, "kernels run well below peak: torch.compile, matmul shapes in "
                           "multiples of 64, larger batches")
-        return _verdict("compute_bound", "info", title, evidence, advice, bottleneck="compute")
+        return verdict("compute_bound", "info", title, evidence, advice, bottleneck="compute")
     if f.roofline is None and d.util_pct is not None and d.util_pct >= t.device_busy_pct:
-        return _verdict(
+        return verdict(
             "device_busy",
             "info",
             f"Device busy {d.util_pct:.0f}% of the time; no FLOP count, so compute and "
@@ -344,7 +146,7 @@ def device_util(ctx: Context) -> Outcome:
             "launch cost; remove per-step syncs (.item(), .cpu(), printing tensors) — "
             f"{adv.gain_text(lost)}"
         ]
-    return _verdict("device_idle", "warning", title, evidence, advice,
+    return verdict("device_idle", "warning", title, evidence, advice,
                     bottleneck="host_overhead", lost_pct=lost)
 
 
@@ -357,7 +159,7 @@ def memory(ctx: Context) -> Outcome:
         return Outcome(skipped=f"no memory reading for the {d.kind or 'device'}")
     if peak < ctx.t.memory_used_risk_pct:
         return Outcome(checked=f"memory {peak:.0f}% used at most")
-    return _verdict(
+    return verdict(
         "memory_full",
         "warning",
         f"Device memory {peak:.0f}% used: close to running out",
@@ -396,7 +198,7 @@ def thermal(ctx: Context) -> Outcome:
         title = f"Clocks throttled {d.throttle_pct:.0f}% of the time"
     else:
         title = f"Temperature {temp:.0f} °C, {margin:.0f} °C from the slowdown threshold"
-    return _verdict(
+    return verdict(
         "thermal",
         "warning",
         title,
@@ -529,7 +331,7 @@ def communication(ctx: Context) -> Outcome:
         return Outcome(skipped="no communication time measured (needs a profiler trace)")
     if c.share_pct < t.communication_warning_pct:
         return Outcome(checked=f"communication {c.share_pct:.1f}% of the step")
-    severity = _banded(c.share_pct, t.communication_warning_pct, t.communication_critical_pct)
+    severity = banded(c.share_pct, t.communication_warning_pct, t.communication_critical_pct)
     overlap = c.overlap_pct
     advice = []
     if overlap is not None and overlap < 50:
@@ -543,7 +345,7 @@ def communication(ctx: Context) -> Outcome:
         f"check the interconnect (NCCL_DEBUG=INFO shows NVLink or PCIe) — "
         f"{adv.gain_text(c.share_pct * (1 - (overlap or 0) / 100))}"
     )
-    return _verdict(
+    return verdict(
         "communication",
         severity,
         f"Communication takes {c.share_pct:.0f}% of the step"
@@ -582,9 +384,9 @@ def ranks(ctx: Context) -> Outcome:
         cause = (f"{where} is slower in compute: check that device's clocks and temperature, "
                  "other processes on it, and uneven work (variable sequence lengths: bucket "
                  "or pack them)")
-    return _verdict(
+    return verdict(
         "straggler",
-        _banded(skew_pct, t.straggler_warning_pct, t.straggler_critical_pct),
+        banded(skew_pct, t.straggler_warning_pct, t.straggler_critical_pct),
         f"Rank {slow.rank} is {skew_pct:.0f}% slower than the median rank",
         {"slowest_rank": slow.rank, "host": slow.host, "step_s_median": slow.step_s_median,
          "ranks_step_s_median": typical, "skew_pct": skew_pct, "wait_pct": slow.wait_pct,

@@ -207,7 +207,8 @@ def comparison_renderable(comparison: Comparison) -> Group:
                                 for r in comparison.runs]),
         ]
     for name, values in rows:
-        table.add_row(name, *values)
+        if any(value != "—" for value in values):
+            table.add_row(name, *values)
     by = comparison.by.replace("_", " ")
     verdict = Text.assemble(
         ("winner: ", "bold"),
