@@ -1,7 +1,5 @@
 """Each rule at and around its thresholds, on hand-made summaries and step records."""
 
-from dataclasses import dataclass
-
 import pytest
 
 from trainpace.diagnose import anomalies, rules
@@ -120,6 +118,11 @@ def test_device_without_a_reading_is_not_checked():
     assert rules.device_util(ctx(Summary(device=Device(kind="mps")))).skipped == "no utilization reading for the mps"
 
 
+def test_memory_peak_from_the_summary_and_host_memory_on_cpu():
+    v = only(rules.memory(ctx(Summary(device=Device(kind="cpu", memory_used_pct=60.0, memory_used_pct_max=97.0)))))
+    assert v.finding.title == "Host memory (the CPU's) 97% used: close to running out"
+
+
 def test_memory_risk_uses_the_peak_of_the_sampler_rows():
     s = Summary(device=Device(kind="cuda", memory_used_pct=80.0))
     v = only(rules.memory(ctx(s, system=[{"memory_used_pct": 70.0}, {"memory_used_pct": 95.0}])))
@@ -128,24 +131,33 @@ def test_memory_risk_uses_the_peak_of_the_sampler_rows():
     assert rules.memory(ctx(Summary(device=Device(memory_used_pct=94.9)))).checked == "memory 95% used at most"
 
 
-@dataclass(frozen=True, kw_only=True)
-class SensorDevice(Device):
-    """A Device with the slowdown threshold the sampler will add."""
-
-    slowdown_temperature_c: float | None = None
-
-
 def test_thermal_margin_and_throttling():
-    hot = SensorDevice(kind="cuda", temperature_c=80.0, slowdown_temperature_c=85.0)
+    hot = Device(kind="cuda", temperature_c=80.0, slowdown_temperature_c=85.0)
     v = only(rules.thermal(ctx(Summary(device=hot))))
     assert v.bottleneck == "thermal"
     assert v.finding.evidence["margin_c"] == 5.0
-    cool = SensorDevice(kind="cuda", temperature_c=79.0, slowdown_temperature_c=85.0)
+    cool = Device(kind="cuda", temperature_c=79.0, slowdown_temperature_c=85.0)
     assert rules.thermal(ctx(Summary(device=cool))).checked == "79 °C, 6 °C below slowdown"
     throttled = Device(kind="cuda", temperature_c=60.0, throttle_pct=5.0)
     assert only(rules.thermal(ctx(Summary(device=throttled)))).finding.title == "Clocks throttled 5% of the time"
     assert rules.thermal(ctx(Summary(device=Device(kind="cuda", throttle_pct=4.9)))).verdicts == ()
     assert rules.thermal(ctx(Summary(device=Device(kind="cpu")))).skipped is not None
+
+
+def test_throttle_reasons_are_named_and_power_gets_power_advice():
+    d = Device(kind="cuda", throttle_pct=30.0, power_w=698.0, power_limit_w=700.0,
+               throttle_reasons={"sw_power_cap": 28.0, "sw_thermal_slowdown": 2.0})
+    v = only(rules.thermal(ctx(Summary(device=d))))
+    assert v.finding.title == "Clocks throttled 30% of the time (sw_power_cap 28%, sw_thermal_slowdown 2%)"
+    assert v.finding.advice[0].startswith("the power limit holds the clocks back (698 W of 700 W)")
+    assert v.finding.advice[1].startswith("check cooling and airflow")
+    assert v.lost_pct == 30.0
+
+
+def test_the_hottest_reading_counts():
+    d = Device(kind="cuda", temperature_c=70.0, temperature_c_max=81.0, slowdown_temperature_c=85.0)
+    v = only(rules.thermal(ctx(Summary(device=d), system=[{"temperature_c": 75.0}])))
+    assert v.finding.evidence["temperature_c_max"] == 81.0
 
 
 # ---- roofline and bandwidth ---------------------------------------------------------------

@@ -53,6 +53,8 @@ def hardware(ctx: Context) -> Outcome:
         "achieved_gb_s": b.achieved_gb_s,
         "peak_gb_s": b.peak_gb_s,
         "bandwidth_source": b.source,
+        "flops_error": f.error,
+        "bandwidth_error": b.error,
     }
     lower_precision = f.dtype in ("float32", "torch.float32") and d.kind == "cuda"
     if f.roofline == "bandwidth_bound" or bw_high:
@@ -86,7 +88,8 @@ def hardware(ctx: Context) -> Outcome:
                 f" ({f.peak_source or 'peak source unknown'})"
             )
         else:
-            title = "Compute-bound (above the ridge); MFU unknown: no peak for this device"
+            why = f.error or "no peak for this device"
+            title = f"Compute-bound (above the ridge); MFU unknown: {why}"
         advice = ["the device's arithmetic is the limit: fewer FLOPs or a faster device"]
         if lower_precision:
             advice.insert(0, "bf16 autocast: tensor cores run matmuls several times faster")
@@ -150,20 +153,29 @@ def device_util(ctx: Context) -> Outcome:
                     bottleneck="host_overhead", lost_pct=lost)
 
 
+def _highest(*values: float | None) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
 def memory(ctx: Context) -> Outcome:
-    """Device memory near full: a risk of running out, and no room for a larger batch."""
+    """Memory near full: a risk of running out, and no room for a larger batch."""
     d = ctx.summary.device
     readings = ctx.system_values("memory_used_pct")
-    peak = max(readings) if readings else d.memory_used_pct
+    peak = _highest(d.memory_used_pct_max, max(readings) if readings else None,
+                    d.memory_used_pct)
     if peak is None:
         return Outcome(skipped=f"no memory reading for the {d.kind or 'device'}")
     if peak < ctx.t.memory_used_risk_pct:
         return Outcome(checked=f"memory {peak:.0f}% used at most")
+    which = "Host memory (the CPU's)" if d.kind == "cpu" else "Device memory"
     return verdict(
         "memory_full",
         "warning",
-        f"Device memory {peak:.0f}% used: close to running out",
-        {"memory_used_pct": d.memory_used_pct, "memory_used_pct_max": peak, "kind": d.kind},
+        f"{which} {peak:.0f}% used: close to running out",
+        {"memory_used_pct": d.memory_used_pct, "memory_used_pct_max": peak,
+         "memory_used_gb": d.memory_used_gb, "memory_total_gb": d.memory_total_gb,
+         "kind": d.kind},
         [
             "activation checkpointing (torch.utils.checkpoint) on the largest blocks",
             "halve the micro-batch and accumulate two micro-batches per step to keep the batch",
@@ -174,18 +186,24 @@ def memory(ctx: Context) -> Outcome:
     )
 
 
+POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown", "board_limit")
+HEAT_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown")
+
+
 def thermal(ctx: Context) -> Outcome:
     """Clocks held back: throttle reasons active, or the temperature close to slowdown."""
     d, t = ctx.summary.device, ctx.t
     temps = ctx.system_values("temperature_c")
-    temp = max(temps) if temps else d.temperature_c
-    slowdown = getattr(d, "slowdown_temperature_c", None)
+    temp = _highest(d.temperature_c_max, max(temps) if temps else None, d.temperature_c)
+    slowdown = d.slowdown_temperature_c
     if temp is None and d.throttle_pct is None:
         return Outcome(skipped=f"no temperature or throttle reading for the {d.kind or 'device'}")
     margin = slowdown - temp if slowdown is not None and temp is not None else None
+    reasons = d.throttle_reasons or {}
     evidence = {"temperature_c_max": temp, "slowdown_temperature_c": slowdown,
-                "margin_c": margin, "throttle_pct": d.throttle_pct,
-                "throttle_reasons": getattr(d, "throttle_reasons", None)}
+                "margin_c": margin, "throttle_pct": d.throttle_pct, "throttle_reasons": reasons,
+                "sm_clock_mhz": d.sm_clock_mhz, "sm_clock_max_mhz": d.sm_clock_max_mhz,
+                "power_w": d.power_w, "power_limit_w": d.power_limit_w}
     throttled = d.throttle_pct is not None and d.throttle_pct >= t.throttle_warning_pct
     hot = margin is not None and margin <= t.thermal_margin_c
     if not (throttled or hot):
@@ -195,21 +213,22 @@ def thermal(ctx: Context) -> Outcome:
                  if d.throttle_pct is not None else None]
         return Outcome(checked=", ".join(p for p in parts if p))
     if throttled:
-        title = f"Clocks throttled {d.throttle_pct:.0f}% of the time"
+        top = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+        named = f" ({', '.join(f'{k} {v:.0f}%' for k, v in top)})" if top else ""
+        title = f"Clocks throttled {d.throttle_pct:.0f}% of the time{named}"
     else:
         title = f"Temperature {temp:.0f} °C, {margin:.0f} °C from the slowdown threshold"
-    return verdict(
-        "thermal",
-        "warning",
-        title,
-        evidence,
-        [
-            "check cooling and airflow, and the power limit (nvidia-smi -q -d PERFORMANCE "
-            "lists the active throttle reasons)",
-        ],
-        bottleneck="thermal",
-        lost_pct=d.throttle_pct,
-    )
+    advice = []
+    if any(reasons.get(r) for r in POWER_REASONS):
+        power = (f" ({d.power_w:.0f} W of {d.power_limit_w:.0f} W)"
+                 if d.power_w is not None and d.power_limit_w is not None else "")
+        advice.append(f"the power limit holds the clocks back{power}: nvidia-smi -q -d POWER; "
+                      "a higher limit (nvidia-smi -pl) where the cooling and the host allow")
+    if hot or any(reasons.get(r) for r in HEAT_REASONS) or not advice:
+        advice.append("check cooling and airflow (nvidia-smi -q -d PERFORMANCE lists the "
+                      "active throttle reasons)")
+    return verdict("thermal", "warning", title, evidence, advice, bottleneck="thermal",
+                   lost_pct=d.throttle_pct)
 
 
 # ---- 4. data loading ---------------------------------------------------------------------
