@@ -1,0 +1,57 @@
+"""compare_runs on two real short runs where throughput and time to target disagree."""
+
+import time
+
+import pytest
+import torch
+
+import trainpace
+from trainpace.report.compare import compare_runs, comparison_renderable
+from trainpace.runlog import read_run
+
+
+def train(out, batch_size, steps=100):
+    """Linear regression under the Meter; each step costs 4 ms plus 20 µs per sample (sleeps:
+    exact on a loaded machine), so the larger batch has the higher throughput by construction."""
+    torch.manual_seed(0)
+    w_true = torch.randn(8)
+    x = torch.randn(8192, 8)
+    y = x @ w_true + 0.1 * torch.randn(8192)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch_size,
+                                         shuffle=True, generator=torch.Generator().manual_seed(0))
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    meter = trainpace.Meter(out, window=25, warmup=2, target_loss=0.05, console=False, report=False)
+    done = 0
+    while done < steps:
+        for xb, yb in meter.loader(loader):
+            with meter.step((xb, yb)):
+                time.sleep(0.004 + 20e-6 * batch_size)
+                loss = (model(xb).squeeze(-1) - yb).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                meter.observe(loss=loss)
+            done += 1
+            if done == steps:
+                break
+    return meter.finish(), meter.path
+
+
+@pytest.mark.slow
+def test_a_larger_batch_with_higher_throughput_that_trains_slower_loses(tmp_path):
+    small, small_path = train(tmp_path / "bs16", 16)
+    large, large_path = train(tmp_path / "bs512", 512)
+    c = compare_runs(read_run(small_path), read_run(large_path))
+    a, b = c.runs
+    assert b.samples_per_s > 3 * a.samples_per_s  # 512 / ~14 ms against 16 / ~4.3 ms
+    assert a.reached_target and b.reached_target
+    # the same target, smoothed as the Meter smooths it: the Meter's own figures come back
+    assert a.time_to_target_s == pytest.approx(small.time.time_to_target_s)
+    assert b.steps_to_target == large.time.steps_to_target
+    assert (c.winner, c.by) == ("A", "time_to_target")
+    assert "although B has the higher throughput" in c.reason
+    assert c.target == {"name": "loss", "value": 0.05, "higher_is_better": False}
+    assert b.samples_to_target > a.samples_to_target
+    assert (a.batch_size, b.batch_size) == (16, 512)
+    assert len(comparison_renderable(c).renderables) == 2
