@@ -40,7 +40,7 @@ def test_best_seconds_keeps_the_fastest_batch():
 
 
 def test_measure_cpu_ceilings_small():
-    result = measure_ceilings("cpu", dtypes=["fp32", "float8"], copy_mib=4, matmul_n=128)
+    result = measure_ceilings("cpu", dtypes=["fp32", "float8"], quick=True, copy_mib=4, matmul_n=128)
     assert result.kind == "cpu"
     assert result.threads == torch.get_num_threads()
     assert result.bandwidth_gb_s > 0

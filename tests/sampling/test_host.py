@@ -104,7 +104,7 @@ def test_cpu_percentages_are_exact_differences_and_the_first_reading_is_a_baseli
 
 def test_workers_are_refreshed_every_second_and_new_ones_count_from_their_next_reading():
     ps, clock = FakePsutil(), Clock()
-    host = _source(ps, clock, children_every_s=1.0)
+    host = _source(ps, clock, slow_every_s=1.0)
     host.read()
     late = FakeProcess(9, cpu=10.0)  # started between refreshes with 10 s already used
     ps.children_list = [late]
@@ -121,6 +121,21 @@ def test_workers_are_refreshed_every_second_and_new_ones_count_from_their_next_r
     reading = host.read()  # a worker that exited is skipped until the next refresh drops it
     assert reading["process_cpu_pct"] == 0.0
     assert reading["workers"] == 0
+
+
+def test_memory_is_read_every_second_and_held_in_between():
+    ps, clock = FakePsutil(), Clock()
+    host = _source(ps, clock, slow_every_s=1.0)
+    assert host.read()["available_gb"] == 24.0
+    ps.memory = SimpleNamespace(total=32 * GB, available=8 * GB)
+    ps.main.rss = 3 * GB
+    clock.now = 0.9
+    assert host.read()["available_gb"] == 24.0
+    clock.now = 1.0
+    reading = host.read()
+    assert reading["available_gb"] == 8.0
+    assert reading["memory_used_pct"] == 75.0
+    assert reading["rss_gb"] == 3.0
 
 
 def test_a_cgroup_limit_below_the_machine_caps_memory():
@@ -168,7 +183,7 @@ def test_unreadable_cgroup_usage_is_none(tmp_path):
 
 
 def test_real_psutil_matches_this_process_cpu_time():
-    host = HostSource(children_every_s=10.0)
+    host = HostSource(slow_every_s=10.0)
     host.read()
     wall0, cpu0 = time.monotonic(), time.process_time()
     deadline = wall0 + 0.3

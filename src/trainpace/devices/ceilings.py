@@ -211,8 +211,8 @@ def _matmul_size(dtype: str, max_n: int, dev: torch.device, sync: Callable[[], N
     A dtype the device emulates slowly (bfloat16 on a CPU without native support runs
     100x slower than float32) would otherwise take minutes at the size a fast one needs.
     """
-    if max_n <= _PROBE_N:
-        return max_n
+    if max_n <= _PROBE_N or dev.type == "cuda":
+        return max_n  # a GPU runs every dtype natively; a small probe would be launch-bound
     run = _matmul_runner(dtype, _PROBE_N, dev)
     run()
     sync()

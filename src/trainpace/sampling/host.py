@@ -3,9 +3,11 @@
 CPU percentages are differences of cumulative CPU times over the time between two readings
 (100% = one core busy), so the first reading has none: it is the baseline, not a
 meaningless 0.0. ``process_cpu_pct`` is the training process plus its descendants (the
-DataLoader workers); the list of descendants is refreshed every ``children_every_s`` (a full
+DataLoader workers); the list of descendants is refreshed every ``slow_every_s`` (a full
 scan of the process table is the costly part), and a worker found at a refresh starts
-counting from there. ``system_cpu_pct`` is the whole machine's busy share (0–100%).
+counting from there. ``system_cpu_pct`` is the whole machine's busy share (0–100%). Memory
+(RSS, available, cgroup) moves slowly and costs the most to read: it is read every
+``slow_every_s`` too, and held in between.
 
 Memory respects a cgroup limit (containers): when one is lower than the machine's memory,
 the total is the limit and ``available_gb`` is the limit minus the cgroup's working set
@@ -93,7 +95,7 @@ class HostSource:
         *,
         psutil_module: Any = None,
         cgroup: CgroupMemory | bool | None = True,
-        children_every_s: float = 1.0,
+        slow_every_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if psutil_module is None:
@@ -103,10 +105,11 @@ class HostSource:
         self._psutil = psutil_module
         self._process = psutil_module.Process(pid)
         self._clock = clock
-        self._children_every_s = children_every_s
+        self._slow_every_s = slow_every_s
         self._cgroup = find_cgroup_memory() if cgroup is True else (cgroup or None)
         self._children: list[Any] = []
-        self._children_at: float | None = None
+        self._slow_at: float | None = None
+        self._memory: dict[str, float | None] = {}
         self._previous: tuple[float, float, dict[int, float], float, float] | None = None
 
     def read(self) -> dict[str, float | int | None]:
@@ -114,16 +117,17 @@ class HostSource:
         ps = self._psutil
         now = self._clock()
         row: dict[str, float | int | None] = dict.fromkeys(HOST_KEYS)
-        if self._children_at is None or now - self._children_at >= self._children_every_s:
+        if self._slow_at is None or now - self._slow_at >= self._slow_every_s:
             try:
                 self._children = self._process.children(recursive=True)
             except ps.Error:
                 self._children = []
-            self._children_at = now
+            self._memory = self._read_memory()
+            self._slow_at = now
+        row.update(self._memory)
         try:
             times = self._process.cpu_times()
             main = times.user + times.system
-            row["rss_gb"] = self._process.memory_info().rss / 1e9
         except ps.Error:
             return row
         workers: dict[int, float] = {}
@@ -151,6 +155,14 @@ class HostSource:
             if total > previous[4]:
                 busy = (total - previous[4]) - (idle - previous[3])
                 row["system_cpu_pct"] = 100.0 * busy / (total - previous[4])
+        return row
+
+    def _read_memory(self) -> dict[str, float | None]:
+        ps = self._psutil
+        try:
+            rss: float | None = self._process.memory_info().rss / 1e9
+        except ps.Error:
+            rss = None
         memory = ps.virtual_memory()
         total_bytes, available = float(memory.total), float(memory.available)
         if self._cgroup is not None and self._cgroup.limit_bytes < total_bytes:
@@ -160,7 +172,9 @@ class HostSource:
                 available = min(available, max(total_bytes - working_set, 0.0))
             else:
                 available = min(available, total_bytes)
-        row["available_gb"] = available / 1e9
-        row["memory_total_gb"] = total_bytes / 1e9
-        row["memory_used_pct"] = 100.0 * (total_bytes - available) / total_bytes
-        return row
+        return {
+            "rss_gb": rss,
+            "available_gb": available / 1e9,
+            "memory_total_gb": total_bytes / 1e9,
+            "memory_used_pct": 100.0 * (total_bytes - available) / total_bytes,
+        }

@@ -62,11 +62,12 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._failed = False
         self.readings = 0
-        self.busy_s = 0.0  # time spent reading (the sampler's own cost)
+        self.busy_s = 0.0  # wall time spent reading
+        self.busy_cpu_s = 0.0  # CPU time spent reading (the sampler's own cost)
 
     def sample_once(self) -> dict[str, Any] | None:
         """Take one reading now; returns its row (None if the reading failed)."""
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         try:
             row, flat = self._read()
             t_s = self._clock() - self._t0
@@ -85,6 +86,7 @@ class Sampler:
             return None
         finally:
             self.busy_s += time.perf_counter() - started
+            self.busy_cpu_s += time.thread_time() - cpu_started
         return row
 
     def _loop(self) -> None:
