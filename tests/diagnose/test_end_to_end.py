@@ -63,3 +63,65 @@ def test_a_periodic_stall_is_found_with_its_period(tmp_path):
     assert ev["in_data_wait_pct"] < 50
     assert finding.severity in ("warning", "critical")  # ≥ 5% of the run
     assert "checkpoint save" in finding.advice[0]
+
+
+@pytest.fixture
+def cpu_ceilings(tmp_path, monkeypatch):
+    """This CPU's measured ceilings in a private cache: the roofline's peaks (quick: ~1 s)."""
+    from trainpace.devices.ceilings import measure_ceilings, save_ceilings
+
+    monkeypatch.setenv("TRAINPACE_CACHE_DIR", str(tmp_path / "cache"))
+    return save_ceilings(measure_ceilings("cpu", dtypes=["float32"], quick=True))
+
+
+def run_steps(out, step, steps=30):
+    meter = trainpace.Meter(out, window=10, warmup=3, console=False, report=False)
+    for _ in range(steps):
+        with meter.step(None):
+            step()
+    summary = meter.finish()
+    if summary.flops.per_step is None and summary.flops.bytes_per_step is None:
+        pytest.skip("the Meter does not count FLOPs and bytes yet (DeviceVitals not wired)")
+    return summary
+
+
+def assert_limit(summary, expected):
+    """The expected bottleneck — unless other processes held this run's CPU threads back (a
+    shared machine), which the diagnosis must then say instead."""
+    contention = [f for f in summary.diagnosis.findings if f.id == "cpu_contention"]
+    assert summary.diagnosis.bottleneck == ("host_overhead" if contention else expected)
+
+
+def test_a_matmul_heavy_step_is_compute(tmp_path, cpu_ceilings):
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(512, 512)
+
+    def step():
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    summary = run_steps(tmp_path / "matmul", step)
+    assert summary.flops.roofline == "compute_bound"
+    assert summary.flops.intensity_flop_per_byte > summary.flops.ridge_flop_per_byte
+    assert_limit(summary, "compute")
+    finding = next(f for f in summary.diagnosis.findings if f.id == "compute_bound")
+    assert finding.evidence["mfu_pct"] == summary.flops.mfu_pct
+
+
+def test_an_elementwise_heavy_step_is_memory_bandwidth(tmp_path, cpu_ceilings):
+    weight = torch.nn.Parameter(torch.randn(2_000_000))
+    opt = torch.optim.SGD([weight], lr=1e-4)
+    x = torch.randn(2_000_000)
+
+    def step():
+        (weight * x + x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    summary = run_steps(tmp_path / "elementwise", step)
+    assert summary.flops.roofline == "bandwidth_bound"
+    assert_limit(summary, "memory_bandwidth")
+    finding = next(f for f in summary.diagnosis.findings if f.id == "bandwidth_bound")
+    assert finding.evidence["intensity_flop_per_byte"] == summary.flops.intensity_flop_per_byte

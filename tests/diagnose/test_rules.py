@@ -107,6 +107,17 @@ def test_device_busy_below_half_without_data_wait_is_host_overhead():
     assert rules.device_util(ctx(Summary(device=Device(kind="cuda", util_pct=50.0)))).checked == "device busy 50% (≥ 50%)"
 
 
+def test_cpu_threads_starved_by_other_processes_is_contention():
+    s = Summary(device=Device(kind="cpu", util_pct=48.0), data=Data(wait_pct=0.0),
+                host=Host(system_cpu_pct=90.0, cpu_threads=2))
+    v = only(rules.device_util(ctx(s)))
+    assert v.finding.id == "cpu_contention"
+    assert v.finding.title == "Other processes take the CPU: it is 90% busy while this run's threads get 48% of their time"
+    assert v.bottleneck == "host_overhead"
+    s = Summary(device=Device(kind="cpu", util_pct=48.0), host=Host(system_cpu_pct=89.0, cpu_threads=2))
+    assert only(rules.device_util(ctx(s))).finding.id == "device_idle"
+
+
 def test_idle_device_explained_by_data_wait_is_left_to_the_data_rule():
     s = Summary(device=Device(kind="cuda", util_pct=30.0), data=Data(wait_pct=40.0))
     outcome = rules.device_util(ctx(s))
@@ -173,6 +184,9 @@ def test_bandwidth_bound_roofline_names_the_families_moving_the_bytes():
     assert v.finding.severity == "warning"
     assert v.finding.title == "Memory-bandwidth-bound: 0.25 FLOP per byte below the ridge of 12"
     assert v.finding.advice[0] == "elementwise ops move 75% of the bytes at 0.33 FLOP/byte"
+    f = Flops(roofline="bandwidth_bound", intensity_flop_per_byte=0.0)
+    v = only(rules.hardware(ctx(Summary(flops=f, bandwidth=Bandwidth(achieved_gb_s=23.6)))))
+    assert v.finding.title == "Memory-bandwidth-bound: the step only moves data (no matmul FLOPs) at 23.6 GB/s"
 
 
 def test_high_measured_bandwidth_is_bandwidth_bound_without_a_roofline():

@@ -58,7 +58,10 @@ def hardware(ctx: Context) -> Outcome:
     }
     lower_precision = f.dtype in ("float32", "torch.float32") and d.kind == "cuda"
     if f.roofline == "bandwidth_bound" or bw_high:
-        if f.roofline == "bandwidth_bound" and f.intensity_flop_per_byte is not None:
+        if f.roofline == "bandwidth_bound" and f.intensity_flop_per_byte == 0:
+            moved = (f" at {b.achieved_gb_s:.3g} GB/s" if b.achieved_gb_s is not None else "")
+            title = f"Memory-bandwidth-bound: the step only moves data (no matmul FLOPs){moved}"
+        elif f.roofline == "bandwidth_bound" and f.intensity_flop_per_byte is not None:
             ridge = (
                 f" below the ridge of {f.ridge_flop_per_byte:.3g}"
                 if f.ridge_flop_per_byte is not None
@@ -127,11 +130,23 @@ def device_util(ctx: Context) -> Outcome:
             checked=f"device busy {d.util_pct:.0f}%, explained by the data wait ({wait:.0f}%)"
         )
     lost = max(0.0, 100.0 - d.util_pct - wait)
+    system_cpu = s.host.system_cpu_pct
     evidence = {"util_pct": d.util_pct, "kind": d.kind, "wait_pct": s.data.wait_pct,
-                "samples_per_step": ctx.samples_per_step, "cpu_threads": s.host.cpu_threads}
+                "samples_per_step": ctx.samples_per_step, "cpu_threads": s.host.cpu_threads,
+                "system_cpu_pct": system_cpu}
     batch = ctx.samples_per_step
     batch_text = f" (now {batch:.0f} samples per step)" if batch else ""
-    if d.kind == "cpu":
+    finding_id = "device_idle"
+    if d.kind == "cpu" and system_cpu is not None and system_cpu >= t.host_cpu_saturated_pct:
+        finding_id = "cpu_contention"
+        title = (f"Other processes take the CPU: it is {system_cpu:.0f}% busy while this run's "
+                 f"threads get {d.util_pct:.0f}% of their time")
+        advice = [
+            "run where the cores are free, or use fewer threads than the cores left "
+            f"(torch.set_num_threads; now {s.host.cpu_threads or 'unknown'}) — "
+            f"{adv.gain_text(lost)}"
+        ]
+    elif d.kind == "cpu":
         threads = s.host.cpu_threads
         title = f"The CPU threads are busy only {d.util_pct:.0f}% of the time"
         advice = [
@@ -149,8 +164,8 @@ def device_util(ctx: Context) -> Outcome:
             "launch cost; remove per-step syncs (.item(), .cpu(), printing tensors) — "
             f"{adv.gain_text(lost)}"
         ]
-    return verdict("device_idle", "warning", title, evidence, advice,
-                    bottleneck="host_overhead", lost_pct=lost)
+    return verdict(finding_id, "warning", title, evidence, advice,
+                   bottleneck="host_overhead", lost_pct=lost)
 
 
 def _highest(*values: float | None) -> float | None:

@@ -20,8 +20,8 @@ DASH = "—"
 SIGN_FINDINGS: dict[str, tuple[str, ...]] = {
     "throughput": ("launch_bound", "host_cpu", "communication", "straggler"),
     "training time": ("stalls", "periodic_stall", "drift"),
-    "device utilization": ("device_idle", "memory_full", "thermal", "compute_bound",
-                           "device_busy"),
+    "device utilization": ("device_idle", "cpu_contention", "memory_full", "thermal",
+                           "compute_bound", "device_busy"),
     "memory bandwidth": ("bandwidth_bound",),
     "data loading": ("data_wait", "h2d_copy"),
 }
