@@ -90,6 +90,19 @@ def test_cpu_util_is_the_process_cpu_against_torch_threads():
     assert [r["t_s"] for r in vitals.drain_rows()] == [1.0, 2.0]
 
 
+def test_mps_has_no_utilization_figures_of_its_own():
+    clock = Clock()
+    vitals = DeviceVitals(device="mps", clock=clock, t0=1000.0,
+                          host=ScriptedHost(main_cpu_pct=90.0, memory_used_pct=50.0))
+    vitals.start()
+    vitals._sampler.stop(final_reading=False)
+    row = _tick(vitals, clock, 1.0)
+    assert row["device_util_pct"] is None
+    assert row["memory_used_pct"] is None
+    device, _, _, _ = vitals.sections(t_start_s=0, t_end_s=1, step_s=None, samples_per_s=None)
+    assert (device.kind, device.util_pct, device.util_source) == ("mps", None, None)
+
+
 def test_counted_flops_give_mfu_and_the_estimated_bandwidth():
     clock = Clock()
     peaks = {"bandwidth_gb_s": 10.0, "tflops": {"float32": 0.001}}

@@ -258,11 +258,14 @@ class DeviceVitals:
                 flat[f"gpu.throttle.{name}"] = None if reasons is None else 100.0 * (
                     name in reasons)
         else:
-            main = (host or {}).get("main_cpu_pct")
+            # the CPU is measured through the process; another accelerator (MPS) exposes
+            # no utilization: unknown, not the CPU's figures
+            main = (host or {}).get("main_cpu_pct") if self.device.type == "cpu" else None
             util = min(100.0, main / self._threads) if main is not None else None
+            memory = (host or {}).get("memory_used_pct") if self.device.type == "cpu" else None
             row = {
                 "device_util_pct": util,
-                "memory_used_pct": (host or {}).get("memory_used_pct"),
+                "memory_used_pct": memory,
                 "temperature_c": None,
                 "bandwidth_util_pct": None,
                 "bandwidth_source": None,
@@ -302,8 +305,8 @@ class DeviceVitals:
 
     def _sections(self, a: float, b: float, step_s: float | None,
                   samples_per_s: float | None) -> tuple[Device, Bandwidth, Flops, Host]:
-        def agg(key: str) -> Aggregate | None:
-            return self._sampler.aggregate(key, a, b)
+        window = self._sampler.window(a, b)
+        agg = window.get
 
         util, memory, temperature = agg("device_util_pct"), agg("memory_used_pct"), \
             agg("temperature_c")
@@ -336,14 +339,14 @@ class DeviceVitals:
                 "activity_source": activity,
                 "index": gpu.index if gpu else None,
             }
-        else:
+        elif self.device.type == "cpu":
             device_fields = {"memory_total_gb": _mean(agg("host.memory_total_gb"))}
         device = Device(
             kind=self.device.type,
             name=self._name,
             util_pct=_mean(util),
             util_source=None if util is None else
-            ("nvml_utilization_gpu" if cuda else "process_cpu"),
+            ("nvml_utilization_gpu" if cuda else "process_cpu"),  # mps: util is None
             util_pct_min=util.min if util else None,
             util_pct_max=util.max if util else None,
             memory_used_pct=_mean(memory),

@@ -63,6 +63,10 @@ _NO_TRAFFIC = frozenset({
 })
 
 
+_POINTWISE = getattr(torch.Tag, "pointwise", None)
+_REDUCTION_TAG = getattr(torch.Tag, "reduction", None)  # not in every PyTorch release
+
+
 def op_family(func: torch._ops.OpOverload) -> str:
     """The family (one of :data:`FAMILIES`) of an ATen op."""
     name = func.overloadpacket.__name__
@@ -72,15 +76,25 @@ def op_family(func: torch._ops.OpOverload) -> str:
         return "conv"
     if "attention" in name:
         return "attention"
-    if torch.Tag.pointwise in func.tags or name in _ELEMENTWISE or name.startswith("_foreach_"):
+    tags = func.tags
+    if _POINTWISE in tags or name in _ELEMENTWISE or name.startswith("_foreach_"):
         return "elementwise"
-    if torch.Tag.reduction in func.tags or name in _REDUCTION:
+    if _REDUCTION_TAG in tags or name in _REDUCTION:
         return "reduction"
     return "other"
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
-    """Bytes of the distinct elements a tensor (or view) addresses: broadcast dims count once."""
+    """Bytes of the distinct elements a tensor (or view) addresses: broadcast dims count once.
+
+    Sparse and other non-strided layouts count their stored values only when PyTorch says
+    how many; else nothing (unknown is not guessed).
+    """
+    if t.layout != torch.strided:
+        try:
+            return int(t._nnz()) * t.element_size()
+        except (RuntimeError, AttributeError, NotImplementedError):
+            return 0
     elements = 1
     for size, stride in zip(t.shape, t.stride(), strict=True):
         if size == 0:

@@ -125,3 +125,8 @@ class Sampler:
         """Time-weighted aggregate of one flat series over ``[t_start_s, t_end_s]``."""
         with self._lock:
             return self._series.aggregate(name, t_start_s, t_end_s)
+
+    def window(self, t_start_s: float, t_end_s: float) -> dict[str, Aggregate]:
+        """Time-weighted aggregates of every series known over ``[t_start_s, t_end_s]``."""
+        with self._lock:
+            return self._series.window(t_start_s, t_end_s)

@@ -125,24 +125,37 @@ class SeriesSet:
 
     def aggregate(self, name: str, t_start: float, t_end: float) -> Aggregate | None:
         """The aggregate of one metric over ``[t_start, t_end]``; None if unknown there."""
-        column = self._column.get(name)
-        n = self._rows
-        if column is None or not n or t_end < t_start:
+        if name not in self._column:
             return None
+        return self.window(t_start, t_end).get(name)
+
+    def window(self, t_start: float, t_end: float) -> dict[str, Aggregate]:
+        """The aggregates of every metric known in ``[t_start, t_end]``, in one pass."""
+        n = self._rows
+        if not n or t_end < t_start or not self._names:
+            return {}
         start, end = self._start[:n], self._end[:n]
         width = end - start
         overlap = np.minimum(end, t_end) - np.maximum(start, t_start)
         # a zero-width reading (two at the same instant) counts when it lies in the window
         inside = (overlap > 0) | ((width == 0) & (end >= t_start) & (end <= t_end))
-        integral, covered, lows, highs, count = self._stats[:, :n, column]
-        known = inside & (count > 0)
-        if not known.any():
-            return None
-        share = (np.clip(overlap, 0, None) / np.where(width > 0, width, 1.0))[known]
-        weight = float((covered[known] * share).sum())
-        low, high = lows[known], highs[known]
-        # only instantaneous readings in the window: their plain average
-        mean = (float((integral[known] * share).sum()) / weight if weight > 0
-                else float(((low + high) / 2).mean()))
-        return Aggregate(mean=mean, min=float(low.min()), max=float(high.max()),
-                         readings=int(count[known].sum()))
+        if not inside.any():
+            return {}
+        share = (np.clip(overlap, 0, None) / np.where(width > 0, width, 1.0))[inside, None]
+        integral, covered, lows, highs, count = self._stats[:, :n][:, inside]
+        known = count > 0
+        readings = count.sum(axis=0)
+        weight = (covered * share).sum(axis=0)
+        total = (integral * share).sum(axis=0)
+        low = np.where(known, lows, math.inf).min(axis=0)
+        high = np.where(known, highs, -math.inf).max(axis=0)
+        middles = (np.where(known, lows, 0.0) + np.where(known, highs, 0.0)).sum(axis=0) / 2
+        found: dict[str, Aggregate] = {}
+        for column in np.flatnonzero(readings > 0):
+            # only instantaneous readings in the window: their plain average
+            mean = (total[column] / weight[column] if weight[column] > 0
+                    else middles[column] / known[:, column].sum())
+            found[self._names[column]] = Aggregate(
+                mean=float(mean), min=float(low[column]), max=float(high[column]),
+                readings=int(readings[column]))
+        return found
