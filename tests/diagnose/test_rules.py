@@ -1,6 +1,8 @@
 """Each rule at and around its thresholds, on hand-made summaries and step records."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainpace.diagnose import anomalies, rules
 from trainpace.diagnose._context import Context
@@ -440,3 +442,16 @@ def test_steps_within_the_summarys_warmup_are_not_measured():
     c = ctx(Summary(steps=Steps(warmup=5)), steps=records([1.0] * 5 + [0.1] * 30))
     assert c.times.step[0] == 6
     assert c.times.step_s == [0.1] * 30
+
+
+@given(period=st.integers(3, 200), offset=st.integers(0, 199), cycles=st.integers(4, 30),
+       noise=st.lists(st.tuples(st.integers(1, 6000), st.floats(0.001, 0.05)), max_size=60))
+@settings(max_examples=100, deadline=None)
+def test_a_periodic_event_is_found_among_random_slow_steps(period, offset, cycles, noise):
+    last = period * cycles
+    events = dict.fromkeys(range(1 + offset % period, last + 1, period), 0.5)
+    spikes = {s: extra for s, extra in noise if s <= last} | events
+    found = anomalies.periodic(spikes, 1, last, Thresholds())
+    assert found is not None
+    assert found[0] == period
+    assert set(events) <= set(found[1])

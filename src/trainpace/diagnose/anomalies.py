@@ -19,6 +19,7 @@ from trainpace.stats import median
 PERIOD_COVERAGE = 0.8  # a period holds when the slow steps fill 80% of its places in the run
 PERIOD_CANDIDATES = 12  # the most frequent gaps tried as periods (bounds the work on noisy runs)
 PERIOD_EXPLAINED = 0.8  # a longer period wins if it explains 80% of the best one's extra time
+BIG_SHARES = (0.5, 0.25, 0.1)  # tiers of slow steps (share of the largest extra time)
 
 
 def _best_residue(spikes: Mapping[int, float], period: int, tolerance: int) -> int:
@@ -35,6 +36,21 @@ def _best_residue(spikes: Mapping[int, float], period: int, tolerance: int) -> i
     return max((r for r, _ in pairs), key=weight)
 
 
+def _on_lattice(spikes: Mapping[int, float], period: int, residue: int, tolerance: int,
+                first: int, last: int) -> dict[int, tuple[float, int, int]]:
+    """cycle -> (-extra time, distance to its place, step) of the slowest step near each place
+    ``residue + k·period`` inside [first, last]."""
+    chosen: dict[int, tuple[float, int, int]] = {}
+    for s, extra in spikes.items():
+        cycle, offset = divmod(s - residue + tolerance, period)
+        if offset > 2 * tolerance or not first <= residue + cycle * period <= last:
+            continue  # off the lattice, or its place is outside the measured steps
+        key = (-extra, abs(offset - tolerance), s)
+        if cycle not in chosen or key < chosen[cycle]:
+            chosen[cycle] = key
+    return chosen
+
+
 def _candidates(steps: Sequence[int]) -> set[int]:
     """The most frequent gaps between slow steps one and two apart (two apart skips one
     unrelated slow step in between)."""
@@ -49,32 +65,31 @@ def periodic(
     """(period, the steps on it) when slow steps recur every N steps over [first, last].
 
     ``spikes`` maps each slow step to its extra time over the median step. Candidate periods
-    come from the gaps between all slow steps and between the stalls among them (over
-    ``stall_factor``× the median, given here as the slowest third). A candidate holds when at
+    come from the gaps between all slow steps, and between the big ones alone (tiers of
+    :data:`BIG_SHARES` of the largest extra time). A candidate holds when at
     least ``spike_min_count`` slow steps sit on one lattice ``r + k·N`` (within
-    ``period_tolerance_pct`` of N, at least one step; one per cycle, the nearest) and fill
+    ``period_tolerance_pct`` of N, at least one step; one per cycle, the slowest) and fill
     :data:`PERIOD_COVERAGE` of the lattice's places in the run. Of the candidates explaining at
     least :data:`PERIOD_EXPLAINED` of the most extra time any explains, the longest wins (then
     the one the steps sit on most exactly).
     """
     steps = sorted(spikes)
-    ranked = sorted(steps, key=lambda s: -spikes[s])
-    big = sorted(ranked[: max(t.spike_min_count, len(ranked) // 3)])
+    largest = max(spikes.values())
+    candidates = _candidates(steps)
+    for share in BIG_SHARES:  # the big events alone show their period among many small ones
+        candidates |= _candidates([s for s in steps if spikes[s] >= share * largest])
     found: list[tuple[float, int, int, list[int]]] = []  # (explained, -distance, period, on)
-    for period in sorted(_candidates(steps) | _candidates(big)):
+    for period in sorted(candidates):
         tolerance = min(max(1, int(period * t.period_tolerance_pct / 100.0)), (period - 1) // 2)
         residue = _best_residue(spikes, period, tolerance)
-        # cycle -> (distance to its place, -extra time, step): the nearest, then the slowest
-        nearest: dict[int, tuple[int, float, int]] = {}
-        for s in steps:
-            cycle, offset = divmod(s - residue + tolerance, period)
-            key = (abs(offset - tolerance), -spikes[s], s)
-            if offset <= 2 * tolerance and (cycle not in nearest or key < nearest[cycle]):
-                nearest[cycle] = key
-        on = sorted(s for _, _, s in nearest.values())
+        chosen = _on_lattice(spikes, period, residue, tolerance, first, last)
+        if chosen:  # centre the lattice on the events themselves, then choose again
+            residue = Counter(s % period for _, _, s in chosen.values()).most_common(1)[0][0]
+            chosen = _on_lattice(spikes, period, residue, tolerance, first, last)
+        on = sorted(s for _, _, s in chosen.values())
         places = len(range(first + (residue - first) % period, last + 1, period))
         if len(on) >= t.spike_min_count and len(on) >= PERIOD_COVERAGE * places:
-            found.append((sum(spikes[s] for s in on), -sum(d for d, _, _ in nearest.values()),
+            found.append((sum(spikes[s] for s in on), -sum(d for _, d, _ in chosen.values()),
                           period, on))
     if not found:
         return None

@@ -38,7 +38,7 @@ class Thresholds:
     stall_factor: float = 3.0
     spike_factor: float = 1.5
     spike_min_count: int = 3
-    period_tolerance_pct: float = 10.0
+    period_tolerance_pct: float = 5.0
     outlier_warning_pct: float = 5.0
     outlier_critical_pct: float = 20.0
     drift_warning_pct: float = 10.0
@@ -116,8 +116,8 @@ SOURCES: Mapping[str, str] = {
     "spike_factor": "inferred: 1.5× the median is well outside steady jitter and catches "
     "eval or checkpoint steps that are not full stalls",
     "spike_min_count": "inferred: three events are the fewest that show a period",
-    "period_tolerance_pct": "inferred: intervals within 10% (at least ±1 step) of their median "
-    "are one period",
+    "period_tolerance_pct": "inferred: an event may land up to 5% of its period (at least one "
+    "step) off its place, as evaluations or checkpoints triggered by time do",
     "outlier_warning_pct": "inferred: TF profiler counts 'all other time' ≥ 3–15% of the step "
     "as significant; 5% of the run lost is worth fixing",
     "outlier_critical_pct": "TraceML overhead_share_crit = 0.20 (same band as other overheads)",
