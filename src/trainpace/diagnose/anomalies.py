@@ -18,7 +18,7 @@ from trainpace.stats import median
 
 PERIOD_COVERAGE = 0.8  # a period holds when the slow steps fill 80% of its places in the run
 PERIOD_CANDIDATES = 12  # the most frequent gaps tried as periods (bounds the work on noisy runs)
-PERIOD_EXPLAINED = 0.8  # a longer period wins if it explains 80% of the best one's extra time
+PERIOD_EXPLAINED = 0.8  # a multiple wins if it explains 80% of the best period's extra time
 BIG_SHARES = (0.5, 0.25, 0.1)  # tiers of slow steps (share of the largest extra time)
 
 
@@ -69,9 +69,9 @@ def periodic(
     :data:`BIG_SHARES` of the largest extra time). A candidate holds when at
     least ``spike_min_count`` slow steps sit on one lattice ``r + k·N`` (within
     ``period_tolerance_pct`` of N, at least one step; one per cycle, the slowest) and fill
-    :data:`PERIOD_COVERAGE` of the lattice's places in the run. Of the candidates explaining at
-    least :data:`PERIOD_EXPLAINED` of the most extra time any explains, the longest wins (then
-    the one the steps sit on most exactly).
+    :data:`PERIOD_COVERAGE` of the lattice's places in the run. The best candidate explains
+    the most extra time (then sits most exactly, then is the shorter); a multiple of it that
+    explains :data:`PERIOD_EXPLAINED` as much wins over it (the longest such).
     """
     steps = sorted(spikes)
     largest = max(spikes.values())
@@ -93,11 +93,11 @@ def periodic(
                           period, on))
     if not found:
         return None
-    # A period's divisors explain its events plus whatever noise fills their other places:
-    # the longest period that explains nearly as much is the event's own period.
-    most = max(explained for explained, _, _, _ in found)
-    _, _, period, on = max((f for f in found if f[0] >= PERIOD_EXPLAINED * most),
-                           key=lambda f: (f[2], f[1]))
+    best = max(found, key=lambda f: (f[0], f[1], -f[2]))
+    # A divisor of the events' period explains them plus whatever noise fills its other
+    # places: a multiple of the best that explains nearly as much is the events' own period.
+    _, _, period, on = max((f for f in found if f[2] % best[2] == 0
+                            and f[0] >= PERIOD_EXPLAINED * best[0]), key=lambda f: (f[2], f[1]))
     return period, on
 
 
