@@ -1,44 +1,21 @@
 """Each rule at and around its thresholds, on hand-made summaries and step records."""
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from trainpace.diagnose import anomalies, rules
-from trainpace.diagnose._context import Context
-from trainpace.diagnose.thresholds import Thresholds
+from diagnose.helpers import ctx, only
+from trainpace.diagnose import rules
 from trainpace.summary import (
     Bandwidth,
-    Communication,
     Data,
     Device,
     Flops,
     Host,
     Kernels,
-    RankEntry,
     Steps,
     Summary,
     Throughput,
     Time,
 )
-
-
-def records(step_s, wait_s=None, warmup=0):
-    wait_s = wait_s or [0.0] * len(step_s)
-    out, t = [], 0.0
-    for i, (s, w) in enumerate(zip(step_s, wait_s, strict=False), start=1):
-        t += s
-        out.append({"step": i, "t_s": t, "step_s": s, "wait_s": w, "samples": 8, "warmup": i <= warmup})
-    return out
-
-
-def ctx(summary=None, steps=None, system=None, meta=None, **thresholds):
-    return Context(summary or Summary(), steps, system, meta or {}, Thresholds(**thresholds))
-
-
-def only(outcome):
-    assert len(outcome.verdicts) == 1, outcome
-    return outcome.verdicts[0]
 
 
 def data_summary(wait_pct, measured=100, step_s=0.1, **data):
@@ -219,149 +196,6 @@ def test_busy_device_without_flop_count_is_compute_with_a_caveat():
     assert rules.hardware(ctx(Summary(device=Device(util_pct=89.0)))).skipped is not None
 
 
-# ---- step-time anomalies -------------------------------------------------------------------
-
-def test_one_stall_over_three_medians():
-    steps = records([0.1] * 15 + [0.31] + [0.1] * 14)
-    v = only(rules.step_outliers(ctx(steps=steps)))
-    assert v.finding.id == "stalls"
-    ev = v.finding.evidence
-    assert (ev["count"], ev["worst_step"], ev["period_steps"]) == (1, 16, None)
-    assert ev["lost_s"] == pytest.approx(0.21)
-    assert ev["lost_pct"] == pytest.approx(100 * 0.21 / 3.21)
-    assert v.finding.severity == "warning"
-    assert v.bottleneck == "host_overhead"
-
-
-def test_a_step_under_three_medians_is_not_a_stall():
-    outcome = rules.step_outliers(ctx(steps=records([0.1] * 15 + [0.29] + [0.1] * 14)))
-    assert outcome.verdicts == ()
-    assert outcome.checked.startswith("no step over 3× the median (100 ms) in 30 steps")
-
-
-def test_periodic_slow_steps_are_found_with_their_period():
-    step_s = [0.2 if i % 10 == 0 else 0.1 for i in range(1, 61)]
-    v = only(rules.step_outliers(ctx(steps=records(step_s))))
-    assert v.finding.id == "periodic_stall"
-    ev = v.finding.evidence
-    assert (ev["period_steps"], ev["count"]) == (10, 6)
-    assert ev["outlier_steps"] == [10, 20, 30, 40, 50, 60]
-    assert ev["lost_pct"] == pytest.approx(100 * 0.6 / 6.6)
-    assert v.finding.title.startswith("Periodic slow step every 10 steps: 6 steps took 200 ms instead of 100 ms")
-    assert "checkpoint save" in v.finding.advice[0]
-
-
-def test_periodic_stall_in_the_data_wait_points_at_the_loader():
-    step_s = [0.5 if i % 8 == 0 else 0.1 for i in range(1, 41)]
-    wait_s = [0.4 if i % 8 == 0 else 0.0 for i in range(1, 41)]
-    v = only(rules.step_outliers(ctx(steps=records(step_s, wait_s))))
-    assert v.finding.title.startswith("Periodic stall every 8 steps")
-    assert v.bottleneck == "data_loading"
-    assert v.finding.evidence["in_data_wait_pct"] == pytest.approx(100.0)
-    assert "persistent_workers=True" in v.finding.advice[0]
-
-
-def test_small_outlier_cost_is_info_without_a_bottleneck():
-    step_s = [0.16 if i % 25 == 0 else 0.1 for i in range(1, 101)]  # 4 × 0.06 s of 10.24 s
-    v = only(rules.step_outliers(ctx(steps=records(step_s))))
-    assert v.finding.severity == "info"
-    assert v.bottleneck is None
-
-
-def periodic(steps, first=1, last=None, extra=None):
-    spikes = {s: (extra or {}).get(s, 1.0) for s in steps}
-    return anomalies.periodic(spikes, first, last or max(steps), Thresholds())
-
-
-def test_period_tolerates_one_step_of_jitter():
-    assert periodic([10, 20, 31, 40]) == (10, [10, 20, 31, 40])
-    assert periodic([10, 20, 35, 40]) is None
-    assert periodic([1, 2, 3]) is None
-
-
-def test_period_survives_unrelated_stalls_and_keeps_one_step_per_cycle():
-    assert periodic([10, 20, 27, 30, 40, 50, 60]) == (10, [10, 20, 30, 40, 50, 60])
-    # the step after each slow step is slow too (cold caches): one per cycle, the nearest
-    assert periodic([10, 11, 20, 21, 30, 31, 40, 41]) == (10, [10, 20, 30, 40])
-
-
-def test_the_period_that_explains_the_most_time_wins():
-    # big stalls every 10 steps, smaller slow steps clustered after each (cold caches)
-    slow = [10, 13, 14, 20, 23, 24, 30, 33, 34, 40, 43, 44, 50, 53, 54]
-    extra = {s: 0.25 if s % 10 == 0 else 0.015 for s in slow}
-    assert periodic(slow, extra=extra) == (10, [10, 20, 30, 40, 50])
-
-
-def test_noise_between_periodic_stalls_does_not_halve_the_period():
-    # stalls every 10 steps; on a loaded machine, slow steps also fall on the 5s in between
-    slow = list(range(5, 61, 5))
-    extra = {s: 0.25 if s % 10 == 0 else 0.02 for s in slow}
-    assert periodic(slow, extra=extra) == (10, [10, 20, 30, 40, 50, 60])
-
-
-def test_a_period_must_fill_most_of_its_places_in_the_run():
-    assert periodic([10, 20, 30], last=200) is None  # 3 of the 20 places every 10 steps
-    assert periodic([10, 20, 30, 40, 60, 70, 80, 90, 100], last=100) == (10, [10, 20, 30, 40, 60, 70, 80, 90, 100])
-
-
-def test_period_search_is_bounded_on_a_noisy_run():
-    import random
-    import time as clock
-
-    rng = random.Random(0)
-    steps = sorted(rng.sample(range(1, 100_000), 3000))
-    start = clock.perf_counter()
-    assert periodic(steps, last=100_000) is None
-    assert clock.perf_counter() - start < 2.0
-
-
-def test_an_unrelated_stall_beside_a_periodic_one_is_its_own_finding():
-    step_s = [0.1] * 60
-    for i in (10, 20, 30, 40, 50, 60):
-        step_s[i - 1] = 0.2
-    step_s[26] = 0.5  # step 27
-    outcome = rules.step_outliers(ctx(steps=records(step_s)))
-    assert [v.finding.id for v in outcome.verdicts] == ["periodic_stall", "stalls"]
-    assert outcome.verdicts[1].finding.evidence["outlier_steps"] == [27]
-
-
-def test_warmup_steps_are_not_outliers_and_few_steps_are_skipped():
-    steps = records([2.0, 1.0] + [0.1] * 20, warmup=2)
-    assert rules.step_outliers(ctx(steps=steps)).verdicts == ()
-    assert rules.step_outliers(ctx(steps=records([0.1] * 9))).skipped == "only 9 measured steps; the stall check needs 10"
-    assert rules.step_outliers(ctx()).skipped.startswith("no per-step records")
-
-
-def test_drift_at_ten_percent():
-    step_s = [1.0] * 10 + [1.05] * 20 + [1.1] * 10
-    v = only(rules.drift(ctx(steps=records(step_s))))
-    assert v.finding.id == "drift"
-    assert v.finding.evidence["drift_pct"] == pytest.approx(10.0)
-    assert "in the step itself" in v.finding.advice[0]
-    steady = rules.drift(ctx(steps=records([1.0] * 10 + [1.05] * 20 + [1.099] * 10)))
-    assert steady.verdicts == ()
-    assert steady.checked.startswith("step time steady (+10% from 1 s to 1.1 s over 40 steps")
-
-
-def test_drift_in_the_data_wait_says_so():
-    step_s = [0.1] * 10 + [0.13] * 10
-    wait_s = [0.0] * 10 + [0.03] * 10
-    v = only(rules.drift(ctx(steps=records(step_s, wait_s))))
-    assert v.finding.advice[0].startswith("the growth is in the data wait")
-
-
-def test_falling_step_time_hints_at_warmup():
-    v = only(rules.drift(ctx(Summary(steps=Steps(warmup=3)), steps=records([0.2] * 10 + [0.1] * 30))))
-    assert v.finding.severity == "info"
-    assert v.finding.advice[0].startswith("exclude more warm-up, e.g. Meter(warmup=12)")
-
-
-def test_drift_ignores_stalls_and_needs_twenty_steps():
-    step_s = [0.1] * 30 + [1.0]
-    assert rules.drift(ctx(steps=records(step_s))).verdicts == ()
-    assert rules.drift(ctx(steps=records([0.1] * 19))).skipped == "only 19 measured steps; the drift check needs 20"
-
-
 # ---- host overhead --------------------------------------------------------------------------
 
 def test_launch_bound_kernels_from_a_trace():
@@ -383,45 +217,6 @@ def test_saturated_host_cpu_matters_only_when_a_device_does_the_compute():
     assert rules.host_overhead(ctx(Summary())).skipped is not None
 
 
-# ---- communication and ranks ----------------------------------------------------------------
-
-@pytest.mark.parametrize(("share", "severity"), [(9.9, None), (10.0, "warning"), (29.9, "warning"), (30.0, "critical")])
-def test_communication_bands(share, severity):
-    s = Summary(world_size=8, communication=Communication(share_pct=share, overlap_pct=20.0, source="trace"))
-    outcome = rules.communication(ctx(s))
-    if severity is None:
-        assert outcome.verdicts == ()
-    else:
-        v = only(outcome)
-        assert (v.finding.severity, v.bottleneck) == (severity, "communication")
-        assert v.finding.advice[0].startswith("only 20% of it overlaps compute")
-
-
-def test_communication_single_process_and_missing_source():
-    assert rules.communication(ctx(Summary())).checked == "one process, nothing to exchange"
-    assert rules.communication(ctx(Summary(world_size=4))).skipped.startswith("no communication time")
-
-
-def test_straggler_at_ten_percent_names_the_rank_and_the_culprit():
-    ranks = [RankEntry(rank=0, host="a", step_s_median=1.0, wait_pct=2.0),
-             RankEntry(rank=1, host="a", step_s_median=1.0, wait_pct=3.0),
-             RankEntry(rank=2, host="b", step_s_median=1.1, wait_pct=15.0)]
-    v = only(rules.ranks(ctx(Summary(world_size=3, ranks=ranks))))
-    assert v.finding.title == "Rank 2 is 10% slower than the median rank"
-    assert (v.finding.severity, v.bottleneck) == ("warning", "straggler")
-    assert v.finding.advice[0].startswith("rank 2 on b waits for data 15% of its step against 3%")
-    ranks[2] = RankEntry(rank=2, host="b", step_s_median=1.09, wait_pct=3.0)
-    assert rules.ranks(ctx(Summary(world_size=3, ranks=ranks))).checked == "slowest rank 9% over the median"
-
-
-def test_straggler_in_compute_and_critical():
-    ranks = [RankEntry(rank=r, step_s_median=1.0) for r in range(3)] + [RankEntry(rank=3, step_s_median=1.25)]
-    v = only(rules.ranks(ctx(Summary(world_size=4, ranks=ranks))))
-    assert v.finding.severity == "critical"
-    assert "slower in compute" in v.finding.advice[0]
-    assert rules.ranks(ctx(Summary(ranks=[RankEntry()]))).checked == "one rank"
-
-
 def test_rules_run_in_the_experts_order():
     names = [name for name, _ in rules.RULES]
     assert names.index("step-time outliers") < names.index("roofline and bandwidth")
@@ -437,21 +232,3 @@ def test_samples_per_step_for_advice():
     assert "(now 64 samples per step)" in v.finding.advice[0]
 
 
-def test_steps_within_the_summarys_warmup_are_not_measured():
-    # records written before warm-up was decided say warmup=false; the summary knows better
-    c = ctx(Summary(steps=Steps(warmup=5)), steps=records([1.0] * 5 + [0.1] * 30))
-    assert c.times.step[0] == 6
-    assert c.times.step_s == [0.1] * 30
-
-
-@given(period=st.integers(3, 200), offset=st.integers(0, 199), cycles=st.integers(4, 30),
-       noise=st.lists(st.tuples(st.integers(1, 6000), st.floats(0.001, 0.05)), max_size=60))
-@settings(max_examples=100, deadline=None)
-def test_a_periodic_event_is_found_among_random_slow_steps(period, offset, cycles, noise):
-    last = period * cycles
-    events = dict.fromkeys(range(1 + offset % period, last + 1, period), 0.5)
-    spikes = {s: extra for s, extra in noise if s <= last} | events
-    found = anomalies.periodic(spikes, 1, last, Thresholds())
-    assert found is not None
-    assert found[0] == period
-    assert set(events) <= set(found[1])

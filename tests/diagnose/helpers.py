@@ -1,0 +1,23 @@
+"""Hand-made inputs for the rule tests: step records, a rule context."""
+
+from trainpace.diagnose._context import Context
+from trainpace.diagnose.thresholds import Thresholds
+from trainpace.summary import Summary
+
+
+def records(step_s, wait_s=None, warmup=0):
+    wait_s = wait_s or [0.0] * len(step_s)
+    out, t = [], 0.0
+    for i, (s, w) in enumerate(zip(step_s, wait_s, strict=False), start=1):
+        t += s
+        out.append({"step": i, "t_s": t, "step_s": s, "wait_s": w, "samples": 8, "warmup": i <= warmup})
+    return out
+
+
+def ctx(summary=None, steps=None, system=None, meta=None, **thresholds):
+    return Context(summary or Summary(), steps, system, meta or {}, Thresholds(**thresholds))
+
+
+def only(outcome):
+    assert len(outcome.verdicts) == 1, outcome
+    return outcome.verdicts[0]
