@@ -1,6 +1,7 @@
 """Step-time anomaly rules: stalls, periodic slow steps, drift."""
 
 import random
+import time
 
 import pytest
 from hypothesis import given, settings
