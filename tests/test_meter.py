@@ -358,3 +358,49 @@ def test_accumulate_must_be_positive():
     meter = trainpace.Meter(console=False, report=False)
     with pytest.raises(ConfigError, match="accumulate must be an integer >= 1, got 0"):
         meter.step(accumulate=0)
+
+
+# -- device vitals through the Meter --------------------------------------------------------
+
+
+def test_flops_of_the_first_step_and_the_cpu_sampler(tmp_path):
+    model = torch.nn.Linear(16, 4)
+    meter = trainpace.Meter(tmp_path / "run", console=False, report=False, window=5,
+                            sample_interval_s=0.01)
+    for x in meter.loader([torch.randn(32, 16)] * 12):
+        with meter.step(x):
+            model(x).sum().backward()
+            time.sleep(0.01)
+    s = meter.finish()
+    # forward 2·B·in·out, backward the weight gradient only (x needs no gradient): the same
+    assert s.flops.per_step == 2 * (2 * 32 * 16 * 4)
+    assert s.device.kind == "cpu"
+    assert s.device.util_source == "process_cpu"
+    assert s.device.util_pct is not None
+    assert 0.0 <= s.device.util_pct <= 100.0
+    assert s.device.temperature_c is None  # no CPU temperature source: null, not zero
+    assert s.host.cpu_threads == torch.get_num_threads()
+    rows = read_run(meter.path).system
+    assert rows
+    assert all(row["t_s"] >= 0 for row in rows)
+    assert read_run(meter.path).meta["vitals"]["sampler"]["sources"]["host"] is True
+
+
+def test_no_flop_count_with_warmup_zero(tmp_path):
+    model = torch.nn.Linear(4, 4)
+    meter = trainpace.Meter(tmp_path / "run", console=False, report=False, warmup=0)
+    for x in meter.loader([torch.randn(2, 4)] * 3):
+        with meter.step(x):
+            model(x).sum().backward()
+    assert meter.finish().flops.per_step is None
+
+
+def test_flops_per_step_given_by_the_user(tmp_path, clock):
+    meter = trainpace.Meter(tmp_path / "run", console=False, report=False, clock=clock,
+                            flops_per_step=1e9)
+    for x in meter.loader([torch.zeros(2)] * 10):
+        with meter.step(x):
+            clock.advance(0.5)
+    s = meter.finish()
+    assert s.flops.per_step == 1e9
+    assert s.flops.achieved_tflops == pytest.approx(1e9 / 0.5 / 1e12)

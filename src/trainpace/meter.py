@@ -25,7 +25,9 @@ import platform
 import socket
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
@@ -54,8 +56,15 @@ from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.console import ConsoleSink
 from trainpace.sinks.runfolder import RunFolderSink, fresh_run_folder
 from trainpace.summary import Device, Summary
+from trainpace.vitals import DeviceVitals
 
 logger = logging.getLogger("trainpace")
+
+# Sampler readings kept in memory for the diagnosis (about 3 hours at 10 Hz); all of them
+# are in system.jsonl.
+SYSTEM_ROWS_KEPT = 100_000
+SYSTEM_ROW_KEYS = ("t_s", "device_util_pct", "memory_used_pct", "temperature_c",
+                   "bandwidth_util_pct")
 
 # A mid-run summary refresh may take at most this share of the time since the previous one.
 REFRESH_BUDGET = 0.01
@@ -143,7 +152,14 @@ class Meter:
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
         self._summary: Summary | None = None
-        self._system_rows: list[dict[str, Any]] = []
+        # The sampler's headline readings, kept (bounded) for the diagnosis at the end.
+        self._system_rows: deque[dict[str, Any]] = deque(maxlen=SYSTEM_ROWS_KEPT)
+        self._vitals: DeviceVitals | None = None
+        self._vitals_started = False
+        self._flop_count: AbstractContextManager[Any] | None = None
+        if count_flops and flops_per_step is None and warmup == 0:
+            logger.info("trainpace: FLOPs are not counted with warmup=0: the counted step would "
+                        "be measured; pass flops_per_step= or leave a warm-up step")
         self._meta: dict[str, Any] = {}
         self._started_at = _dt.datetime.now(_dt.timezone.utc)
         self.path: Path | None = fresh_run_folder(self.config.out) if self.config.out else None
@@ -226,6 +242,8 @@ class Meter:
         summary: Summary | None = None
         try:
             end_s = self._clock()
+            if self._vitals is not None:
+                self._vitals.stop()  # a last reading, then the thread is joined
             self._boundary(final=True)
             summary = self._build_summary(final=True, end_s=end_s)
             summary = self._diagnosed(summary)
@@ -243,6 +261,20 @@ class Meter:
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._fault("printing the report", exc)
         return summary
+
+    def _start_vitals(self) -> None:
+        """Start the device and host sampler at the first step (its clock zero is the run's)."""
+        self._vitals_started = True
+        t0 = self._recorder.t0
+        if t0 is None:
+            return
+        config = self.config
+        self._vitals = DeviceVitals(
+            device=self.device, interval_s=config.sample_interval_s, clock=self._clock, t0=t0,
+            flops_per_step=config.flops_per_step,
+            count_flops=config.count_flops and config.warmup != 0,
+        )
+        self._vitals.start()
 
     def _diagnosed(self, summary: Summary) -> Summary:
         try:
@@ -287,8 +319,22 @@ class Meter:
                 figures["time_to_target_s"] = progress.time_to_target_s
                 figures["eta_to_target_s"] = progress.eta_s
             figures["device_kind"] = self.device.type
+            if self._vitals is not None:
+                device, bandwidth, _, _ = self._vitals.sections(
+                    t_start_s=float(records[0]["t_s"] - records[0]["step_s"]),
+                    t_end_s=float(records[-1]["t_s"]), step_s=None, samples_per_s=None)
+                figures.update(device_util_pct=device.util_pct,
+                               memory_used_pct=device.memory_used_pct,
+                               temperature_c=device.temperature_c,
+                               bandwidth_util_pct=bandwidth.util_pct)
             self._sink.log(Record("window", {"window": figures, "steps": records},
                                   records[-1]["step"]))
+        if self._vitals is not None:
+            rows = self._vitals.drain_rows()
+            if rows:
+                self._sink.log(Record("system", {"rows": rows}, rec.steps_closed))
+                self._system_rows.extend({key: row.get(key) for key in SYSTEM_ROW_KEYS}
+                                         for row in rows)
         if final:
             return
         now = self._clock()
@@ -312,10 +358,19 @@ class Meter:
             loader=self._loader,
             host=socket.gethostname(),
         )
-        return dataclasses.replace(
-            summary,
-            device=Device(kind=self.device.type, name=_device_name(self.device)),
-        )
+        if self._vitals is None:
+            return dataclasses.replace(
+                summary, device=Device(kind=self.device.type, name=_device_name(self.device)))
+        # Device figures over the measured steps: from the end of warm-up to the last step.
+        t_s = self._series.column("t_s")
+        warmup = summary.steps.warmup
+        t_start_s = float(t_s[warmup - 1]) if 0 < warmup <= len(t_s) else 0.0
+        t_end_s = float(t_s[-1]) if len(t_s) else end_s - (t0 or end_s)
+        device, bandwidth, flops, host = self._vitals.sections(
+            t_start_s=t_start_s, t_end_s=t_end_s, step_s=summary.time.step_s_median,
+            samples_per_s=summary.throughput.samples_per_s)
+        return dataclasses.replace(summary, device=device, bandwidth=bandwidth, flops=flops,
+                                   host=host)
 
     def _log_meta(self, *, finished: bool = False) -> None:
         config = self.config
@@ -353,6 +408,7 @@ class Meter:
             "target": dataclasses.asdict(self._goal) if self._goal is not None else None,
             "loader": self._loader,
             "tokens_counted": self._recorder.tokens_counted,
+            "vitals": self._vitals.meta() if self._vitals is not None else None,
         }
         self._meta = meta
         self._sink.log(Record("meta", meta, self._recorder.steps_closed))
@@ -380,17 +436,32 @@ class _StepContext:
                 rec.exclude_from_cycle(meter._clock() - started)
             if not rec.enter(self.accumulate):
                 meter._fault("a nested meter.step()", RuntimeError("steps do not nest"))
+            elif not meter._vitals_started:
+                meter._start_vitals()
+                if meter._vitals is not None:
+                    # FLOPs and bytes are counted on the first step: warm-up, never measured.
+                    meter._flop_count = meter._vitals.flop_counter(samples=rec.open_samples or None)
+                    meter._flop_count.__enter__()
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             meter._fault("starting a step", exc)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        meter = self.meter
+        closed = False
         try:
-            self.meter._recorder.exit(self.batch, failed=exc_type is not None)
+            closed = meter._recorder.exit(self.batch, failed=exc_type is not None)
         except Exception as error:  # noqa: BLE001 - monitoring never breaks training
-            self.meter._fault("ending a step", error)
+            meter._fault("ending a step", error)
         self.batch = None  # do not keep the batch alive until the next step
+        counting = meter._flop_count
+        if counting is not None and (closed or exc_type is not None):
+            meter._flop_count = None
+            try:
+                counting.__exit__(exc_type, exc, tb)
+            except Exception as error:  # noqa: BLE001 - monitoring never breaks training
+                meter._fault("counting FLOPs", error)
 
 
 class _Loader:

@@ -202,6 +202,11 @@ class StepRecorder:
     def in_step(self) -> bool:
         return self._in_step
 
+    @property
+    def open_samples(self) -> int:
+        """Samples counted so far for the step being recorded."""
+        return self._cur.samples
+
     def _count(self, row: _Row, batch: Any) -> None:
         row.batches += 1
         if type(batch) is torch.Tensor and self._samples_fn is None and self._tokens_fn is None:
