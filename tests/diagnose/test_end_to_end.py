@@ -16,14 +16,15 @@ pytestmark = pytest.mark.slow
 
 
 def test_slow_data_is_data_loading(tmp_path):
-    # 4 ms per sample × 16 samples, loaded by the training loop itself (num_workers=0)
-    settings = DemoSettings(steps=45, workers=0, slow_data_ms=4.0, batch_size=16, seq_len=16)
+    # 10 ms per sample × 16 samples, loaded by the training loop itself (num_workers=0): about
+    # half the step, so the wait outweighs what a loaded machine adds (stalls, contention)
+    settings = DemoSettings(steps=30, workers=0, slow_data_ms=10.0, batch_size=16, seq_len=16)
     summary, _ = run_demo(settings, out=tmp_path / "slow", console=False, report=False, warmup=2)
     d = summary.diagnosis
     assert d.bottleneck == "data_loading"
     finding = next(f for f in d.findings if f.id == "data_wait")
     assert finding.evidence["wait_pct"] == summary.data.wait_pct >= 20.0
-    assert summary.data.wait_s_per_step >= 16 * 0.004  # at least the injected sleep
+    assert summary.data.wait_s_per_step >= 16 * 0.010  # at least the injected sleep
     assert summary.steps.measured >= 20
     assert finding.severity == "critical"
     assert "with `num_workers=0`; try `DataLoader(num_workers=" in finding.advice[0]
