@@ -12,7 +12,9 @@ Checks (each PASS/FAIL with its figures):
 5. ``mfu_bf16``       — ``DeviceVitals`` counting a bf16 matmul step and reporting MFU,
                         against the same MFU computed by hand; sampled activity under a
                         matmul load and under a copy load (GPM on Hopper and newer).
-6. ``pytest_gpu``     — the ``gpu``-marked tests.
+6. ``sampler_cost``   — CPU cost of the 10 Hz sampler reading this GPU through the real
+                        driver (``benchmarks/sampler.py --device cuda``; target < 1% of a core).
+7. ``pytest_gpu``     — the ``gpu``-marked tests.
 
     python benchmarks/gpu_check.py [--quick] [--out FILE]
 
@@ -289,6 +291,18 @@ def check_mfu(steps: int) -> dict[str, Any]:
     }
 
 
+def check_sampler_cost(quick: bool) -> dict[str, Any]:
+    here = Path(__file__).resolve().parent
+    done = subprocess.run(
+        [sys.executable, str(here / "sampler.py"), "--device", "cuda", "--workers", "4",
+         "--seconds", "5" if quick else "10"], capture_output=True, text=True, timeout=120,
+    )
+    if done.returncode != 0:
+        return {"ok": False, "error": done.stderr[-2000:]}
+    result: dict[str, Any] = json.loads(done.stdout)
+    return {"ok": bool(result["ok"]), **result}
+
+
 def check_pytest() -> dict[str, Any]:
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(
@@ -312,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "event_timing": lambda: check_event_timing(20 if args.quick else 50),
         "ceilings": lambda: check_ceilings(args.quick),
         "mfu_bf16": lambda: check_mfu(20 if args.quick else 50),
+        "sampler_cost": lambda: check_sampler_cost(args.quick),
         "pytest_gpu": check_pytest,
     }
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}

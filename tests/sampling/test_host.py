@@ -44,6 +44,11 @@ class FakePsutil:
         self.memory = SimpleNamespace(total=32 * GB, available=24 * GB)
 
     def Process(self, pid=None):  # noqa: N802 - psutil's name
+        if pid is not None and pid != 1:
+            found = next((c for c in self.children_list if c.pid == pid), None)
+            if found is None:
+                raise FakeError(f"no process {pid}")
+            return found
         main, outer = self.main, self
 
         class Handle:
@@ -75,6 +80,8 @@ class Clock:
 
 
 def _source(ps, clock, **kwargs):
+    # no /proc children lists here: psutil's scan (the fake's children()) is used
+    kwargs.setdefault("proc", "/nonexistent")
     return HostSource(psutil_module=ps, clock=clock, cgroup=False, **kwargs)
 
 
@@ -138,6 +145,28 @@ def test_memory_is_read_every_second_and_held_in_between():
     assert reading["rss_gb"] == 3.0
 
 
+def _proc_tree(root, tree):
+    """A fake /proc with children lists: {pid: {tid: [child pids]}}."""
+    for pid, tasks in tree.items():
+        for tid, children in tasks.items():
+            folder = root / str(pid) / "task" / str(tid)
+            folder.mkdir(parents=True)
+            (folder / "children").write_text(" ".join(map(str, children)) + " ")
+
+
+def test_workers_come_from_the_kernels_children_lists(tmp_path):
+    ps, clock = FakePsutil(), Clock()
+    ps.children_list = [FakeProcess(7, cpu=1.0), FakeProcess(8, cpu=2.0), FakeProcess(9)]
+    # the main process (pid 1) forked 7 from one thread and 8 from another; 7 forked 9
+    _proc_tree(tmp_path, {1: {1: [7], 2: [8]}, 7: {7: [9]}, 8: {8: []}, 9: {9: []}})
+    host = HostSource(1, psutil_module=ps, clock=clock, cgroup=False, proc=tmp_path)
+    assert host.read()["workers"] == 3
+    assert ps.children_calls == 0  # no scan of the whole process table
+    clock.now = 1.0
+    ps.children_list[2].cpu = 0.5
+    assert host.read()["process_cpu_pct"] == 50.0
+
+
 def test_a_cgroup_limit_below_the_machine_caps_memory():
     ps, clock = FakePsutil(), Clock()
     limit = SimpleNamespace(limit_bytes=8 * GB, working_set_bytes=lambda: 6 * GB)
@@ -180,6 +209,32 @@ def test_find_cgroup_v1_and_unlimited(tmp_path):
 def test_unreadable_cgroup_usage_is_none(tmp_path):
     limit = CgroupMemory(GB, tmp_path / "nope", tmp_path / "nope", "inactive_file")
     assert limit.working_set_bytes() is None
+
+
+def test_real_workers_are_counted():
+    import subprocess
+    import sys
+
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time\nt = time.time()\nwhile time.time() - t < 0.4: pass\n"
+                              "time.sleep(5)"])
+    try:
+        host = HostSource(slow_every_s=0.0)
+        wall0 = time.monotonic()
+        first = host.read()
+        cpu0 = sum(psutil.Process(child.pid).cpu_times()[:2])
+        time.sleep(0.5)
+        second = host.read()
+        truth = 100.0 * (sum(psutil.Process(child.pid).cpu_times()[:2]) - cpu0) / (
+            time.monotonic() - wall0)
+    finally:
+        child.kill()
+        child.wait()
+    assert first["workers"] >= 1
+    workers_pct = second["process_cpu_pct"] - second["main_cpu_pct"]
+    assert workers_pct == pytest.approx(truth, abs=20.0)
 
 
 def test_real_psutil_matches_this_process_cpu_time():
