@@ -90,7 +90,8 @@ def assert_limit(summary, expected):
     """The expected bottleneck — unless other processes held this run's CPU threads back (a
     shared machine), which the diagnosis must then say instead."""
     contention = [f for f in summary.diagnosis.findings if f.id == "cpu_contention"]
-    assert summary.diagnosis.bottleneck == ("host_overhead" if contention else expected)
+    seen = [(f.id, f.severity, f.title) for f in summary.diagnosis.findings]
+    assert summary.diagnosis.bottleneck == ("host_overhead" if contention else expected), seen
 
 
 def test_a_matmul_heavy_step_is_compute(tmp_path, cpu_ceilings):

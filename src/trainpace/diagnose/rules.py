@@ -138,7 +138,7 @@ def device_util(ctx: Context) -> Outcome:
     batch = ctx.samples_per_step
     batch_text = f" (now {batch:.0f} samples per step)" if batch else ""
     finding_id = "device_idle"
-    if d.kind == "cpu" and system_cpu is not None and system_cpu >= t.host_cpu_saturated_pct:
+    if d.kind == "cpu" and system_cpu is not None and system_cpu >= t.cpu_contention_system_pct:
         finding_id = "cpu_contention"
         title = (f"Other processes take the CPU: it is {system_cpu:.0f}% busy while this run's "
                  f"threads get {d.util_pct:.0f}% of their time")

@@ -46,6 +46,7 @@ class Thresholds:
     # host overhead
     short_kernel_warning_pct: float = 50.0
     host_cpu_saturated_pct: float = 90.0
+    cpu_contention_system_pct: float = 80.0
     # distributed
     communication_warning_pct: float = 10.0
     communication_critical_pct: float = 30.0
@@ -126,6 +127,8 @@ SOURCES: Mapping[str, str] = {
     "short_kernel_warning_pct": "inferred from HTA CUDA launch stats: when most kernels are "
     "shorter than their ~5–20 µs launch overhead, the step is launch-bound",
     "host_cpu_saturated_pct": "inferred: a CPU near 100% busy cannot feed the device on time",
+    "cpu_contention_system_pct": "inferred: with under a fifth of the CPU idle, a CPU run whose "
+    "threads are idle half the time is being crowded out by other processes",
     "communication_warning_pct": "torch-tb-profiler: communication / step > 0.10 → gradient "
     "compression / accumulation advice",
     "communication_critical_pct": "inferred: DAWNBench analysis found distributed entries "
