@@ -320,16 +320,16 @@ def test_cached_ceilings_are_the_cpu_peaks(tmp_path, monkeypatch):
 
 
 def test_the_real_thread_with_real_sources():
-    t0 = time.perf_counter()
-    vitals = DeviceVitals(device="cpu", interval_s=0.02, t0=t0)
-    vitals.start()
+    vitals = DeviceVitals(device="cpu", interval_s=0.02)
+    vitals.start(t0=time.perf_counter() - 5.0)  # the run began 5 s before sampling
     time.sleep(0.3)
     vitals.stop()
     rows = vitals.drain_rows()
     assert len(rows) >= 3
+    assert rows[0]["t_s"] >= 5.0
     assert all(r["gpus"] == [] for r in rows)
     assert rows[-1]["host"]["rss_gb"] > 0
-    device, _, _, host = vitals.sections(t_start_s=0.0, t_end_s=rows[-1]["t_s"], step_s=None,
+    device, _, _, host = vitals.sections(t_start_s=5.0, t_end_s=rows[-1]["t_s"], step_s=None,
                                          samples_per_s=None)
     assert device.util_pct is not None
     assert 0.0 <= device.util_pct <= 100.0

@@ -61,7 +61,8 @@ class DeviceVitals:
     Args:
         device: the device the training runs on (``cpu``, ``cuda[:N]``).
         interval_s: sampling period (10 Hz default).
-        clock: the meter's clock; ``t0`` is its zero (system rows' ``t_s = clock() - t0``).
+        clock: the meter's clock; ``t0`` is its zero (system rows' ``t_s = clock() - t0``;
+            default: now, or what :meth:`start` is given).
         nvml: a pynvml-like module (tests pass :func:`trainpace.sampling.fake.fake_pynvml`),
             None for the installed ``pynvml``, False for no NVML.
         flops_per_step: FLOPs of one step, if known; replaces the counted FLOPs.
@@ -81,7 +82,7 @@ class DeviceVitals:
         device: str | torch.device,
         interval_s: float = 0.1,
         clock: Callable[[], float] = time.perf_counter,
-        t0: float,
+        t0: float | None = None,
         nvml: Any = None,
         flops_per_step: float | None = None,
         peaks: Peaks | Mapping[str, Any] | None = None,
@@ -116,11 +117,16 @@ class DeviceVitals:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Open the sources, resolve the peaks, start the sampler thread. Never raises."""
+    def start(self, *, t0: float | None = None) -> None:
+        """Open the sources, resolve the peaks, start the sampler thread. Never raises.
+
+        ``t0``: the meter clock's zero, when it was not known at construction.
+        """
         if self._started:
             return
         self._started = True
+        if t0 is not None:
+            self._contained("setting t0", lambda: self._sampler.set_t0(t0))
         self._threads = torch.get_num_threads()
         self._contained("opening the host readings", self._open_host)
         if self.device.type == "cuda":

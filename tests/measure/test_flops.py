@@ -125,6 +125,14 @@ def test_a_training_step_with_optimizer_is_counted_once():
     assert count.bytes == sum(f.bytes for f in count.families)
 
 
+def test_a_compiled_module_is_counted_without_a_warning_of_ours():
+    torch.manual_seed(0)
+    model = torch.compile(torch.nn.Linear(IN, OUT), backend="eager")
+    x = torch.randn(B, IN)
+    count = count_step(lambda: model(x))  # pytest turns warnings into errors
+    assert count.flops == 2 * B * IN * OUT
+
+
 def test_a_failure_of_the_counter_does_not_break_the_step(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")

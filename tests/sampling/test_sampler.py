@@ -43,6 +43,19 @@ def test_rows_and_time_weighted_aggregates_with_a_manual_clock():
     assert sampler.readings == 4
 
 
+def test_t0_can_be_set_until_the_first_reading():
+    clock = Clock(10.0)
+    sampler = Sampler(_scripted([1.0, 2.0]), clock=clock)
+    clock.now = 12.0
+    sampler.set_t0(11.0)  # the run started at 11: sampling began 1 s into it
+    clock.now = 13.0
+    assert sampler.sample_once()["t_s"] == 2.0
+    assert sampler.aggregate("value", 0.0, 2.0).readings == 1
+    assert sampler.aggregate("value", 1.5, 2.0).mean == 1.0
+    with pytest.raises(RuntimeError, match="t0 cannot move after the first reading"):
+        sampler.set_t0(0.0)
+
+
 def test_a_failing_reading_is_contained_and_logged_once(caplog):
     calls = []
 

@@ -20,6 +20,7 @@ result ``None``, logged once; an exception from the step itself propagates uncha
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -273,6 +274,14 @@ class StepCounter:
 
     def __enter__(self) -> StepCounter:
         try:
+            # FlopCounterMode's global module hooks make torch.compile warn once per
+            # compiled module; that warning is ours, not the user's (and -W error would raise)
+            quiet = warnings.catch_warnings()
+            quiet.__enter__()
+            self._modes.append(quiet)
+            warnings.filterwarnings(
+                "ignore", message=r"Using `torch.compile\(module\)` when there are global hooks",
+                category=UserWarning)
             from torch.utils.flop_counter import FlopCounterMode
 
             flop_mode = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_mapping())

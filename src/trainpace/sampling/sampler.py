@@ -65,6 +65,14 @@ class Sampler:
         self.busy_s = 0.0  # wall time spent reading
         self.busy_cpu_s = 0.0  # CPU time spent reading (the sampler's own cost)
 
+    def set_t0(self, t0: float) -> None:
+        """Move the zero of ``t_s`` (before the first reading: the run's start is known late)."""
+        with self._lock:
+            if self.readings:
+                raise RuntimeError("t0 cannot move after the first reading")
+            self._t0 = t0
+            self._series.start(self._clock() - t0)
+
     def sample_once(self) -> dict[str, Any] | None:
         """Take one reading now; returns its row (None if the reading failed)."""
         started, cpu_started = time.perf_counter(), time.thread_time()
