@@ -217,11 +217,14 @@ def _matmul_size(dtype: str, max_n: int, dev: torch.device, sync: Callable[[], N
     run()
     sync()
     best = math.inf
-    for _ in range(3):  # the best of three: one run can lose its core to another process
+    probe_start = clock()
+    for _ in range(50):  # the best of many: a short run can lose its core to another process
         start = clock()
         run()
         sync()
         best = min(best, clock() - start)
+        if clock() - probe_start > 0.05:
+            break
     rate = 2 * _PROBE_N**3 / max(best, 1e-9)
     fitting = int((rate * 0.05 / 2) ** (1 / 3)) // 64 * 64
     return max(_PROBE_N, min(max_n, fitting))
