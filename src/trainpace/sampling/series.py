@@ -134,17 +134,23 @@ class SeriesSet:
         n = self._rows
         if not n or t_end < t_start or not self._names:
             return {}
-        start, end = self._start[:n], self._end[:n]
+        # rows are in time order: only those between these two indices can overlap
+        first = int(np.searchsorted(self._end[:n], t_start, side="left"))
+        last = int(np.searchsorted(self._start[:n], t_end, side="right"))
+        if first >= last:
+            return {}
+        start, end = self._start[first:last], self._end[first:last]
         width = end - start
         overlap = np.minimum(end, t_end) - np.maximum(start, t_start)
         # a zero-width reading (two at the same instant) counts when it lies in the window
         inside = (overlap > 0) | ((width == 0) & (end >= t_start) & (end <= t_end))
         if not inside.any():
             return {}
-        share = (np.clip(overlap, 0, None) / np.where(width > 0, width, 1.0))[inside, None]
-        integral, covered, lows, highs, count = self._stats[:, :n][:, inside]
-        known = count > 0
-        readings = count.sum(axis=0)
+        share = np.where(inside, np.clip(overlap, 0, None) / np.where(width > 0, width, 1.0),
+                         0.0)[:, None]
+        integral, covered, lows, highs, count = self._stats[:, first:last]
+        known = (count > 0) & inside[:, None]
+        readings = np.where(known, count, 0.0).sum(axis=0)
         weight = (covered * share).sum(axis=0)
         total = (integral * share).sum(axis=0)
         low = np.where(known, lows, math.inf).min(axis=0)
