@@ -67,10 +67,15 @@ def test_severity_decides_the_bottleneck_before_order():
 
 def test_same_severity_the_larger_loss_wins():
     s = healthy_summary(
-        data=Data(wait_pct=12.0, wait_s_per_step=0.012),
-        device=Device(kind="cuda", util_pct=20.0),  # 68% idle not explained... but wait ≥ 10 explains it
+        data=Data(wait_pct=45.0, wait_s_per_step=0.045),
+        device=Device(kind="cuda", util_pct=20.0),  # idle 80%, over half of it waiting for data
     )
     assert diagnose(s).bottleneck == "data_loading"
+    s = healthy_summary(
+        data=Data(wait_pct=12.0, wait_s_per_step=0.012),
+        device=Device(kind="cuda", util_pct=20.0),  # idle 80%, 68% of it not waiting for data
+    )
+    assert diagnose(s).bottleneck == "host_overhead"
     s = healthy_summary(
         data=Data(wait_pct=5.0, wait_s_per_step=0.005),
         device=Device(kind="cuda", util_pct=20.0),

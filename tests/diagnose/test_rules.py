@@ -98,10 +98,18 @@ def test_cpu_threads_starved_by_other_processes_is_contention():
 
 
 def test_idle_device_explained_by_data_wait_is_left_to_the_data_rule():
-    s = Summary(device=Device(kind="cuda", util_pct=30.0), data=Data(wait_pct=40.0))
+    s = Summary(device=Device(kind="cuda", util_pct=30.0), data=Data(wait_pct=35.0))
     outcome = rules.device_util(ctx(s))
     assert outcome.verdicts == ()
-    assert "explained by the data wait (40%)" in outcome.checked
+    assert "explained by the data wait (35%)" in outcome.checked
+
+
+def test_idle_time_the_data_wait_does_not_explain_is_flagged():
+    # idle 70% of the time, waiting for data 34%: less than half of the idle time
+    s = Summary(device=Device(kind="cuda", util_pct=30.0), data=Data(wait_pct=34.0))
+    v = only(rules.device_util(ctx(s)))
+    assert v.finding.id == "device_idle"
+    assert v.lost_pct == pytest.approx(36.0)
 
 
 def test_device_without_a_reading_is_not_checked():
@@ -194,6 +202,9 @@ def test_busy_device_without_flop_count_is_compute_with_a_caveat():
     v = only(rules.hardware(ctx(Summary(device=Device(kind="cuda", util_pct=90.0)))))
     assert (v.finding.id, v.bottleneck) == ("device_busy", "compute")
     assert rules.hardware(ctx(Summary(device=Device(util_pct=89.0)))).skipped is not None
+    counted = rules.hardware(ctx(Summary(device=Device(kind="cpu"), flops=Flops(per_step=1e9))))
+    assert counted.skipped == ("FLOPs counted but no peak known for the cpu (trainpace ceilings "
+                               "measures one), so no roofline verdict")
 
 
 # ---- host overhead --------------------------------------------------------------------------

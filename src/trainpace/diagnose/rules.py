@@ -112,6 +112,9 @@ def hardware(ctx: Context) -> Outcome:
             bottleneck="compute",
         )
     if f.roofline is None and b.util_pct is None:
+        if f.per_step is not None:
+            return Outcome(skipped=f"FLOPs counted but no peak known for the {d.kind or 'device'}"
+                           " (trainpace ceilings measures one), so no roofline verdict")
         return Outcome(skipped="no FLOP count (flops.roofline) and no bandwidth reading")
     return Outcome(checked=f"bandwidth {b.util_pct:.0f}% of peak ({b.source})"
                    if b.util_pct is not None else "no roofline verdict")
@@ -126,7 +129,8 @@ def device_util(ctx: Context) -> Outcome:
     if d.util_pct >= t.device_util_low_pct:
         return Outcome(checked=f"device busy {d.util_pct:.0f}% (≥ {t.device_util_low_pct:g}%)")
     wait = s.data.wait_pct or 0.0
-    if wait >= t.data_wait_warning_pct:
+    idle = 100.0 - d.util_pct
+    if wait >= t.data_wait_warning_pct and wait >= 0.5 * idle:
         return Outcome(
             checked=f"device busy {d.util_pct:.0f}%, explained by the data wait ({wait:.0f}%)"
         )

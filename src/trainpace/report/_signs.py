@@ -113,7 +113,9 @@ def signs(summary: Summary) -> list[Sign]:
             f"{pct(b.util_pct)} of peak" if b.util_pct is not None
             else num(b.achieved_gb_s, "GB/s"),
             _details(("", f"{num(b.achieved_gb_s, 'GB/s')} of {num(b.peak_gb_s, 'GB/s')}"
-                      if b.achieved_gb_s is not None and b.peak_gb_s is not None else None),
+                      if b.achieved_gb_s is not None and b.peak_gb_s is not None else
+                      "no peak known: share of peak not measured"
+                      if b.achieved_gb_s is not None else None),
                      ("source", b.source), ("roofline", f.roofline)),
         ),
         Sign(
