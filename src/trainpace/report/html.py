@@ -31,6 +31,7 @@ section h2{font-size:16px;margin:0 0 12px}
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:5px 8px;
 border-bottom:1px solid #eef0f3;vertical-align:top}th{color:#5f6775;font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td:first-child{white-space:nowrap}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-size:12px;
 font-weight:600;text-transform:uppercase}
 .dot{display:inline-block;width:10px;height:10px;border-radius:5px;margin-right:6px}
