@@ -404,3 +404,20 @@ def test_flops_per_step_given_by_the_user(tmp_path, clock):
     s = meter.finish()
     assert s.flops.per_step == 1e9
     assert s.flops.achieved_tflops == pytest.approx(1e9 / 0.5 / 1e12)
+
+
+def test_user_peaks_give_mfu(tmp_path, clock):
+    meter = trainpace.Meter(tmp_path / "run", console=False, report=False, clock=clock,
+                            flops_per_step=2e9, peaks={"tflops": {"fp32": 0.04}}, dtype="fp32")
+    for x in meter.loader([torch.zeros(2)] * 10):
+        with meter.step(x):
+            clock.advance(0.1)
+    s = meter.finish()
+    assert s.flops.achieved_tflops == pytest.approx(0.02)
+    assert s.flops.mfu_pct == pytest.approx(50.0)
+    assert read_run(meter.path).meta["cpu_count"] >= 1
+
+
+def test_bad_peaks_fail_before_training():
+    with pytest.raises(ConfigError, match="peaks"):
+        trainpace.Meter(peaks={"tflops": {"fp32": -1}}, console=False)

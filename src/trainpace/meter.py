@@ -20,13 +20,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import logging
+import math
 import os
 import platform
 import socket
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
@@ -36,6 +37,7 @@ import torch
 
 from trainpace._version import __version__
 from trainpace.config import MeterConfig, WarmupSetting, is_int_at_least
+from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.diagnose import diagnose
 from trainpace.errors import ConfigError
 from trainpace.measure.batch import is_pinned, move_to
@@ -63,6 +65,7 @@ logger = logging.getLogger("trainpace")
 # Sampler readings kept in memory for the diagnosis (about 3 hours at 10 Hz); all of them
 # are in system.jsonl.
 SYSTEM_ROWS_KEPT = 100_000
+SYSTEM_LOG_INTERVAL_S = 1.0  # system.jsonl: one reading a second (a GPU row is ~1 kB)
 SYSTEM_ROW_KEYS = ("t_s", "device_util_pct", "memory_used_pct", "temperature_c",
                    "bandwidth_util_pct")
 
@@ -89,6 +92,10 @@ class Meter:
         count_flops: count FLOPs and bytes of one warm-up step (MFU and roofline).
         flops_per_step: FLOPs of one optimizer step, if you know them (skips counting).
         profile_steps: ``(start, stop)``: capture a profiler trace of those steps.
+        peaks: your device's peaks, over the spec table and measured ceilings:
+            ``{"bandwidth_gb_s": 900, "tflops": {"bf16": 120}}``.
+        dtype: the dtype whose peak MFU is measured against (default: the one that carried
+            most of the counted FLOPs).
         run_id: name of the run (default: the run folder's name, else a timestamp).
         sinks: more sinks (objects with ``log(record)`` and ``close()``).
         stream: where the console line and the report go (default: stderr).
@@ -113,6 +120,8 @@ class Meter:
         count_flops: bool = True,
         flops_per_step: float | None = None,
         profile_steps: tuple[int, int] | None = None,
+        peaks: Mapping[str, Any] | None = None,
+        dtype: str | None = None,
         run_id: str | None = None,
         sinks: Sequence[Sink] = (),
         stream: TextIO | None = None,
@@ -136,6 +145,9 @@ class Meter:
             profile_steps=tuple(profile_steps) if profile_steps is not None else None,  # type: ignore[arg-type]
             run_id=run_id,
         )
+        # Checked now, so a bad override fails here and not in the middle of the training.
+        self._peaks = override_peaks(peaks) if peaks is not None else None
+        self._dtype = canonical_dtype(dtype) if dtype is not None else None
         self._stream = stream
         self._clock = clock
         self._faults: set[str] = set()
@@ -156,6 +168,7 @@ class Meter:
         self._system_rows: deque[dict[str, Any]] = deque(maxlen=SYSTEM_ROWS_KEPT)
         self._vitals: DeviceVitals | None = None
         self._vitals_started = False
+        self._system_written_s = -math.inf
         self._flop_count: AbstractContextManager[Any] | None = None
         if count_flops and flops_per_step is None and warmup == 0:
             logger.info("trainpace: FLOPs are not counted with warmup=0: the counted step would "
@@ -271,7 +284,7 @@ class Meter:
         config = self.config
         self._vitals = DeviceVitals(
             device=self.device, interval_s=config.sample_interval_s, clock=self._clock, t0=t0,
-            flops_per_step=config.flops_per_step,
+            flops_per_step=config.flops_per_step, peaks=self._peaks, dtype=self._dtype,
             count_flops=config.count_flops and config.warmup != 0,
         )
         self._vitals.start()
@@ -331,10 +344,16 @@ class Meter:
                                   records[-1]["step"]))
         if self._vitals is not None:
             rows = self._vitals.drain_rows()
-            if rows:
-                self._sink.log(Record("system", {"rows": rows}, rec.steps_closed))
-                self._system_rows.extend({key: row.get(key) for key in SYSTEM_ROW_KEYS}
-                                         for row in rows)
+            self._system_rows.extend({key: row.get(key) for key in SYSTEM_ROW_KEYS}
+                                     for row in rows)
+            # Every reading feeds the aggregates; the file keeps about one a second.
+            written = []
+            for row in rows:
+                if row["t_s"] - self._system_written_s >= SYSTEM_LOG_INTERVAL_S:
+                    written.append(row)
+                    self._system_written_s = row["t_s"]
+            if written:
+                self._sink.log(Record("system", {"rows": written}, rec.steps_closed))
         if final:
             return
         now = self._clock()
@@ -392,6 +411,7 @@ class Meter:
             "clock": self._recorder.timer.name if self._recorder.timer is not None else "host",
             "world_size": 1,
             "rank": 0,
+            "cpu_count": _usable_cpus(),
             "config": {
                 "window": config.window,
                 "warmup": config.warmup,
@@ -553,6 +573,14 @@ def _device_name(device: torch.device) -> str | None:
     except Exception:  # noqa: BLE001 - a name is nice to have, never required
         return None
     return None
+
+
+def _usable_cpus() -> int | None:
+    """CPUs this process may run on (its affinity), which bounds useful DataLoader workers."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count()
 
 
 def _cpu_name() -> str | None:

@@ -65,23 +65,22 @@ def steady_start(
     """Index of the first step of the steady state, or None if none is visible yet.
 
     The steady reference is the median of the second half of the steps. The steady state
-    starts at the first step ``i >= 1`` (the first step is always warm-up: it pays for
-    lazy initialisation, allocator growth and loader start-up) from which ``run_length``
-    consecutive steps are all within ``(1 + tolerance)`` times that reference. Requiring a run,
-    not a single fast step, keeps one lucky step amid slow ones from ending warm-up; a stall
-    later in the run does not move the start back.
+    starts at the first step ``i >= 1`` (the first step is always warm-up: it pays for lazy
+    initialisation, allocator growth and loader start-up) that is itself within
+    ``(1 + tolerance)`` times the reference and from which the median of the next
+    ``run_length`` steps is too. The median lets a noisy step or two through (a loaded
+    machine), while warm-up steps, slow one after another, keep it high; a stall later in the
+    run does not move the start back.
     """
     n = len(step_s)
     run = min(run_length, max(1, n // 4))
     if n < 2 * run + 1:
         return None
     times = np.asarray(step_s, dtype=np.float64)
-    reference = float(np.median(times[n // 2 :]))
-    steady = times <= reference * (1.0 + tolerance)
-    # windowed count of steady steps: counts[i] = number of steady steps in times[i:i+run]
-    cumulative = np.concatenate(([0], np.cumsum(steady)))
-    counts = cumulative[run:] - cumulative[:-run]
-    starts = np.flatnonzero(counts[1:] == run)
+    limit = float(np.median(times[n // 2 :])) * (1.0 + tolerance)
+    windows = np.lib.stride_tricks.sliding_window_view(times, run)  # windows[i] = times[i:i+run]
+    steady = (np.median(windows, axis=1) <= limit) & (times[: len(windows)] <= limit)
+    starts = np.flatnonzero(steady[1:])
     if starts.size == 0:
         return None
     return int(starts[0]) + 1

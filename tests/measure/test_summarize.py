@@ -151,3 +151,14 @@ def test_an_up_to_date_summary_is_kept(tmp_path):
 def test_nan_free_json():
     s = summarize(StepSeries.from_records(records([0.1] * 3)), warmup=1)
     assert all(not (isinstance(v, float) and math.isnan(v)) for v in s.to_dict()["time"].values())
+
+
+def test_auto_warmup_tolerates_noise_after_warmup():
+    # warm-up of 3 slow steps, then steady 10 ms steps with a noisy 25 ms step in the first run
+    step_s = np.array([0.5, 0.3, 0.2, 0.010, 0.025, 0.010, 0.011, 0.010] + [0.010] * 40)
+    assert warmup_steps(step_s, "auto") == 3
+
+
+def test_auto_warmup_does_not_start_on_a_fast_step_amid_slow_ones():
+    step_s = np.array([0.5, 0.4, 0.01, 0.3, 0.2, 0.15] + [0.01] * 40)
+    assert warmup_steps(step_s, "auto") == 6
