@@ -198,7 +198,7 @@ def test_console_line_per_window(tmp_path, clock, capsys):
     loop(meter, clock, batches=20, wait_s=0.001, compute_s=0.009, losses=[2.5] * 20)
     meter.finish()
     lines = stream.getvalue().splitlines()
-    assert lines[0] == "step 10 | 1,600 samples/s | step 10.0 ms (p90 10.0 ms) | data wait 10.0% | loss 2.5"
+    assert lines[0] == "step 10 | 1,600 samples/s | step 10 ms (p90 10 ms) | data wait 10.0% | loss 2.5"
     assert lines[1].startswith("step 20 | 1,600 samples/s")
     assert capsys.readouterr().out == ""  # nothing on stdout
 

@@ -11,7 +11,7 @@ from trainpace.diagnose.advice import (
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(0.00085, "850 µs"), (0.0123, "12.3 ms"), (0.5, "500 ms"), (1.2, "1.2 s"), (300.0, "5 min")],
+    [(0.00085, "850 µs"), (0.0123, "12.3 ms"), (0.5, "500 ms"), (1.2, "1.2 s"), (300.0, "5m00s")],
 )
 def test_duration(seconds, text):
     assert duration(seconds) == text

@@ -10,16 +10,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-
-def duration(seconds: float) -> str:
-    """A duration for a sentence: ``850 µs``, ``12.3 ms``, ``1.20 s``, ``3.5 min``."""
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} µs"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.3g} ms"
-    if seconds < 120.0:
-        return f"{seconds:.3g} s"
-    return f"{seconds / 60.0:.3g} min"
+from trainpace.units import format_duration as duration
 
 
 def gain_if_removed(lost_pct: float) -> float:

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainpace.diagnose.advice import duration
 from trainpace.summary import SEVERITIES, Diagnosis, Finding, Summary
+from trainpace.units import format_duration as duration
 
 DASH = "—"
 

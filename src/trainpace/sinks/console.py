@@ -8,6 +8,7 @@ import sys
 from typing import Any, TextIO
 
 from trainpace.runlog import Record
+from trainpace.units import format_duration
 
 
 def format_window(figures: dict[str, Any]) -> str:
@@ -23,7 +24,7 @@ def format_window(figures: dict[str, Any]) -> str:
         parts.append(f"{_compact(tokens)} tok/s")
     median, p90 = figures.get("step_s_median"), figures.get("step_s_p90")
     if median is not None and p90 is not None:
-        parts.append(f"step {_duration(median)} (p90 {_duration(p90)})")
+        parts.append(f"step {format_duration(median)} (p90 {format_duration(p90)})")
     wait = figures.get("wait_pct")
     if wait is not None:
         parts.append(f"data wait {wait:.1f}%")
@@ -35,9 +36,9 @@ def format_window(figures: dict[str, Any]) -> str:
         parts.append(f"loss {loss:.4g}")
     eta = figures.get("eta_to_target_s")
     if figures.get("time_to_target_s") is not None:
-        parts.append(f"target reached at {_duration(figures['time_to_target_s'])}")
+        parts.append(f"target reached at {format_duration(figures['time_to_target_s'])}")
     elif eta is not None:
-        parts.append(f"target in ~{_duration(eta)}")
+        parts.append(f"target in ~{format_duration(eta)}")
     return " | ".join(parts)
 
 
@@ -46,20 +47,6 @@ def _compact(value: float) -> str:
         if value >= limit:
             return f"{value / limit:.1f}{suffix}"
     return f"{value:.0f}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} µs"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.1f} ms"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 120:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 class ConsoleSink:
