@@ -15,6 +15,7 @@ from trainpace.diagnose import advice as adv
 from trainpace.diagnose._context import Context, Outcome, Verdict, banded, verdict
 from trainpace.diagnose.thresholds import Thresholds
 from trainpace.stats import median
+from trainpace.units import format_duration as duration
 
 PERIOD_COVERAGE = 0.8  # a period holds when the slow steps fill 80% of its places in the run
 PERIOD_CANDIDATES = 12  # the most frequent gaps tried as periods (bounds the work on noisy runs)
@@ -136,11 +137,11 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
         "lost_pct": lost_pct,
         "in_data_wait_pct": 100.0 * in_wait_s / lost_s if lost_s > 0 else None,
     }
-    each, gain = adv.duration(lost_s / len(chosen)), adv.gain_text(lost_pct)
+    each, gain = duration(lost_s / len(chosen)), adv.gain_text(lost_pct)
     if period:
         kind = "stall" if max(slow) > t.stall_factor * med else "slow step"
         title = (f"Periodic {kind} every {period} steps: {len(chosen)} steps took "
-                 f"{adv.duration(median(slow) or 0.0)} instead of {adv.duration(med)} "
+                 f"{duration(median(slow) or 0.0)} instead of {duration(med)} "
                  f"({lost_pct:.1f}% of the time)")
         advice = (
             f"the extra {each} each time is in the data wait: the loader runs dry every "
@@ -156,7 +157,7 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
     else:
         title = (f"{len(chosen)} stall{'s' if len(chosen) > 1 else ''} over "
                  f"{t.stall_factor:g}× the median step: worst "
-                 f"{adv.duration(times.step_s[worst])} at step {times.step[worst]} "
+                 f"{duration(times.step_s[worst])} at step {times.step[worst]} "
                  f"({lost_pct:.1f}% of the time)")
         advice = (
             "the stalls are in the data wait: a slow read or a slow sample (check storage and "
@@ -196,7 +197,7 @@ def step_outliers(ctx: Context) -> Outcome:
         verdicts.append(_outliers(ctx, stalls, None))
     if verdicts:
         return Outcome(verdicts=tuple(verdicts))
-    return Outcome(checked=f"no step over {t.stall_factor:g}× the median ({adv.duration(med)}) "
+    return Outcome(checked=f"no step over {t.stall_factor:g}× the median ({duration(med)}) "
                            f"in {len(times.step_s)} steps, no periodic slow step")
 
 
@@ -226,7 +227,7 @@ def drift(ctx: Context) -> Outcome:
         "first_quarter_wait_s": wait_first,
         "last_quarter_wait_s": wait_last,
     }
-    span = f"from {adv.duration(first)} to {adv.duration(last)} over {n} steps"
+    span = f"from {duration(first)} to {duration(last)} over {n} steps"
     if drift_pct >= t.drift_warning_pct:
         temps = ctx.system_values("temperature_c")
         if wait_last - wait_first >= 0.5 * (last - first):
