@@ -5,11 +5,13 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from tracekit import HANDMADE, RESNET_NW0, SAMPLED, handmade
 
 from trainpace.errors import TraceFormatError
+from trainpace.trace import stream
 from trainpace.trace.load import json_bytes, load_trace, memory_needed, trace_files
 
 WriteTrace = Callable[..., Path]
@@ -42,6 +44,20 @@ def test_piece_size_does_not_change_the_columns(chunk: int) -> None:
     assert _names(pieces) == _names(whole)
     for column in ("ts", "dur", "stream", "correlation", "external_id"):
         assert np.array_equal(getattr(pieces, column), getattr(whole, column))
+
+
+def test_orjson_path_gives_the_same_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = load_trace(SAMPLED[1])
+
+    class Refuses:
+        def decode(self, data: bytes) -> None:
+            raise msgspec.DecodeError("refused")
+
+    monkeypatch.setattr(stream, "_DECODER", Refuses())
+    slow = load_trace(SAMPLED[1])
+    assert _names(slow) == _names(fast) and slow.skipped == fast.skipped
+    for column in ("ts", "dur", "stream", "correlation", "external_id", "device"):
+        assert np.array_equal(getattr(slow, column), getattr(fast, column))
 
 
 def test_real_gzip_trace_matches_a_plain_parse() -> None:
@@ -156,6 +172,11 @@ def test_corrupted_gzip(write_trace: WriteTrace) -> None:
 def test_bad_input_is_one_clear_error(write_trace: WriteTrace, content: bytes,
                                       expected: str) -> None:
     assert expected in _error(write_trace(content))
+
+
+def test_file_ending_after_the_key_with_small_pieces(write_trace: WriteTrace) -> None:
+    path = write_trace(b'{"pad": "' + b"x" * 200 + b'", "traceEvents"')
+    assert "not valid JSON" in _error(path, chunk_bytes=64)
 
 
 def test_missing_file_and_empty_folder(tmp_path: Path) -> None:

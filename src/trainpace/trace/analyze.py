@@ -24,6 +24,7 @@ from trainpace.trace.load import (
     TraceColumns,
     available_memory,
     check_memory,
+    json_bytes,
     load_trace,
     memory_needed,
     trace_files,
@@ -32,6 +33,7 @@ from trainpace.trace.prepare import Prepared, prepare
 from trainpace.trace.result import CrossRank, RankAnalysis, TraceAnalysis
 
 logger = logging.getLogger(__name__)
+PARALLEL_MIN_BYTES = 32 << 20  # of JSON in all: below it, ranks are read one after the other
 
 
 def _declared_rank(meta: dict[str, Any]) -> int | None:
@@ -128,11 +130,14 @@ def _analyze_file(path: str, gap_threshold_us: float, top: int) -> RankAnalysis:
 
 
 def _workers(files: list[str], workers: int | None) -> int:
-    """Processes to use: one per file, within the CPUs and the memory available."""
+    """Processes to use: one per file, within the CPUs and the memory available; by default
+    one in all when the traces are small (starting processes would cost more than it saves)."""
     needs = [memory_needed(f) for f in files]
     free = available_memory()
     for f in files:
         check_memory(f, free)
+    if workers is None and sum(json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
+        return 1
     limit = workers if workers is not None else (os.cpu_count() or 1)
     if free is not None:
         limit = min(limit, max(1, int(free // max(needs))))

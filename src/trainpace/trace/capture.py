@@ -2,7 +2,8 @@
 
 The Meter drives a :class:`ProfileWindow`: ``step_begin(n)`` at the start of step n's cycle
 (before its batch is fetched, so the DataLoader shows inside the step) and ``step_end(n)``
-when the step is done. Outside the window both are one integer comparison. Inside, the
+when the step is done; ``ProfilerStep#n`` runs from one step's begin to the next one's, the
+Meter's step cycle. Outside the window both are a comparison or two. Inside, the
 profiler records the host and, where CUDA is available, the device; ``ProfilerStep#n`` spans
 carry the Meter's own step numbers. At the end of the window the trace is written to
 ``out_dir`` as gzip, and :meth:`ProfileWindow.analyze` reads it back at the end of the run.
@@ -77,7 +78,13 @@ class ProfileWindow:
                 profiler.stop()
 
     def step_begin(self, step: int) -> None:
-        """Start profiling when ``step`` is the window's first step."""
+        """Start profiling at the window's first step; mark each later step's start."""
+        if self._state == "recording":
+            try:
+                self._profiler.step()  # ends ProfilerStep#<step - 1>, opens #<step>
+            except Exception as exc:  # noqa: BLE001 - never into the training loop
+                self._give_up("recording the profile", exc)
+            return
         if step != self.start_step or self._state != "waiting":
             return
         try:
@@ -98,16 +105,13 @@ class ProfileWindow:
             self._give_up("starting torch.profiler", exc)
 
     def step_end(self, step: int) -> None:
-        """Mark a step boundary; stop and write the trace after the window's last step."""
-        if self._state != "recording":
+        """Stop and write the trace after the window's last step."""
+        if self._state != "recording" or step < self.stop_step - 1:
             return
         try:
-            if step >= self.stop_step - 1:
-                self._finish()
-            else:
-                self._profiler.step()
+            self._finish()
         except Exception as exc:  # noqa: BLE001 - never into the training loop
-            self._give_up("recording the profile", exc)
+            self._give_up("writing the profile", exc)
 
     def close(self) -> None:
         """End a window the run did not reach the end of, keeping what was recorded."""

@@ -81,9 +81,9 @@ def hta_kernel_type(name: str) -> str:
 
 # ---- trainpace kernel categories -------------------------------------------------------
 
-# (category, pattern), first hit wins; searched case-insensitively, first in the kernel's own
-# name (before its template and argument lists, so "elementwise_kernel<..fbgemm..>" is not a
-# GEMM) and, when that finds nothing, in the whole name ("cutlass::Kernel<..s1688gemm..>").
+# (category, lower-case pattern), first hit wins; searched in the lower-cased name: first its
+# own part (before its template and argument lists, so "elementwise_kernel<..fbgemm..>" is
+# not a GEMM) and, when that finds nothing, the whole name ("cutlass::Kernel<..s1688gemm..>").
 KERNEL_CATEGORIES: tuple[tuple[str, str], ...] = (
     ("communication", r"nccl|rccl|hccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
                       r"|sendrecv|nvshmem|dpsk::ep"),
@@ -101,16 +101,17 @@ KERNEL_CATEGORIES: tuple[tuple[str, str], ...] = (
 )
 CATEGORIES: tuple[str, ...] = (*(c for c, _ in KERNEL_CATEGORIES), "other")
 _CATEGORY_PATTERNS = tuple(
-    (category, re.compile(pattern, re.IGNORECASE)) for category, pattern in KERNEL_CATEGORIES
+    (category, re.compile(pattern)) for category, pattern in KERNEL_CATEGORIES
 )
 _OWN_NAME = re.compile(r"^(?:void\s+)?([^<(]*)")
 
 
 def kernel_category(name: str) -> str:
     """The category of a device kernel or copy, by its name."""
-    match = _OWN_NAME.match(name)
-    own = match.group(1) if match else name
-    for text in (own, name):
+    low = name.lower()  # the patterns are lower-case: cheaper than case-insensitive matching
+    match = _OWN_NAME.match(low)
+    own = match.group(1) if match else low
+    for text in (own, low):
         for category, pattern in _CATEGORY_PATTERNS:
             if pattern.search(text):
                 return category

@@ -1,39 +1,29 @@
 """Read a Kineto (``torch.profiler``) Chrome trace into columns: one numpy array per field.
 
-The file is streamed: gzip is decompressed in blocks, the ``traceEvents`` array is cut at
-event boundaries into pieces of a few MB, each piece is parsed by orjson and its complete
-(``"ph": "X"``) events are appended to typed arrays, and the piece is dropped. Memory is the
-columns (about 50 bytes an event) plus one piece, not the whole document as Python objects.
-
-Cutting is safe without a JSON tokenizer: a piece ends at a ``}`` followed by ``,`` or ``]``.
-If that ``}`` was inside a string or a nested object, the piece does not parse *and* the parse
-fails at its very end; a failure anywhere else is damage in the file, reported with its
-offset. Everything wrong with the input becomes a :class:`TraceFormatError` naming the file.
+The file is streamed in pieces of whole events (:mod:`.stream`); each piece's complete
+(``"ph": "X"``) events are appended to typed arrays and the piece is dropped. Memory is the
+columns (about 60 bytes an event) plus one piece, not the whole document as Python objects.
+Everything wrong with the input becomes a :class:`TraceFormatError` naming the file; a bad
+event is counted and skipped, and the analysis says how many.
 """
 
 from __future__ import annotations
 
-import gzip
 import math
 import os
-import zlib
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+import msgspec
 import numpy as np
-import orjson
 
 from trainpace.errors import TraceFormatError
+from trainpace.trace.stream import Event, Source, Stream
 
-CHUNK_BYTES = 4 << 20
-_HEADER_LIMIT = 64 << 20
-_WS = b" \t\r\n"
-_KEY = b'"traceEvents"'
-_CLOSE, _COMMA, _BRACKET = ord("}"), ord(","), ord("]")
+CHUNK_BYTES = 1 << 20
 # Bytes the analysis needs per byte of trace JSON (columns and their derived arrays), and the
 # parsed Python objects of one piece per byte of it; measured on real traces, kept generous.
 _COLUMN_BYTES_PER_JSON_BYTE = 0.5
@@ -86,14 +76,20 @@ def load_trace(
     check_memory(name, memory_available)
     columns = _Columns()
     try:
-        with _Source(name) as source:
-            meta = _Stream(source, name, chunk_bytes, columns.add).run()
+        with Source(name) as source:
+            meta = Stream(source, name, chunk_bytes, columns).run()
     except MemoryError as exc:
         raise TraceFormatError(
             f"{name}: ran out of memory while reading it; analyze it on a machine with more "
             "memory or record fewer steps (torch.profiler.schedule(active=...))"
         ) from exc
-    return columns.finish(name, meta)
+    loaded = columns.finish(name, meta)
+    if not len(loaded):
+        raise TraceFormatError(
+            f"{name}: no complete ('ph': 'X') events with a category among its "
+            f"{loaded.events_total} events: not a profiler trace, or an empty one"
+        )
+    return loaded
 
 
 # ---- memory ---------------------------------------------------------------------------------
@@ -147,254 +143,6 @@ def _size(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
-# ---- bytes ----------------------------------------------------------------------------------
-
-
-class _Source:
-    """The decompressed bytes of a trace file; every read error is a TraceFormatError."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._raw: IO[bytes] | None = None
-        self._stream: IO[bytes] | gzip.GzipFile | None = None
-
-    def __enter__(self) -> _Source:
-        try:
-            self._raw = open(self.path, "rb")  # closed in __exit__
-            gz = self._raw.read(2) == b"\x1f\x8b"
-            self._raw.seek(0)
-        except OSError as exc:
-            raise TraceFormatError(f"{self.path}: cannot read it ({exc.strerror or exc})") from exc
-        self._stream = gzip.GzipFile(fileobj=self._raw) if gz else self._raw
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for stream in (self._stream, self._raw):
-            if stream is not None:
-                stream.close()
-
-    def read(self, size: int) -> bytes:
-        assert self._stream is not None
-        try:
-            return self._stream.read(size)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise TraceFormatError(
-                f"{self.path}: the gzip stream is damaged or truncated ({exc}); "
-                "the profiler may have been killed while writing it"
-            ) from exc
-        except OSError as exc:
-            raise TraceFormatError(f"{self.path}: cannot read it ({exc})") from exc
-
-
-class _Stream:
-    """Walks the document: the keys around ``traceEvents`` and the events in pieces."""
-
-    def __init__(self, source: _Source, path: str, chunk_bytes: int,
-                 sink: Callable[[list[Any]], None]) -> None:
-        self.source, self.path, self.chunk, self.sink = source, path, max(chunk_bytes, 64), sink
-        self.buf = b""
-        self.pos = 0
-        self.offset = 0  # position of buf[0] in the decompressed stream
-        self.hold: int | None = None  # keep the bytes from here (absolute) when reading on
-        self.eof = False
-
-    # -- buffer
-    def _more(self, want: int) -> bool:
-        """Read until ``want`` bytes lie after pos (or the end); False if nothing was added."""
-        if self.eof or len(self.buf) - self.pos >= want:
-            return False
-        drop = self.pos if self.hold is None else min(self.pos, self.hold - self.offset)
-        if drop > 0:
-            self.offset += drop
-            self.buf, self.pos = self.buf[drop:], self.pos - drop
-        parts = [self.buf]
-        have = len(self.buf)
-        while have < want:
-            block = self.source.read(max(want - have, 1 << 16))
-            if not block:
-                self.eof = True
-                break
-            parts.append(block)
-            have += len(block)
-        self.buf = b"".join(parts)
-        return have > len(parts[0]) or self.eof
-
-    def _skip_ws(self) -> int:
-        """Skip whitespace; return the next byte, or -1 at the end of the file."""
-        while True:
-            while self.pos < len(self.buf) and self.buf[self.pos] in _WS:
-                self.pos += 1
-            if self.pos < len(self.buf):
-                return self.buf[self.pos]
-            if self.eof:
-                return -1
-            self._more(self.chunk)
-
-    def _fail(self, what: str) -> TraceFormatError:
-        return TraceFormatError(f"{self.path}: {what}")
-
-    # -- document
-    def run(self) -> dict[str, Any]:
-        self._more(self.chunk)
-        if self.buf.startswith(b"\xef\xbb\xbf"):
-            self.pos = 3
-        first = self._skip_ws()
-        if first == -1:
-            raise self._fail("the file is empty")
-        if first == ord("["):  # the JSON Array Format: events only
-            self.pos += 1
-            self._events()
-            if self._skip_ws() != -1:
-                raise self._fail("unexpected data after the array of events")
-            return {}
-        if first != ord("{"):
-            raise self._fail(f"not JSON: it starts with {self.buf[self.pos:self.pos + 20]!r}")
-        self.hold = self.offset + self.pos
-        meta = self._header()
-        if meta is None:
-            self.pos = self.hold - self.offset
-            return self._whole()
-        self.hold = None
-        self._events()
-        return {**meta, **self._trailer()}
-
-    def _header(self) -> dict[str, Any] | None:
-        """The keys before ``traceEvents``; None if the key is not where streaming can use it."""
-        while (k := self.buf.find(_KEY, self.pos)) < 0:
-            if self.eof or len(self.buf) - self.pos > _HEADER_LIMIT:
-                return None
-            self._more(len(self.buf) - self.pos + self.chunk)
-        head = self.buf[self.pos:k].rstrip(_WS)
-        self.pos = k + len(_KEY)
-        if self._skip_ws() != ord(":"):
-            return None
-        self.pos += 1
-        if self._skip_ws() != ord("["):
-            return None
-        self.pos += 1
-        if head == b"{":
-            return {}
-        if not head.endswith(b","):
-            return None
-        try:
-            meta = orjson.loads(head[:-1] + b"}")
-        except orjson.JSONDecodeError:
-            return None  # the key sat inside another value
-        return meta if isinstance(meta, dict) else None
-
-    def _events(self) -> None:
-        """Parse the array's elements, a piece at a time, up to and including its ``]``."""
-        want = self.chunk
-        while True:
-            nxt = self._skip_ws()
-            if nxt == _BRACKET:
-                self.pos += 1
-                return
-            if nxt == -1:
-                raise self._fail("the file ends inside traceEvents: it is truncated")
-            self._more(want)
-            done = self._piece()
-            if done is None:
-                if self.eof:
-                    raise self._fail(
-                        f"the file ends inside traceEvents (byte {self.offset + self.pos}): "
-                        "it is truncated or not valid JSON"
-                    )
-                want *= 2
-                continue
-            want = self.chunk
-            if done:
-                return
-
-    def _piece(self) -> bool | None:
-        """Parse a piece of whole events from the buffer: True at the array's end, False after
-        a piece, None if no cut point in the buffer parses (more data is needed).
-
-        The longest pieces are tried first (the last cut points); if the last few all fall
-        inside strings, the shortest ones, so a long string full of "}," still makes progress.
-        """
-        for j, k in self._cuts():
-            text = b"[" + self.buf[self.pos:j + 1] + b"]"
-            try:
-                events = orjson.loads(text)
-            except orjson.JSONDecodeError as exc:
-                decoded = text.decode("utf-8", errors="replace")
-                if exc.pos < len(decoded) - 1:
-                    at = self.offset + self.pos + len(decoded[1:exc.pos].encode())
-                    raise self._fail(f"not valid JSON at byte {at}: {exc.msg}") from exc
-                continue  # the cut was inside a string or a nested object
-            self.sink(events)
-            at_end = self.buf[k] == _BRACKET
-            self.pos = k + 1
-            return at_end
-        return None
-
-    def _cuts(self) -> Iterator[tuple[int, int]]:
-        """Cut points ``(j, k)``: a ``}`` at j whose next non-space byte, at k, is , or ]."""
-        buf, start = self.buf, self.pos
-
-        def separator(j: int) -> int:
-            k = j + 1
-            while k < len(buf) and buf[k] in _WS:
-                k += 1
-            return k if k < len(buf) and buf[k] in (_COMMA, _BRACKET) else -1
-
-        hi, tried = len(buf), 0
-        while tried < 4 and (j := buf.rfind(b"}", start, hi)) >= 0:
-            hi = j
-            if (k := separator(j)) >= 0:
-                tried += 1
-                yield j, k
-        lo = start
-        while (j := buf.find(b"}", lo, hi)) >= 0:
-            lo = j + 1
-            if (k := separator(j)) >= 0:
-                yield j, k
-
-    def _trailer(self) -> dict[str, Any]:
-        """The keys after the ``traceEvents`` array."""
-        while self._more(len(self.buf) - self.pos + self.chunk):
-            pass
-        tail = self.buf[self.pos:].strip(_WS)
-        if tail == b"}":
-            return {}
-        if not tail:
-            raise self._fail("the file ends after traceEvents without its closing '}': "
-                             "it is truncated")
-        if not tail.startswith(b","):
-            raise self._fail(f"unexpected data after traceEvents: {tail[:20]!r}")
-        try:
-            meta = orjson.loads(b"{" + tail[1:])
-        except orjson.JSONDecodeError as exc:
-            raise self._fail(f"not valid JSON after traceEvents: {exc.msg}") from exc
-        if not isinstance(meta, dict):  # pragma: no cover - '{' always parses to a dict
-            raise self._fail("not valid JSON after traceEvents")
-        return meta
-
-    def _whole(self) -> dict[str, Any]:
-        """The fallback for an unusual layout: parse the whole document at once."""
-        while self._more(len(self.buf) - self.pos + (64 << 20)):
-            pass
-        try:
-            doc = orjson.loads(self.buf[self.pos:])
-        except orjson.JSONDecodeError as exc:
-            raise self._fail(f"not valid JSON ({exc.msg})") from exc
-        self.buf = b""
-        if not isinstance(doc, dict):
-            raise self._fail(f"JSON but not a trace: a {type(doc).__name__} at the top level")
-        events = doc.pop("traceEvents", None)
-        if events is None:
-            keys = ", ".join(sorted(map(str, doc))[:8]) or "none"
-            raise self._fail(
-                f"JSON but not a profiler trace: no 'traceEvents' key (keys: {keys})"
-            )
-        if not isinstance(events, list):
-            raise self._fail(f"'traceEvents' is a {type(events).__name__}, not a list")
-        for i in range(0, len(events), 100_000):
-            self.sink(events[i:i + 100_000])
-        return doc
-
-
 # ---- columns --------------------------------------------------------------------------------
 
 
@@ -439,17 +187,27 @@ class _Columns:
                 self.correlation, self.external_id, self.device)
 
     def add(self, events: list[Any]) -> None:
+        """Events parsed by orjson (dicts): typed like msgspec's, else checked one by one."""
+        try:
+            records = msgspec.convert(events, list[Event])
+        except msgspec.ValidationError:
+            self._careful(events)
+            self.events_total += len(events)
+        else:
+            self.add_records(records)
+
+    def add_records(self, events: list[Event]) -> None:
+        """Events decoded by msgspec (types already checked, absent fields None)."""
         size = len(self.ts)
         try:
-            self._fast(events)
-        except (TypeError, ValueError, KeyError, AttributeError, OverflowError):
+            self._records(events)
+        except (OverflowError, TypeError, ValueError):  # an int beyond 64 bits
             for column in self._arrays():
                 del column[size:]
-            self._careful(events)
-        self.events_total += len(events)
+            self._careful([msgspec.to_builtins(e) for e in events])
+            self.events_total += len(events)
 
-    def _fast(self, events: list[Any]) -> None:
-        """The common case, one tight loop; any surprise falls back to :meth:`_careful`."""
+    def _records(self, events: list[Event]) -> None:
         name_id, cat_id = self.names.setdefault, self.cats.setdefault
         names, cats = self.names, self.cats
         name_add, cat_add = self.name.append, self.cat.append
@@ -457,41 +215,49 @@ class _Columns:
         stream_add, corr_add, ext_add = (self.stream.append, self.correlation.append,
                                          self.external_id.append)
         device_add = self.device.append
-        other = no_cat = 0
+        other = no_cat = no_name = no_time = 0
         float_ts = self.float_ts
         for e in events:
-            if e["ph"] != "X":
+            if e.ph != "X":
                 other += 1
                 continue
-            cat = e.get("cat")
+            cat, name, ts, dur = e.cat, e.name, e.ts, e.dur
             if cat is None:
                 no_cat += 1
                 continue
-            name = e["name"]
-            ts, dur = e["ts"], e["dur"]
-            if type(name) is not str or type(cat) is not str:
-                raise TypeError
+            if name is None:
+                no_name += 1
+                continue
+            if ts is None or dur is None:
+                no_time += 1
+                continue
             ts_add(ts)
             dur_add(dur)
             if not float_ts and type(ts) is float:
                 float_ts = True
             name_add(name_id(name, len(names)))
             cat_add(cat_id(cat, len(cats)))
-            args = e.get("args")
-            if args:
-                stream_add(args.get("stream", -1))
-                corr_add(args.get("correlation", -1))
-                ext = args.get("External id")
-                ext_add(args.get("external id", -1) if ext is None else ext)
-                device_add(args.get("device", -1))
-            else:
+            a = e.args
+            if a is None:
                 stream_add(-1)
                 corr_add(-1)
                 ext_add(-1)
                 device_add(-1)
+                continue
+            v = a.stream
+            stream_add(v if type(v) is int else _as_int(v))
+            v = a.correlation
+            corr_add(v if type(v) is int else _as_int(v))
+            v = a.external_id if a.external_id is not None else a.external_id_old
+            ext_add(v if type(v) is int else _as_int(v))
+            v = a.device
+            device_add(v if type(v) is int else _as_int(v))
         self.float_ts = float_ts
+        self.events_total += len(events)
         self.skipped["other phases (not 'X')"] += other
         self.skipped["no cat (HTA drops these too)"] += no_cat
+        self.skipped["malformed: name or cat missing or not a string"] += no_name
+        self.skipped["malformed: ts or dur missing or not a number"] += no_time
 
     def _careful(self, events: list[Any]) -> None:
         """Event by event, checking every field; bad events are counted and skipped."""

@@ -126,9 +126,10 @@ def _hta_filter(cols: TraceColumns, hta_gpu: np.ndarray,
     """HTA's ``_filter_irrelevant_gpu_kernels``: with two or more distinct ProfilerStep names,
     keep the host events that start before the last step and the device events they launched.
     """
-    if len(np.unique(cols.name[step_name])) < 2:
+    host_steps = step_name & ~hta_gpu
+    if len(np.unique(cols.name[step_name])) < 2 or not host_steps.any():
         return np.ones(len(cols), dtype=bool), False
-    last_start = cols.ts[step_name & ~hta_gpu].max()
+    last_start = cols.ts[host_steps].max()
     host_kept = ~hta_gpu & (cols.ts < last_start)
     kept_correlations = np.unique(cols.correlation[host_kept])
     device_kept = hta_gpu & np.isin(cols.correlation, kept_correlations)

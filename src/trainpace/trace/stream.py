@@ -1,0 +1,321 @@
+"""The bytes of a trace file, cut into pieces of whole events and decoded.
+
+The file is streamed: gzip is decompressed in blocks, the ``traceEvents`` array is cut at
+event boundaries into pieces of about a MB, and each piece is decoded and handed to a sink,
+then dropped. Cutting is safe without a JSON tokenizer: a piece ends at a ``}`` followed by
+``,`` or ``]``. If that ``}`` was inside a string or a nested object, the piece does not parse
+*and* the parse fails at its very end; a failure anywhere else is damage in the file, reported
+with its offset.
+
+A piece is decoded by msgspec into small typed records holding only the fields the analysis
+reads: the rest of each event is skipped without building Python objects, and the records
+are not tracked by the garbage collector (they hold no references that could form a cycle),
+which together make the decoding several times faster than a generic parse. A piece msgspec
+refuses (bad JSON, an unexpected type) is parsed again by orjson into dicts, which the sink
+checks field by field, and orjson's error position tells a bad cut from damage.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Iterator
+from typing import IO, Any, Protocol
+
+import msgspec
+import orjson
+
+from trainpace.errors import TraceFormatError
+
+_WS = b" \t\r\n"
+_KEY = b'"traceEvents"'
+_COMMA, _BRACKET = ord(","), ord("]")
+_HEADER_LIMIT = 64 << 20
+
+_Number = int | float | str | None
+
+
+class EventArgs(msgspec.Struct, gc=False):
+    """The arguments of an event the analysis reads (others are skipped unparsed)."""
+
+    stream: _Number = None
+    correlation: _Number = None
+    external_id: _Number = msgspec.field(default=None, name="External id")
+    external_id_old: _Number = msgspec.field(default=None, name="external id")
+    device: _Number = None
+
+
+class Event(msgspec.Struct, gc=False):
+    """The fields of a trace event the analysis reads."""
+
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    ts: int | float | None = None
+    dur: int | float | None = None
+    args: EventArgs | None = None
+
+
+_DECODER = msgspec.json.Decoder(list[Event])
+
+
+class Sink(Protocol):
+    """Where decoded pieces go."""
+
+    def add(self, events: list[Any]) -> None: ...  # dicts from orjson
+
+    def add_records(self, events: list[Event]) -> None: ...
+
+
+class Source:
+    """The decompressed bytes of a trace file; every read error is a TraceFormatError."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._raw: IO[bytes] | None = None
+        self._stream: IO[bytes] | gzip.GzipFile | None = None
+
+    def __enter__(self) -> Source:
+        try:
+            self._raw = open(self.path, "rb")  # closed in __exit__
+            gz = self._raw.read(2) == b"\x1f\x8b"
+            self._raw.seek(0)
+        except OSError as exc:
+            raise TraceFormatError(f"{self.path}: cannot read it ({exc.strerror or exc})") from exc
+        self._stream = gzip.GzipFile(fileobj=self._raw) if gz else self._raw
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for stream in (self._stream, self._raw):
+            if stream is not None:
+                stream.close()
+
+    def read(self, size: int) -> bytes:
+        assert self._stream is not None
+        try:
+            return self._stream.read(size)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise TraceFormatError(
+                f"{self.path}: the gzip stream is damaged or truncated ({exc}); "
+                "the profiler may have been killed while writing it"
+            ) from exc
+        except OSError as exc:
+            raise TraceFormatError(f"{self.path}: cannot read it ({exc})") from exc
+
+
+class Stream:
+    """Walks the document: the keys around ``traceEvents`` and the events in pieces."""
+
+    def __init__(self, source: Source, path: str, chunk_bytes: int, sink: Sink) -> None:
+        self.source, self.path, self.chunk, self.sink = source, path, max(chunk_bytes, 64), sink
+        self.buf = b""
+        self.pos = 0
+        self.offset = 0  # position of buf[0] in the decompressed stream
+        self.hold: int | None = None  # keep the bytes from here (absolute) when reading on
+        self.eof = False
+
+    # -- buffer
+    def _more(self, want: int) -> bool:
+        """Read until ``want`` bytes lie after pos (or the end); False if nothing was added."""
+        if self.eof or len(self.buf) - self.pos >= want:
+            return False
+        drop = self.pos if self.hold is None else min(self.pos, self.hold - self.offset)
+        if drop > 0:
+            self.offset += drop
+            self.buf, self.pos = self.buf[drop:], self.pos - drop
+        parts = [self.buf]
+        have = len(self.buf) - self.pos
+        added = 0
+        while have < want:
+            block = self.source.read(max(want - have, 1 << 16))
+            if not block:
+                self.eof = True
+                break
+            parts.append(block)
+            have += len(block)
+            added += len(block)
+        self.buf = b"".join(parts)
+        return added > 0 or self.eof
+
+    def _skip_ws(self) -> int:
+        """Skip whitespace; return the next byte, or -1 at the end of the file."""
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in _WS:
+                self.pos += 1
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if self.eof:
+                return -1
+            self._more(self.chunk)
+
+    def _fail(self, what: str) -> TraceFormatError:
+        return TraceFormatError(f"{self.path}: {what}")
+
+    # -- document
+    def run(self) -> dict[str, Any]:
+        self._more(self.chunk)
+        if self.buf.startswith(b"\xef\xbb\xbf"):
+            self.pos = 3
+        first = self._skip_ws()
+        if first == -1:
+            raise self._fail("the file is empty")
+        if first == ord("["):  # the JSON Array Format: events only
+            self.pos += 1
+            self._events()
+            if self._skip_ws() != -1:
+                raise self._fail("unexpected data after the array of events")
+            return {}
+        if first != ord("{"):
+            raise self._fail(f"not JSON: it starts with {self.buf[self.pos:self.pos + 20]!r}")
+        self.hold = self.offset + self.pos
+        meta = self._header()
+        if meta is None:
+            self.pos = self.hold - self.offset
+            return self._whole()
+        self.hold = None
+        self._events()
+        return {**meta, **self._trailer()}
+
+    def _header(self) -> dict[str, Any] | None:
+        """The keys before ``traceEvents``; None if the key is not where streaming can use it."""
+        while (k := self.buf.find(_KEY, self.pos)) < 0:
+            if self.eof or len(self.buf) - self.pos > _HEADER_LIMIT:
+                return None
+            self._more(len(self.buf) - self.pos + self.chunk)
+        head = self.buf[self.pos:k].rstrip(_WS)
+        self.pos = k + len(_KEY)
+        if self._skip_ws() != ord(":"):
+            return None
+        self.pos += 1
+        if self._skip_ws() != ord("["):
+            return None
+        self.pos += 1
+        if head == b"{":
+            return {}
+        if not head.endswith(b","):
+            return None
+        try:
+            meta = orjson.loads(head[:-1] + b"}")
+        except orjson.JSONDecodeError:
+            return None  # the key sat inside another value
+        return meta if isinstance(meta, dict) else None
+
+    def _events(self) -> None:
+        """Parse the array's elements, a piece at a time, up to and including its ``]``."""
+        want = self.chunk
+        while True:
+            nxt = self._skip_ws()
+            if nxt == _BRACKET:
+                self.pos += 1
+                return
+            if nxt == -1:
+                raise self._fail("the file ends inside traceEvents: it is truncated")
+            self._more(want)
+            done = self._piece()
+            if done is None:
+                if self.eof:
+                    raise self._fail(
+                        f"the file ends inside traceEvents (byte {self.offset + self.pos}): "
+                        "it is truncated or not valid JSON"
+                    )
+                want *= 2
+                continue
+            want = self.chunk
+            if done:
+                return
+
+    def _piece(self) -> bool | None:
+        """Parse a piece of whole events from the buffer: True at the array's end, False after
+        a piece, None if no cut point in the buffer parses (more data is needed).
+
+        The longest pieces are tried first (the last cut points); if the last few all fall
+        inside strings, the shortest ones, so a long string full of "}," still makes progress.
+        """
+        for j, k in self._cuts():
+            text = b"[" + self.buf[self.pos:j + 1] + b"]"
+            try:
+                self.sink.add_records(_DECODER.decode(text))
+            except msgspec.DecodeError:
+                pass  # orjson says what is wrong, or takes what msgspec would not type
+            else:
+                at_end = self.buf[k] == _BRACKET
+                self.pos = k + 1
+                return at_end
+            try:
+                events = orjson.loads(text)
+            except orjson.JSONDecodeError as exc:
+                decoded = text.decode("utf-8", errors="replace")
+                if exc.pos < len(decoded) - 1:
+                    at = self.offset + self.pos + len(decoded[1:exc.pos].encode())
+                    raise self._fail(f"not valid JSON at byte {at}: {exc.msg}") from exc
+                continue  # the cut was inside a string or a nested object
+            self.sink.add(events)
+            at_end = self.buf[k] == _BRACKET
+            self.pos = k + 1
+            return at_end
+        return None
+
+    def _cuts(self) -> Iterator[tuple[int, int]]:
+        """Cut points ``(j, k)``: a ``}`` at j whose next non-space byte, at k, is , or ]."""
+        buf, start = self.buf, self.pos
+
+        def separator(j: int) -> int:
+            k = j + 1
+            while k < len(buf) and buf[k] in _WS:
+                k += 1
+            return k if k < len(buf) and buf[k] in (_COMMA, _BRACKET) else -1
+
+        hi, tried = len(buf), 0
+        while tried < 4 and (j := buf.rfind(b"}", start, hi)) >= 0:
+            hi = j
+            if (k := separator(j)) >= 0:
+                tried += 1
+                yield j, k
+        lo = start
+        while (j := buf.find(b"}", lo, hi)) >= 0:
+            lo = j + 1
+            if (k := separator(j)) >= 0:
+                yield j, k
+
+    def _trailer(self) -> dict[str, Any]:
+        """The keys after the ``traceEvents`` array."""
+        while self._more(len(self.buf) - self.pos + self.chunk):
+            pass
+        tail = self.buf[self.pos:].strip(_WS)
+        if tail == b"}":
+            return {}
+        if not tail:
+            raise self._fail("the file ends after traceEvents without its closing '}': "
+                             "it is truncated")
+        if not tail.startswith(b","):
+            raise self._fail(f"unexpected data after traceEvents: {tail[:20]!r}")
+        try:
+            meta = orjson.loads(b"{" + tail[1:])
+        except orjson.JSONDecodeError as exc:
+            raise self._fail(f"not valid JSON after traceEvents: {exc.msg}") from exc
+        if not isinstance(meta, dict):  # pragma: no cover - '{' always parses to a dict
+            raise self._fail("not valid JSON after traceEvents")
+        return meta
+
+    def _whole(self) -> dict[str, Any]:
+        """The fallback for an unusual layout: parse the whole document at once."""
+        while self._more(len(self.buf) - self.pos + (64 << 20)):
+            pass
+        try:
+            doc = orjson.loads(self.buf[self.pos:])
+        except orjson.JSONDecodeError as exc:
+            raise self._fail(f"not valid JSON ({exc.msg})") from exc
+        self.buf = b""
+        if not isinstance(doc, dict):
+            raise self._fail(f"JSON but not a trace: a {type(doc).__name__} at the top level")
+        events = doc.pop("traceEvents", None)
+        if events is None:
+            keys = ", ".join(sorted(map(str, doc))[:8]) or "none"
+            raise self._fail(
+                f"JSON but not a profiler trace: no 'traceEvents' key (keys: {keys})"
+            )
+        if not isinstance(events, list):
+            raise self._fail(f"'traceEvents' is a {type(events).__name__}, not a list")
+        for i in range(0, len(events), 100_000):
+            self.sink.add(events[i:i + 100_000])
+        return doc
