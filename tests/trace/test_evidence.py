@@ -50,3 +50,17 @@ def test_resnet_without_workers_shows_the_data_wait() -> None:
     wait = next(f for f in analysis.findings if f.id == "data_wait")
     assert wait.evidence["wait_pct"] == pytest.approx(39.02, abs=0.01)
     assert analysis.summary.data.exposed_wait_s_per_step == pytest.approx(0.05926, abs=1e-5)
+
+
+def test_live_summary_gets_the_trace_kernels() -> None:
+    from trainpace.summary import Communication, Data, Summary
+    from trainpace.trace.evidence import with_trace_evidence
+
+    trace = analyze_traces([HANDMADE]).summary
+    live = Summary(data=Data(wait_pct=12.0), communication=Communication())
+    merged = with_trace_evidence(live, trace)
+    assert merged.kernels == trace.kernels and merged.kernels.source == "trace"
+    assert merged.communication == trace.communication  # the live run had none
+    assert merged.data.wait_pct == 12.0  # the live figures stay
+    measured = Summary(communication=Communication(share_pct=3.0, source="dist"))
+    assert with_trace_evidence(measured, trace).communication.share_pct == 3.0

@@ -138,3 +138,18 @@ def _diagnosed(summary: Summary, steps: list[dict[str, Any]] | None) -> Summary:
         logger.warning("trainpace.diagnose is unavailable: no findings")
         return replace(summary, diagnosis=Diagnosis())
     return replace(summary, diagnosis=diagnose(summary, steps=steps))
+
+
+def with_trace_evidence(summary: Summary, trace: Summary) -> Summary:
+    """A live run's Summary completed with what only its profile trace can tell.
+
+    For ``Meter(profile_steps=...)``: the kernels section (the launch-bound signs) comes from
+    the trace; communication too when the live run measured none. The live run's own figures
+    are kept. Diagnose the result again (the rules then see both).
+    """
+    from dataclasses import replace
+
+    communication = summary.communication
+    if communication.share_pct is None and trace.communication.share_pct is not None:
+        communication = trace.communication
+    return replace(summary, kernels=trace.kernels, communication=communication)

@@ -1,0 +1,72 @@
+"""``trainpace analyze TRACE...``: the console report, --json, --html, bad input, bad usage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainpace.cli import main
+
+TRACES = Path(__file__).resolve().parent.parent / "data" / "traces"
+HANDMADE = TRACES / "handmade_steps.json"
+SAMPLED = [TRACES / "sampled_rank-0.json.gz", TRACES / "sampled_rank-1.json.gz"]
+
+
+def test_console_report(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(HANDMADE), "--gap-us", "20"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "trainpace analyze · 1 trace(s) · Handmade GPU" in out
+    assert "52.4%" in out and "35.7%" in out and "16.7%" in out  # idle, compute, comm hidden
+    assert "host wait 85 µs · kernel wait 10 µs · other 35 µs" in out
+    assert "Device-idle gaps ≥ 20 µs: 2, 110 µs" in out
+    assert "flash_fwd_kernel" in out and "attention" in out
+    assert "bottleneck: data loading" in out
+
+
+def test_json_is_one_object_with_the_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", *map(str, SAMPLED), "--json", "--workers", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [t["rank"] for t in data["traces"]] == [0, 1]
+    ranks = {r["rank"]: r for r in data["ranks"]}
+    assert (ranks[0]["idle_us"], ranks[0]["compute_us"], ranks[0]["non_compute_us"]) == \
+        (321378.0, 106252.0, 172428.0)
+    assert (ranks[1]["idle_pct"], ranks[1]["comm_comp_overlap_pct"]) == (54.72, 20.05)
+    assert data["findings"] and data["bottleneck"] == data["summary"]["diagnosis"]["bottleneck"]
+    assert data["summary"]["world_size"] == 2
+
+
+def test_html_page_escapes_trace_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = json.loads(HANDMADE.read_text())
+    for event in trace["traceEvents"]:
+        if event.get("name") == "flash_fwd_kernel":
+            event["name"] = "<script>alert(1)</script>"
+    source = tmp_path / "evil.json"
+    source.write_text(json.dumps(trace))
+    page = tmp_path / "out.html"
+    assert main(["analyze", str(source), "--html", str(page), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert f"wrote {page}" in captured.err
+    json.loads(captured.out)  # --json still prints exactly one object
+    html = page.read_text()
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<svg" in html and "Findings" in html
+    assert "src=\"http" not in html and "href=\"http" not in html
+
+
+def test_bad_trace_is_one_line_and_exit_1(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "cut.json"
+    bad.write_bytes(b'{"traceEvents": [{"ph": "X"')
+    assert main(["analyze", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"trainpace analyze: error: {bad}:" in err
+
+
+@pytest.mark.parametrize("args", [[], ["x.json", "--gap-us", "0"], ["x.json", "--top", "-1"],
+                                  ["x.json", "--workers", "two"]])
+def test_bad_usage_exits_2(args: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["analyze", *args])
+    assert info.value.code == 2
