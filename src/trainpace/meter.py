@@ -354,6 +354,8 @@ class Meter:
                     self._system_written_s = row["t_s"]
             if written:
                 self._sink.log(Record("system", {"rows": written}, rec.steps_closed))
+        if rec.tokens_counted != self._meta.get("tokens_counted"):
+            self._log_meta()  # learnt from the first token batch: a killed run keeps it
         if final:
             return
         now = self._clock()
