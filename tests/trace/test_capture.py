@@ -98,3 +98,28 @@ def test_unreadable_trace_analysis_returns_none(tmp_path: Path,
 def test_bad_window(tmp_path: Path, start: int, stop: int) -> None:
     with pytest.raises(ConfigError, match="profile_steps"):
         ProfileWindow(start, stop, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_window_on_cuda_sees_the_kernels(tmp_path: Path) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(),
+                                torch.nn.Linear(512, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    window = ProfileWindow(2, 6, tmp_path)
+    for step in range(1, 8):
+        window.step_begin(step)
+        x = torch.randn(256, 512, device="cuda")
+        model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        window.step_end(step)
+    torch.cuda.synchronize()
+    analysis = window.analyze()
+    assert analysis is not None
+    r = analysis.ranks[0]
+    assert r.device_events > 0 and r.idle_pct is not None and r.kernels is not None
+    assert r.compute_pct is not None and r.compute_pct > 0
+    assert {c.category for c in r.kernels.categories} & {"gemm", "elementwise"}
+    assert r.window_steps == 3  # HTA leaves the last of the four profiled steps out
+    assert analysis.summary.device.kind == "cuda" and analysis.summary.kernels.source == "trace"
