@@ -10,6 +10,7 @@ import warnings
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -148,7 +149,7 @@ def _map(files: list[str], n: int, gap_threshold_us: float, top: int) -> list[Ra
     if n <= 1:
         return [_analyze_file(f, gap_threshold_us, top) for f in files]
     # fork: the worker only reads files and numpy arrays, and needs no re-import of __main__
-    # (spawn would re-run an unguarded user script); forkserver where fork does not exist.
+    # (spawn would re-run an unguarded user script); spawn only where fork does not exist.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
@@ -166,8 +167,6 @@ def _assign_ranks(ranks: list[RankAnalysis], notes: list[str]) -> list[RankAnaly
         why = f"rank {dup[0]} is declared by more than one trace" if dup else \
             "some traces have no distributedInfo.rank"
         notes.append(f"{why}: ranks numbered in the order the files were given")
-    from dataclasses import replace
-
     return [replace(r, rank=i) for i, r in enumerate(ranks)]
 
 

@@ -11,17 +11,17 @@ the ``ranks`` list keeps each rank's own figures for the straggler rule.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trainpace.diagnose import diagnose
 from trainpace.stats import median
 from trainpace.summary import (
     Communication,
     Data,
     Device,
-    Diagnosis,
     Kernels,
     RankEntry,
     Steps,
@@ -31,7 +31,6 @@ from trainpace.summary import (
 )
 from trainpace.trace.result import RankAnalysis
 
-logger = logging.getLogger(__name__)
 SOURCE = "trace"
 
 
@@ -130,13 +129,6 @@ def build_summary(ranks: Sequence[RankAnalysis]) -> Summary:
 
 
 def _diagnosed(summary: Summary, steps: list[dict[str, Any]] | None) -> Summary:
-    from dataclasses import replace
-
-    try:
-        from trainpace.diagnose import diagnose
-    except ImportError:  # pragma: no cover - diagnose ships with the package
-        logger.warning("trainpace.diagnose is unavailable: no findings")
-        return replace(summary, diagnosis=Diagnosis())
     return replace(summary, diagnosis=diagnose(summary, steps=steps))
 
 
@@ -147,8 +139,6 @@ def with_trace_evidence(summary: Summary, trace: Summary) -> Summary:
     the trace; communication too when the live run measured none. The live run's own figures
     are kept. Diagnose the result again (the rules then see both).
     """
-    from dataclasses import replace
-
     communication = summary.communication
     if communication.share_pct is None and trace.communication.share_pct is not None:
         communication = trace.communication

@@ -245,13 +245,13 @@ class _Columns:
                 device_add(-1)
                 continue
             v = a.stream
-            stream_add(v if type(v) is int else _as_int(v))
+            stream_add(v if type(v) is int else -1 if v is None else _as_int(v))
             v = a.correlation
-            corr_add(v if type(v) is int else _as_int(v))
+            corr_add(v if type(v) is int else -1 if v is None else _as_int(v))
             v = a.external_id if a.external_id is not None else a.external_id_old
-            ext_add(v if type(v) is int else _as_int(v))
+            ext_add(v if type(v) is int else -1 if v is None else _as_int(v))
             v = a.device
-            device_add(v if type(v) is int else _as_int(v))
+            device_add(v if type(v) is int else -1 if v is None else _as_int(v))
         self.float_ts = float_ts
         self.events_total += len(events)
         self.skipped["other phases (not 'X')"] += other
