@@ -6,18 +6,11 @@ comes from a trace (kernels, ops, files) goes through their escaping. No script,
 
 from __future__ import annotations
 
-from trainpace.report.html import (
-    Series,
-    bar_chart,
-    bullets,
-    page,
-    paragraph,
-    section,
-    stacked_chart,
-    table,
-)
+from trainpace.report.html import bar_chart, bullets, page, paragraph, section, table
 from trainpace.report.run_html import diagnosis_html
 from trainpace.trace.result import ROLES, RankAnalysis, TraceAnalysis
+
+MAX_STEP_ROWS = 30
 
 
 def _num(value: float | None, digits: int = 1, unit: str = "") -> str:
@@ -47,13 +40,25 @@ def ranks_html(analysis: TraceAnalysis) -> str:
                         muted=True))
 
 
-def _steps_chart(r: RankAnalysis) -> str:
-    rows = r.steps.rows
-    xs = [float(i + 1) for i in range(len(rows))]
-    layers = [Series(role.replace("_", " "), xs, [getattr(row, f"{role}_us") / 1e3 for row in rows])
-              for role in ROLES]
-    return stacked_chart(xs, layers, title=f"Rank {r.rank}: each step by role (ms)",
-                         x_label="step", y_label="ms")
+def _steps_html(r: RankAnalysis) -> str:
+    s = r.steps
+    if not s.rows:
+        return paragraph("No ProfilerStep spans: no per-step breakdown.", muted=True)
+    chart = bar_chart([role.replace("_", " ") for role in ROLES],
+                      [s.roles_us_mean.get(role, 0.0) / 1e3 for role in ROLES],
+                      title=f"The average step ({_ms(s.duration_us_mean)}) by role, ms",
+                      unit=" ms")
+    shown = s.rows[:MAX_STEP_ROWS]
+    rows = [(row.name, _ms(row.duration_us), _ms(row.host_us),
+             *(_ms(getattr(row, f"{role}_us")) for role in ROLES),
+             _ms(row.duration_us - row.device_busy_us)) for row in shown]
+    headers = ("step", "on device", "on host", *(r.replace("_", " ") for r in ROLES),
+               "device idle")
+    more = (paragraph(f"… and {len(s.rows) - len(shown)} more steps (--json has them all).",
+                      muted=True) if len(s.rows) > len(shown) else "")
+    dropped = (paragraph(f"Left out, their kernels cut off by the profiler's stop: "
+                         f"{', '.join(s.dropped)}.", muted=True) if s.dropped else "")
+    return chart + table(headers, rows, numeric=range(1, len(headers))) + more + dropped
 
 
 def _idle_html(r: RankAnalysis) -> str:
@@ -104,7 +109,7 @@ def trace_page(analysis: TraceAnalysis) -> str:
     sections.extend(
         section(
             f"Rank {r.rank} — {r.path}",
-            _steps_chart(r) if r.steps.rows else paragraph("No ProfilerStep spans.", muted=True),
+            _steps_html(r),
             _idle_html(r), _kernels_html(r),
             bullets(r.notes) if r.notes else "",
         )

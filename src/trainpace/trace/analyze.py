@@ -87,8 +87,7 @@ def analyze_columns(
     p = prepare(cols)
     t = bd.temporal(p)
     busy = t.busy if t is not None else (np.zeros(0), np.zeros(0))
-    compute = t.compute if t is not None else (np.zeros(0), np.zeros(0))
-    steps = bd.steps(p, busy, compute)
+    steps = bd.steps(p)
     figures: dict[str, Any] = {}
     if t is not None:
         idle_pct, compute_pct, non_compute_pct = bd.temporal_pcts(t)

@@ -162,8 +162,9 @@ def _step_spans(p: Prepared) -> np.ndarray:
     return mask
 
 
-def steps(p: Prepared, busy: iv.IntervalSet, compute: iv.IntervalSet) -> StepsBreakdown:
-    """The per-step breakdown (torch-tb-profiler's roles) and its averages."""
+def steps(p: Prepared) -> StepsBreakdown:
+    """The per-step breakdown (torch-tb-profiler's roles) and its averages; a step's device
+    figures count all its device work (HTA's filter does not apply per step)."""
     c = p.cols
     if len(p.steps) == 0:
         return StepsBreakdown()
@@ -183,8 +184,10 @@ def steps(p: Prepared, busy: iv.IntervalSet, compute: iv.IntervalSet) -> StepsBr
     duration = end - start
     host = p.steps.end[: len(start)] - p.steps.start[: len(start)]
     dl_spans = iv.union(c.ts[p.dataloader], c.end[p.dataloader])
-    busy_in = iv.measure_within(busy, start, end)
-    compute_in = iv.measure_within(compute, start, end)
+    work = p.device
+    computation = work & (p.hta_type == cl.HTA_TYPES.index(cl.HTA_COMPUTATION))
+    busy_in = iv.measure_within(iv.union(c.ts[work], c.end[work]), start, end)
+    compute_in = iv.measure_within(iv.union(c.ts[computation], c.end[computation]), start, end)
     dl_in = iv.measure_within(dl_spans, start, end)
     rows = [
         StepRow(
