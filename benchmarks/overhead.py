@@ -1,18 +1,29 @@
 """What it costs a training loop to be watched: the Meter against the bare loop and the anchors.
 
-A tight loop of fixed-length steps (a spin of exactly 1 ms or 10 ms, so the step itself has
-no noise of its own) is run bare, under ``trainpace.Meter`` (run folder, console line,
-background sampler: the defaults), under Lightning Fabric's ``ThroughputMonitor`` (update +
-compute_and_log every step, its documented use), and under TraceML's ``trace_step`` (with its
-aggregator, ``traceml serve``), when those are installed. Each repetition of each variant runs
-in a fresh process, the variants alternating, so no tool's threads or patches leak into
-another's figures. The figure per repetition is the mean step cycle over all steps (window
-boundaries included); the table shows the median over repetitions and the overhead against
-the bare loop measured in the same run.
+A tight loop of fixed-work steps (matrix products calibrated to 1 ms or 10 ms on one torch
+thread: like real training, the step releases the GIL while it computes) is timed bare and
+under a tool, in alternating blocks inside one process, so the bare loop it is compared with
+ran on the same process, tensors and core a moment earlier (process-to-process differences of
+a percent or more would otherwise drown the figures). The tools:
 
-    python benchmarks/overhead.py            # 5 repetitions
-    python benchmarks/overhead.py --quick    # 2 repetitions, fewer steps
-    pip install lightning traceml-ai         # the anchors (optional)
+- ``trainpace``: ``trainpace.Meter`` with its defaults: run folder, console line (to
+  /dev/null), background sampler at 10 Hz, FLOPs counted on the first step. A fresh Meter per
+  block, so its sampler thread runs only during its own blocks.
+- ``lightning``: Lightning Fabric's ``ThroughputMonitor``, ``update`` + ``compute_and_log``
+  every step (its documented use).
+- ``traceml``: TraceML's ``trace_step`` with its aggregator (``traceml serve``). TraceML is
+  initialised once per process, so its background threads also run during the bare blocks
+  of its process: its figure is its per-step cost, not its background cost.
+
+Each tool runs in its own process; the first tenth of each block (imports, set-up, warm-up)
+is left out. Overhead = median over rounds of (tool block − bare block), per step. Lightning
+and TraceML are optional (``pip install lightning traceml-ai``).
+
+    python benchmarks/overhead.py            # 6 rounds per tool and step length
+    python benchmarks/overhead.py --quick    # 3 rounds, shorter blocks
+    python benchmarks/overhead.py --step spin
+        # a pure-Python busy wait as the step: the worst case for any tool with a background
+        # thread, which then competes with the step for the GIL
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import shutil
 import socket
@@ -28,85 +40,143 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-VARIANTS = ("bare", "trainpace", "lightning", "traceml")
+TOOLS = ("trainpace", "lightning", "traceml")
 STEP_MS = (1.0, 10.0)
 TARGETS_PCT = {1.0: 2.0, 10.0: 0.5}
+MATRIX = 192  # one product: ~0.1 ms on one thread of a current CPU core
 
 
-def spin(seconds: float) -> None:
-    """Busy-wait: a step of exactly known length that does not sleep."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-def worker(variant: str, step_ms: float, steps: int, out: Path, port: int) -> dict[str, float]:
-    """One repetition of one variant, in this process; returns its cycle statistics."""
+def make_step(kind: str, step_ms: float, iters: int) -> Callable[[], None]:
+    """The work of one step: ``iters`` matrix products, or a busy wait of ``step_ms``."""
     import torch
 
-    step_s = step_ms / 1000.0
+    if kind == "spin":
+        seconds = step_ms / 1000.0
+
+        def spin() -> None:
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+
+        return spin
+    a = torch.randn(MATRIX, MATRIX)
+    out = torch.empty(MATRIX, MATRIX)
+
+    def products() -> None:
+        for _ in range(iters):
+            torch.mm(a, a, out=out)
+
+    return products
+
+
+def calibrate(step_ms: float) -> int:
+    """Matrix products per step for ``step_ms`` on one torch thread (best of several tries)."""
+    import torch
+
+    torch.set_num_threads(1)
+    probe = make_step("torch", step_ms, 50)
+    probe()
+    best = math.inf
+    for _ in range(7):
+        started = time.perf_counter()
+        probe()
+        best = min(best, (time.perf_counter() - started) / 50)
+    return max(1, round(step_ms / 1000.0 / best))
+
+
+def timed_block(run: Callable[[Callable[[], None]], None], step: Callable[[], None]) -> float:
+    """Mean cycle (s) of the steps ``run`` drives, the first tenth left out."""
+    ends: list[float] = []
+
+    def step_and_mark() -> None:
+        step()
+        ends.append(time.perf_counter())
+
+    started = time.perf_counter()
+    run(step_and_mark)
+    cycles = [b - a for a, b in zip([started, *ends[:-1]], ends, strict=True)]
+    return statistics.fmean(cycles[len(cycles) // 10 :])
+
+
+def tool_runner(tool: str, steps: int, out: Path, port: int) -> Callable[[Callable[[], None]], None]:
+    """A function that runs ``steps`` steps under ``tool`` (a fresh instance per call)."""
+    import torch
+
     batch = torch.zeros(32, 16)
     batches = [batch] * steps
-    cycles: list[float] = []
+    counter = iter(range(1_000_000))
 
-    if variant == "bare":
-        last = time.perf_counter()
-        for _ in batches:
-            spin(step_s)
-            now = time.perf_counter()
-            cycles.append(now - last)
-            last = now
-    elif variant == "trainpace":
+    if tool == "bare":
+        def bare(step: Callable[[], None]) -> None:
+            for _ in batches:
+                step()
+        return bare
+    if tool == "trainpace":
         import trainpace
 
-        with open(os.devnull, "w") as devnull:
-            meter = trainpace.Meter(out / "run", stream=devnull, report=False)
-            last = time.perf_counter()
-            for b in meter.loader(batches):
-                with meter.step(b):
-                    spin(step_s)
-                now = time.perf_counter()
-                cycles.append(now - last)
-                last = now
-            meter.finish()
-    elif variant == "lightning":
+        def metered(step: Callable[[], None]) -> None:
+            with open(os.devnull, "w") as devnull:
+                meter = trainpace.Meter(out / f"run{next(counter)}", stream=devnull, report=False)
+                for b in meter.loader(batches):
+                    with meter.step(b):
+                        step()
+                meter.finish()
+        return metered
+    if tool == "lightning":
         from lightning.fabric import Fabric
         from lightning.fabric.utilities.throughput import ThroughputMonitor
 
         fabric = Fabric(accelerator="cpu", devices=1)
-        monitor = ThroughputMonitor(fabric, window_size=100)
-        t0 = last = time.perf_counter()
-        for i, b in enumerate(batches, start=1):
-            spin(step_s)
-            monitor.update(time=time.perf_counter() - t0, batches=i, samples=i * b.shape[0])
-            monitor.compute_and_log(step=i)
-            now = time.perf_counter()
-            cycles.append(now - last)
-            last = now
-    elif variant == "traceml":
+
+        def monitored(step: Callable[[], None]) -> None:
+            monitor = ThroughputMonitor(fabric, window_size=100)
+            t0 = time.perf_counter()
+            for i, b in enumerate(batches, start=1):
+                step()
+                monitor.update(time=time.perf_counter() - t0, batches=i, samples=i * b.shape[0])
+                monitor.compute_and_log(step=i)
+        return monitored
+    if tool == "traceml":
         import traceml_ai
 
         traceml_ai.init(mode="manual", ui_mode="summary", aggregator_port=port,
                         logs_dir=str(out / "traceml"), on_missing_aggregator="raise")
         model = torch.nn.Linear(16, 16)
-        last = time.perf_counter()
-        for _ in batches:
-            with traceml_ai.trace_step(model):
-                spin(step_s)
-            now = time.perf_counter()
-            cycles.append(now - last)
-            last = now
-    else:
-        raise SystemExit(f"unknown variant {variant!r}")
-    warm = cycles[len(cycles) // 10 :]  # every tool's first steps pay for imports and set-up
-    return {"mean_s": statistics.fmean(warm), "median_s": statistics.median(warm)}
+
+        def traced(step: Callable[[], None]) -> None:
+            for _ in batches:
+                with traceml_ai.trace_step(model):
+                    step()
+        return traced
+    raise SystemExit(f"unknown tool {tool!r}")
 
 
-def available(variant: str) -> bool:
-    module = {"bare": "torch", "trainpace": "trainpace", "lightning": "lightning",
-              "traceml": "traceml_ai"}[variant]
+def worker(tool: str, kind: str, step_ms: float, iters: int, steps: int, rounds: int,
+           out: Path, port: int) -> dict[str, Any]:
+    """Alternate bare and ``tool`` blocks in this process; the paired per-step differences."""
+    import torch
+
+    torch.set_num_threads(1)
+    step = make_step(kind, step_ms, iters)
+    bare, tooled = tool_runner("bare", steps, out, port), tool_runner(tool, steps, out, port)
+    timed_block(bare, step)  # warm the caches and the allocator for both
+    bare_s, tool_s = [], []
+    for r in range(rounds):
+        if r % 2 == 0:
+            bare_s.append(timed_block(bare, step))
+            tool_s.append(timed_block(tooled, step))
+        else:
+            tool_s.append(timed_block(tooled, step))
+            bare_s.append(timed_block(bare, step))
+    return {"bare_s": bare_s, "tool_s": tool_s}
+
+
+def available(tool: str) -> bool:
+    module = {"trainpace": "trainpace", "lightning": "lightning", "traceml": "traceml_ai"}[tool]
     return importlib.util.find_spec(module) is not None
 
 
@@ -117,6 +187,7 @@ def free_port() -> int:
 
 
 def start_traceml(port: int, logs: Path) -> subprocess.Popen[bytes] | None:
+    """``traceml serve`` in the background, once its port answers; None if it does not."""
     traceml = shutil.which("traceml") or str(Path(sys.executable).with_name("traceml"))
     proc = subprocess.Popen(
         [traceml, "serve", "--mode", "summary", "--aggregator-port", str(port),
@@ -135,73 +206,88 @@ def start_traceml(port: int, logs: Path) -> subprocess.Popen[bytes] | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 repetitions, fewer steps")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--quick", action="store_true", help="3 rounds, shorter blocks")
+    parser.add_argument("--rounds", type=int, default=None, help="bare/tool block pairs")
+    parser.add_argument("--step", choices=("torch", "spin"), default="torch",
+                        help="the step's work: matrix products (default) or a Python busy wait")
+    parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--step-ms", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--iters", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    rounds = args.rounds or (3 if args.quick else 6)
     if args.worker:
-        print(json.dumps(worker(args.worker, args.step_ms, args.steps, Path(args.out), args.port)))
+        print(json.dumps(worker(args.worker, args.step, args.step_ms, args.iters, args.steps,
+                                rounds, Path(args.out), args.port)))
         return 0
 
-    repeats = args.repeats or (2 if args.quick else 5)
-    steps_for = {1.0: 1000 if args.quick else 3000, 10.0: 150 if args.quick else 400}
-    variants = [v for v in VARIANTS if available(v)]
-    missing = [v for v in VARIANTS if v not in variants]
-    results: dict[float, dict[str, list[float]]] = {ms: {v: [] for v in variants} for ms in STEP_MS}
+    steps_for = {1.0: 500 if args.quick else 1000, 10.0: 100 if args.quick else 300}
+    tools = [t for t in TOOLS if available(t)]
+    missing = [t for t in TOOLS if t not in tools]
+    iters = ({ms: calibrate(ms) for ms in STEP_MS} if args.step == "torch"
+             else dict.fromkeys(STEP_MS, 1))
+    if args.step == "torch":
+        print(f"calibrated: {iters[1.0]} and {iters[10.0]} products of {MATRIX}x{MATRIX} for "
+              "1 ms and 10 ms steps", file=sys.stderr)
+    results: dict[float, dict[str, dict[str, list[float]]]] = {ms: {} for ms in STEP_MS}
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
-        server = start_traceml(port, Path(tmp) / "traceml-logs") if "traceml" in variants else None
-        if "traceml" in variants and server is None:
-            variants.remove("traceml")
+        server = start_traceml(port, Path(tmp) / "traceml-logs") if "traceml" in tools else None
+        if "traceml" in tools and server is None:
+            tools.remove("traceml")
             missing.append("traceml (its aggregator did not start)")
         try:
-            for rep in range(repeats):
-                for ms in STEP_MS:
-                    order = variants[rep % len(variants):] + variants[: rep % len(variants)]
-                    for variant in order:  # alternating, and the order rotates
-                        out = Path(tmp) / f"{variant}-{ms}-{rep}"
-                        out.mkdir()
-                        line = subprocess.run(
-                            [sys.executable, __file__, "--worker", variant, "--step-ms", str(ms),
-                             "--steps", str(steps_for[ms]), "--out", str(out), "--port", str(port)],
-                            check=True, capture_output=True, text=True,
-                        ).stdout.strip().splitlines()[-1]
-                        results[ms][variant].append(json.loads(line)["mean_s"])
-                        print(f"  rep {rep + 1}/{repeats} {ms:g} ms {variant}: "
-                              f"{results[ms][variant][-1] * 1e3:.4f} ms/step", file=sys.stderr)
+            for ms in STEP_MS:
+                for tool in tools:
+                    out = Path(tmp) / f"{tool}-{ms}"
+                    out.mkdir()
+                    print(f"  {ms:g} ms steps, {tool}: {rounds} rounds of "
+                          f"{steps_for[ms]} steps", file=sys.stderr)
+                    line = subprocess.run(
+                        [sys.executable, __file__, "--worker", tool, "--step", args.step,
+                         "--step-ms", str(ms), "--iters", str(iters[ms]),
+                         "--steps", str(steps_for[ms]), "--rounds", str(rounds),
+                         "--out", str(out), "--port", str(port)],
+                        check=True, capture_output=True, text=True,
+                    ).stdout.strip().splitlines()[-1]
+                    results[ms][tool] = json.loads(line)
         finally:
             if server is not None:
                 server.terminate()
                 server.wait(timeout=30)
 
-    report: dict[str, object] = {"repeats": repeats, "missing": missing, "steps": {}}
-    print(f"\nStep-cycle overhead vs the bare loop (median of {repeats} alternating runs; "
-          "mean cycle per run, window work included)")
-    print(f"{'step':>6} {'variant':>10} {'ms/step':>10} {'overhead µs':>12} {'overhead %':>11}"
-          f" {'vs trainpace':>13}")
+    report: dict[str, Any] = {"rounds": rounds, "step": args.step, "missing": missing,
+                              "steps": {}}
+    print(f"\nPer-step overhead against the bare loop ({args.step} steps; median over {rounds} "
+          "paired bare/tool blocks in one process; window work included)")
+    print(f"{'step':>6} {'tool':>10} {'bare ms':>9} {'overhead µs':>12} {'overhead %':>11} "
+          f"{'÷ trainpace':>12}")
     for ms in STEP_MS:
-        bare = statistics.median(results[ms]["bare"])
-        ours = statistics.median(results[ms]["trainpace"]) - bare
-        rows = {}
-        for variant in variants:
-            value = statistics.median(results[ms][variant])
-            over = value - bare
-            ratio = over / ours if variant != "trainpace" and ours > 0 else None
-            rows[variant] = {"ms_per_step": value * 1e3, "overhead_us": over * 1e6,
-                             "overhead_pct": 100 * over / bare,
-                             "overhead_x_trainpace": ratio}
-            print(f"{ms:>4g}ms {variant:>10} {value * 1e3:>10.4f} {over * 1e6:>12.1f} "
-                  f"{100 * over / bare:>10.3f}% "
-                  f"{(f'{ratio:.1f}x' if ratio is not None else ''):>13}")
-        target = TARGETS_PCT[ms]
-        verdict = "meets" if rows["trainpace"]["overhead_pct"] <= target else "MISSES"
-        print(f"       trainpace {verdict} its target of <= {target}% at {ms:g} ms steps")
-        report["steps"][f"{ms:g}ms"] = rows  # type: ignore[index]
+        rows: dict[str, dict[str, float | None]] = {}
+        for tool in tools:
+            figures = results[ms][tool]
+            diffs = [t - b for t, b in zip(figures["tool_s"], figures["bare_s"], strict=True)]
+            bare = statistics.median(figures["bare_s"])
+            over = statistics.median(diffs)
+            rows[tool] = {"bare_ms": bare * 1e3, "overhead_us": over * 1e6,
+                          "overhead_pct": 100 * over / bare}
+        ours = rows.get("trainpace", {}).get("overhead_us")
+        for tool, row in rows.items():
+            ratio = (row["overhead_us"] / ours  # type: ignore[operator]
+                     if tool != "trainpace" and ours and ours > 0 else None)
+            row["overhead_x_trainpace"] = ratio
+            print(f"{ms:>4g}ms {tool:>10} {row['bare_ms']:>9.3f} {row['overhead_us']:>12.1f} "
+                  f"{row['overhead_pct']:>10.3f}% {(f'{ratio:.1f}x' if ratio else ''):>12}")
+        if "trainpace" in rows:
+            pct = rows["trainpace"]["overhead_pct"]
+            assert pct is not None
+            verdict = "meets" if pct <= TARGETS_PCT[ms] else "MISSES"
+            print(f"       trainpace {verdict} its target of <= {TARGETS_PCT[ms]}% at "
+                  f"{ms:g} ms steps")
+        report["steps"][f"{ms:g}ms"] = rows
     if missing:
         print(f"not measured: {', '.join(missing)} (pip install lightning traceml-ai)")
     if args.json:

@@ -70,7 +70,10 @@ SYSTEM_ROW_KEYS = ("t_s", "device_util_pct", "memory_used_pct", "temperature_c",
                    "bandwidth_util_pct")
 
 # A mid-run summary refresh may take at most this share of the time since the previous one.
-REFRESH_BUDGET = 0.01
+REFRESH_BUDGET = 0.002
+# Auto warm-up is re-detected at a window boundary while the run is short, then each time the
+# number of steps doubles (and at the end): its cost stays negligible however long the run.
+WARMUP_RECHECK_STEPS = 1_000
 
 
 class Meter:
@@ -161,6 +164,9 @@ class Meter:
         )
         self._loader: dict[str, Any] | None = None
         self._flushed_step = 0
+        self._window = self.config.window
+        self._warmup_count = 0
+        self._warmup_at_steps = 0
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
         self._summary: Summary | None = None
@@ -217,7 +223,7 @@ class Meter:
         Samples and tokens are counted from the batches pulled from :meth:`loader` for this
         step; when none were, from ``batch``.
         """
-        if not is_int_at_least(accumulate, 1):
+        if accumulate != 1 and not is_int_at_least(accumulate, 1):
             raise ConfigError("accumulate", accumulate, "must be an integer >= 1")
         context = self._step_context
         context.batch = batch
@@ -320,13 +326,11 @@ class Meter:
     def _boundary(self, *, final: bool = False) -> None:
         """Window boundary: resolve finished steps, write them, refresh the summary."""
         rec = self._recorder
-        first = len(self._series)
         records = rec.take_records(final=final)
         if records:
             self._series.extend(records)
             self._flushed_step = records[-1]["step"]
-            warmup = warmup_steps(self._series.column("step_s"), self.config.warmup)
-            figures = window_figures(self._series, first, warmup)
+            figures = window_figures(records, self._warmup(final=final))
             if self._goal is not None:
                 progress = target_progress(self._series, self._goal)
                 figures["time_to_target_s"] = progress.time_to_target_s
@@ -365,12 +369,21 @@ class Meter:
             self._last_refresh_s = self._clock()
             self._refresh_cost_s = self._last_refresh_s - now
 
+    def _warmup(self, *, final: bool = False) -> int:
+        """Warm-up steps of the steps so far (cached between doublings of the run)."""
+        n = len(self._series)
+        if final or n <= WARMUP_RECHECK_STEPS or n >= 2 * self._warmup_at_steps:
+            self._warmup_count = warmup_steps(self._series.column("step_s"), self.config.warmup)
+            self._warmup_at_steps = n
+        return self._warmup_count
+
     def _build_summary(self, *, final: bool, end_s: float) -> Summary:
         rec = self._recorder
         t0 = rec.t0
         summary = summarize(
             self._series,
             warmup=self.config.warmup,
+            excluded=self._warmup(final=final),
             goal=self._goal,
             run_id=self.run_id,
             wall_s=(end_s - t0) if final and t0 is not None else None,
@@ -452,7 +465,7 @@ class _StepContext:
         try:
             # The previous window is written here, between steps, and its cost kept out of
             # the step times (it is reported as trainpace's own overhead).
-            if rec.steps_closed - meter._flushed_step >= meter.config.window and not rec.in_step:
+            if rec.steps_closed - meter._flushed_step >= meter._window and not rec.in_step:
                 started = meter._clock()
                 meter._boundary()
                 rec.exclude_from_cycle(meter._clock() - started)

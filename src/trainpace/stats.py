@@ -15,6 +15,16 @@ def percentile(values: Sequence[float] | np.ndarray, q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q))
 
 
+def percentile_sorted(values: Sequence[float], q: float) -> float | None:
+    """:func:`percentile` of values already sorted, in plain Python (fast for a window)."""
+    if not values:
+        return None
+    position = (len(values) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (position - low)
+
+
 def median(values: Sequence[float] | np.ndarray) -> float | None:
     """The median; None for no values."""
     return percentile(values, 50.0)

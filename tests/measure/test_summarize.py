@@ -116,10 +116,22 @@ def test_no_eta_when_not_converging():
 
 
 def test_window_figures_cover_only_the_window():
-    series = StepSeries.from_records(records([0.1] * 10 + [0.2] * 10, samples=4))
-    w = window_figures(series, first=10, warmup=1)
+    recs = records([0.1] * 10 + [0.2] * 10, samples=4)
+    w = window_figures(recs[10:], warmup=1)
     assert (w["first_step"], w["last_step"], w["steps"], w["measured_steps"]) == (11, 20, 10, 10)
     assert w["samples_per_s"] == pytest.approx(20.0)
+
+
+def test_window_figures_agree_with_the_summary():
+    recs = records([0.9, 0.5] + [0.1 + 0.001 * (i % 7) for i in range(40)], wait_s=0.01,
+                   samples=8, tokens=100, losses=[2.0 - 0.01 * i for i in range(42)])
+    w = window_figures(recs, warmup=2)
+    s = summarize(StepSeries.from_records(recs), warmup=2)
+    assert w["samples_per_s"] == pytest.approx(s.throughput.samples_per_s)
+    assert w["tokens_per_s"] == pytest.approx(s.throughput.tokens_per_s)
+    assert w["step_s_median"] == pytest.approx(s.time.step_s_median)
+    assert w["step_s_p90"] == pytest.approx(s.time.step_s_p90)
+    assert w["wait_pct"] == pytest.approx(s.data.wait_pct)
 
 
 def test_nulls_stay_null_not_zero():

@@ -15,7 +15,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,28 +26,35 @@ from trainpace.measure.clock import DeviceTimer, Marker
 Clock = Callable[[], float]
 
 
-@dataclass(slots=True)
 class _Row:
-    """One optimizer step while it is being recorded and resolved."""
+    """One optimizer step while it is being recorded and resolved.
 
-    wait_s: float = 0.0
-    h2d_s: float | None = None
-    samples: int = 0
-    tokens: list[TokenCount] = field(default_factory=list)
-    batches: int = 0
-    fetched_since_micro: int = 0
-    micro_done: int = 0
-    losses: list[Any] = field(default_factory=list)
-    metrics: list[Any] = field(default_factory=list)
-    wait_markers: list[tuple[Marker, Marker]] = field(default_factory=list)
-    h2d_markers: list[tuple[Marker, Marker]] = field(default_factory=list)
-    step: int = 0
-    end_s: float = 0.0  # clock() at the step's end
-    cycle_s: float = 0.0  # host cycle time
-    start_marker: Marker | None = None
-    end_marker: Marker | None = None
-    record: dict[str, Any] | None = None  # the resolved record, waiting for device values
-    emitted: bool = False  # handed out by take_records()
+    A plain slotted class, not a dataclass: one is made per step, on the hot path.
+    """
+
+    __slots__ = ("batches", "cycle_s", "emitted", "end_marker", "end_s", "fetched_since_micro",
+                 "h2d_markers", "h2d_s", "losses", "metrics", "micro_done", "record", "samples",
+                 "start_marker", "step", "tokens", "wait_markers", "wait_s")
+
+    def __init__(self) -> None:
+        self.wait_s = 0.0
+        self.h2d_s: float | None = None
+        self.samples = 0
+        self.tokens: list[TokenCount] = []
+        self.batches = 0
+        self.fetched_since_micro = 0
+        self.micro_done = 0
+        self.losses: list[Any] = []
+        self.metrics: list[Any] = []
+        self.wait_markers: list[tuple[Marker, Marker]] = []
+        self.h2d_markers: list[tuple[Marker, Marker]] = []
+        self.step = 0
+        self.end_s = 0.0  # clock() at the step's end
+        self.cycle_s = 0.0  # host cycle time
+        self.start_marker: Marker | None = None
+        self.end_marker: Marker | None = None
+        self.record: dict[str, Any] | None = None  # resolved, waiting for device values
+        self.emitted = False  # handed out by take_records()
 
 
 class StepRecorder:
@@ -74,9 +81,9 @@ class StepRecorder:
         self._next_start_marker: Marker | None = None
         self._prev_end_s: float | None = None
         self._cur = _Row()
-        self._in_step = False
+        self.in_step = False  # inside a meter.step() block
         self._accumulate = 1
-        self._step = 0
+        self.steps_closed = 0  # optimizer steps recorded so far
         self._pending: deque[_Row] = deque()  # closed, device times not read yet
         self._reading: deque[_Row] = deque()  # device values being copied to the host
         self._readback: _Readback | None = None
@@ -130,15 +137,15 @@ class StepRecorder:
         """A ``meter.step()`` block begins. Returns False when it is nested (ignored)."""
         if self.t0 is None:
             self.touch()
-        if self._in_step:
+        if self.in_step:
             return False
-        self._in_step = True
+        self.in_step = True
         self._accumulate = accumulate
         return True
 
     def exit(self, batch: Any, failed: bool) -> bool:
         """A ``meter.step()`` block ended; True when it closed an optimizer step."""
-        self._in_step = False
+        self.in_step = False
         row = self._cur
         if failed:
             # The step raised: it never finished, so it is not a step. Start afresh.
@@ -161,8 +168,8 @@ class StepRecorder:
             return False
         now = self.clock()
         assert self._prev_end_s is not None
-        self._step += 1
-        row.step = self._step
+        self.steps_closed += 1
+        row.step = self.steps_closed
         row.end_s = now
         row.cycle_s = now - self._prev_end_s
         if self.timer is not None:
@@ -182,7 +189,7 @@ class StepRecorder:
         last = self.last_closed
         # Outside a step (an eval after it, say) the value belongs to the step just closed,
         # unless that one was already written out; then it goes to the next step.
-        row = last if not self._in_step and last is not None and not last.emitted else self._cur
+        row = last if not self.in_step and last is not None and not last.emitted else self._cur
         if loss is not None:
             row.losses.append(_keep(loss))
         if metric is not None:
@@ -193,14 +200,6 @@ class StepRecorder:
         self.overhead_s += seconds
         if self._prev_end_s is not None:
             self._prev_end_s += seconds
-
-    @property
-    def steps_closed(self) -> int:
-        return self._step
-
-    @property
-    def in_step(self) -> bool:
-        return self._in_step
 
     @property
     def open_samples(self) -> int:
@@ -234,20 +233,42 @@ class StepRecorder:
         whose device values are still being copied, waits for a later call. With ``final``
         (end of run) it waits for the device and returns everything.
         """
+        timer = self.timer
+        if timer is None:  # the CPU: every value is already on the host
+            out = [self._host_record(row) for row in self._pending]
+            self._pending.clear()
+            return out
         ready: list[_Row] = []
         while self._pending:
             row = self._pending[0]
             marker = row.end_marker
-            if self.timer is not None and marker is not None and not self.timer.ready(marker):
+            if marker is not None and not timer.ready(marker):
                 if not final:
                     break
-                self.timer.wait(marker)
+                timer.wait(marker)
             self._pending.popleft()
             row.record = self._resolve_times(row)
             ready.append(row)
         self._reading.extend(ready)
         self._start_readback(ready)
         return self._finish_readback(final)
+
+    def _host_record(self, row: _Row) -> dict[str, Any]:
+        assert self.t0 is not None
+        row.emitted = True
+        return {
+            "step": row.step,
+            "t_s": row.end_s - self.t0,
+            "step_s": row.cycle_s,
+            "wait_s": row.wait_s,
+            "exposed_wait_s": None,
+            "h2d_s": row.h2d_s,
+            "samples": row.samples,
+            "tokens": int(sum(row.tokens)) if row.tokens else None,
+            "micro_batches": row.batches,
+            "loss": _mean(row.losses) if row.losses else None,
+            "metric": _mean(row.metrics) if row.metrics else None,
+        }
 
     def _resolve_times(self, row: _Row) -> dict[str, Any]:
         step_s = row.cycle_s

@@ -10,14 +10,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from trainpace.runlog import RunData
-from trainpace.stats import ema, linear_fit, steady_start
+from trainpace.stats import ema, linear_fit, percentile_sorted, steady_start
 from trainpace.summary import (
     Data,
     RankEntry,
@@ -49,13 +49,10 @@ class StepSeries:
         return series
 
     def extend(self, records: Iterable[Mapping[str, Any]]) -> None:
+        rows = list(records)
         nan = math.nan
-        columns = list(self._columns.items())
-        for record in records:
-            get = record.get
-            for name, column in columns:
-                value = get(name)
-                column.append(nan if value is None else value)
+        for name, column in self._columns.items():
+            column.extend([nan if (value := row.get(name)) is None else value for row in rows])
 
     def __len__(self) -> int:
         return len(self._columns["step"])
@@ -111,24 +108,39 @@ def warmup_steps(step_s: np.ndarray, setting: int | str) -> int:
     return 1 if start is None else start
 
 
-def window_figures(series: StepSeries, first: int, warmup: int) -> dict[str, Any]:
-    """Figures over the steps ``series[first:]`` that are past warm-up (one window)."""
-    lo = max(first, warmup)
-    step_s = series.column("step_s")[lo:]
-    all_steps = series.column("step")
-    figures: dict[str, Any] = {
-        "first_step": int(all_steps[first]) if len(all_steps) > first else None,
-        "last_step": int(all_steps[-1]) if len(all_steps) else None,
-        "steps": len(all_steps) - first,
-        "measured_steps": len(step_s),
+def window_figures(records: Sequence[Mapping[str, Any]], warmup: int) -> dict[str, Any]:
+    """Figures of one window: its steps past warm-up. The same definitions as the summary's,
+    in plain Python (a window is small and this runs between two training steps)."""
+    measured = [r for r in records if r["step"] > warmup]
+    step_s = sorted(r["step_s"] for r in measured)
+    total_s = sum(step_s)
+    ok = total_s > 0
+    tokens = [r["tokens"] for r in measured]
+    losses = [r["loss"] for r in records if r["loss"] is not None]
+    exposed = [r["exposed_wait_s"] for r in measured if r["exposed_wait_s"] is not None]
+    h2d = [r["h2d_s"] for r in measured if r["h2d_s"] is not None]
+    wait_s = sum(r["wait_s"] for r in measured)
+    return {
+        "first_step": records[0]["step"] if records else None,
+        "last_step": records[-1]["step"] if records else None,
+        "steps": len(records),
+        "measured_steps": len(measured),
         "warmup_steps": warmup,
+        "measured_s": total_s if measured else None,
+        "samples_per_s": sum(r["samples"] for r in measured) / total_s if ok else None,
+        "tokens_per_s": (sum(tokens) / total_s
+                         if ok and all(t is not None for t in tokens) else None),
+        "steps_per_s": len(measured) / total_s if ok else None,
+        "step_s_median": percentile_sorted(step_s, 50.0),
+        "step_s_p90": percentile_sorted(step_s, 90.0),
+        "step_s_mean": total_s / len(measured) if measured else None,
+        "wait_s_per_step": wait_s / len(measured) if measured else None,
+        "wait_pct": 100.0 * wait_s / total_s if ok else None,
+        "exposed_wait_s_per_step": sum(exposed) / len(exposed) if exposed else None,
+        "h2d_s_per_step": sum(h2d) / len(h2d) if h2d else None,
+        "loss": sum(losses) / len(losses) if losses else None,
+        "t_s": records[-1]["t_s"] if records else None,
     }
-    figures.update(_rates(series, lo))
-    loss = series.column("loss")[first:]
-    finite = loss[np.isfinite(loss)]
-    figures["loss"] = float(finite.mean()) if finite.size else None
-    figures["t_s"] = float(series.column("t_s")[-1]) if len(series) else None
-    return figures
 
 
 def _rates(series: StepSeries, lo: int) -> dict[str, Any]:
@@ -200,6 +212,7 @@ def summarize(
     series: StepSeries,
     *,
     warmup: int | str,
+    excluded: int | None = None,
     goal: Goal | None = None,
     run_id: str | None = None,
     wall_s: float | None = None,
@@ -208,10 +221,14 @@ def summarize(
     loader: dict[str, Any] | None = None,
     host: str | None = None,
 ) -> Summary:
-    """The run's summary from its steps (the device, bandwidth and flops parts left empty)."""
+    """The run's summary from its steps (the device, bandwidth and flops parts left empty).
+
+    ``excluded``: the warm-up count when the caller already knows it (else from ``warmup``).
+    """
     step_s = series.column("step_s")
     n = len(series)
-    excluded = warmup_steps(step_s, warmup)
+    if excluded is None:
+        excluded = warmup_steps(step_s, warmup)
     rates = _rates(series, excluded)
     t_s = series.column("t_s")
     progress = target_progress(series, goal) if goal is not None else None
