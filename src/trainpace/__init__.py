@@ -1,7 +1,11 @@
 """trainpace: measure and explain the speed of PyTorch training.
 
 The public API is what ``__all__`` lists; every other module is private and may change.
+``Meter`` is imported on first use, so the parts that need no PyTorch (``trainpace analyze``,
+``trainpace report``) start without loading it.
 """
+
+import typing as _typing
 
 from trainpace._version import __version__
 from trainpace.errors import (
@@ -11,8 +15,10 @@ from trainpace.errors import (
     TraceFormatError,
     TrainpaceError,
 )
-from trainpace.meter import Meter
 from trainpace.summary import Summary
+
+if _typing.TYPE_CHECKING:
+    from trainpace.meter import Meter
 
 __all__ = [
     "ConfigError",
@@ -24,3 +30,15 @@ __all__ = [
     "TrainpaceError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name == "Meter":
+        from trainpace.meter import Meter
+
+        return Meter
+    raise AttributeError(f"module 'trainpace' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"Meter"})
