@@ -421,3 +421,29 @@ def test_user_peaks_give_mfu(tmp_path, clock):
 def test_bad_peaks_fail_before_training():
     with pytest.raises(ConfigError, match="peaks"):
         trainpace.Meter(peaks={"tflops": {"fp32": -1}}, console=False)
+
+
+@pytest.mark.slow
+def test_profile_steps_capture_and_analyze_a_trace(tmp_path):
+    import gzip
+
+    from torch.utils.data import TensorDataset
+
+    dl = DataLoader(TensorDataset(torch.randn(320, 32)), batch_size=16)
+    model = torch.nn.Linear(32, 32)
+    meter = trainpace.Meter(tmp_path / "run", window=5, profile_steps=(8, 12), console=False,
+                            report=False)
+    for (x,) in meter.loader(dl):
+        with meter.step(x):
+            model(x).square().mean().backward()
+    meter.finish()
+    run = read_run(meter.path)
+    trace = run.meta["profile"]["trace"]
+    assert trace.endswith("profile_rank0.pt.trace.json.gz")
+    events = json.loads(gzip.open(trace).read())["traceEvents"]
+    steps = {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}
+    assert steps == {f"ProfilerStep#{n}" for n in range(8, 12)}  # the Meter's own step numbers
+    # the batch fetch is inside the step it feeds
+    assert any("DataLoader" in e.get("name", "") for e in events)
+    analysis = json.loads((meter.path / "profile_analysis.json").read_text())
+    assert analysis["ranks"][0]["rank"] == 0

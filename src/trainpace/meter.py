@@ -25,6 +25,7 @@ import os
 import platform
 import socket
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -58,6 +59,8 @@ from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.console import ConsoleSink
 from trainpace.sinks.runfolder import RunFolderSink, fresh_run_folder
 from trainpace.summary import Device, Summary
+from trainpace.trace.capture import ProfileWindow
+from trainpace.trace.evidence import with_trace_evidence
 from trainpace.vitals import DeviceVitals
 
 logger = logging.getLogger("trainpace")
@@ -180,10 +183,18 @@ class Meter:
             logger.info("trainpace: FLOPs are not counted with warmup=0: the counted step would "
                         "be measured; pass flops_per_step= or leave a warm-up step")
         self._meta: dict[str, Any] = {}
+        self._profile: ProfileWindow | None = None
+        self._profile_begun = 0  # the last step whose profile span was opened
+        self._profile_path: Path | None = None
         self._started_at = _dt.datetime.now(_dt.timezone.utc)
         self.path: Path | None = fresh_run_folder(self.config.out) if self.config.out else None
         self.run_id = run_id or (self.path.name if self.path else self._started_at.strftime(
             "run-%Y%m%d-%H%M%S"))
+        if self.config.profile_steps is not None:
+            start, stop = self.config.profile_steps
+            folder = (self.path / "profile" if self.path is not None
+                      else Path(tempfile.mkdtemp(prefix="trainpace-profile-")))
+            self._profile = ProfileWindow(start, stop, folder)
         outputs: list[Sink] = []
         if self.path is not None:
             outputs.append(RunFolderSink(self.path))
@@ -265,6 +276,7 @@ class Meter:
                 self._vitals.stop()  # a last reading, then the thread is joined
             self._boundary(final=True)
             summary = self._build_summary(final=True, end_s=end_s)
+            summary = self._with_profile(summary)
             summary = self._diagnosed(summary)
             self._sink.log(Record("summary", summary.to_dict(), self._recorder.steps_closed))
             self._log_meta(finished=True)
@@ -294,6 +306,24 @@ class Meter:
             count_flops=config.count_flops and config.warmup != 0,
         )
         self._vitals.start()
+
+    def _profile_begin(self) -> None:
+        """Open the profiler span of the step about to start (before its batch is fetched)."""
+        rec, profile = self._recorder, self._profile
+        if profile is not None and not rec.in_step and self._profile_begun <= rec.steps_closed:
+            self._profile_begun = rec.steps_closed + 1
+            profile.step_begin(self._profile_begun)
+
+    def _with_profile(self, summary: Summary) -> Summary:
+        """Analyze the profiled steps' trace; its kernel (and communication) evidence joins."""
+        if self._profile is None:
+            return summary
+        analysis = self._profile.analyze()
+        self._profile_path = self._profile.trace_path
+        if analysis is None:
+            return summary
+        self._sink.log(Record("profile", analysis.to_dict(), self._recorder.steps_closed))
+        return with_trace_evidence(summary, analysis.summary)
 
     def _diagnosed(self, summary: Summary) -> Summary:
         try:
@@ -444,6 +474,10 @@ class Meter:
             "loader": self._loader,
             "tokens_counted": self._recorder.tokens_counted,
             "vitals": self._vitals.meta() if self._vitals is not None else None,
+            "profile": None if self._profile is None else {
+                "steps": list(self.config.profile_steps or ()),
+                "trace": str(self._profile_path) if self._profile_path else None,
+            },
         }
         self._meta = meta
         self._sink.log(Record("meta", meta, self._recorder.steps_closed))
@@ -469,6 +503,8 @@ class _StepContext:
                 started = meter._clock()
                 meter._boundary()
                 rec.exclude_from_cycle(meter._clock() - started)
+            if meter._profile is not None:
+                meter._profile_begin()
             if not rec.enter(self.accumulate):
                 meter._fault("a nested meter.step()", RuntimeError("steps do not nest"))
             elif not meter._vitals_started:
@@ -490,6 +526,8 @@ class _StepContext:
         except Exception as error:  # noqa: BLE001 - monitoring never breaks training
             meter._fault("ending a step", error)
         self.batch = None  # do not keep the batch alive until the next step
+        if closed and meter._profile is not None:
+            meter._profile.step_end(meter._recorder.steps_closed)
         counting = meter._flop_count
         if counting is not None and (closed or exc_type is not None):
             meter._flop_count = None
@@ -537,6 +575,8 @@ class _LoaderIterator:
 
     def __next__(self) -> Any:
         rec = self._rec
+        if self._meter._profile is not None:
+            _contained(self._meter, "profiling", self._meter._profile_begin)
         try:
             started = rec.fetch_started()
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training

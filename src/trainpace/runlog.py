@@ -6,6 +6,7 @@ One run is one folder (DESIGN.md)::
     steps.jsonl    one record per optimizer step, appended and flushed at each window
     system.jsonl   background sampler rows (device and host readings)
     summary.json   trainpace.summary/1, refreshed at window boundaries and written at the end
+    profile/       the trace of Meter(profile_steps=...), and profile_analysis.json its analysis
 
 A ``steps.jsonl`` record (one per optimizer step; every key always present, null if unknown)::
 
@@ -50,7 +51,9 @@ SYSTEM_FILE = "system.jsonl"
 SUMMARY_FILE = "summary.json"
 META_SCHEMA = "trainpace.meta/1"
 
-RecordKind = Literal["meta", "window", "system", "summary"]
+PROFILE_FILE = "profile_analysis.json"
+
+RecordKind = Literal["meta", "window", "system", "summary", "profile"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ class Record:
     - ``"meta"``: the run's meta dict (written again whenever it changes);
     - ``"window"``: ``{"window": aggregates, "steps": [step records]}`` at a window boundary;
     - ``"system"``: ``{"rows": [sampler rows]}``;
-    - ``"summary"``: a ``trainpace.summary/1`` dict.
+    - ``"summary"``: a ``trainpace.summary/1`` dict;
+    - ``"profile"``: the analysis of the profiled steps' trace (``Meter(profile_steps=...)``).
 
     ``step`` is the last optimizer step the record covers (0 before the first step).
     """

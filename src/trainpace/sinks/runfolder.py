@@ -15,6 +15,7 @@ import orjson
 
 from trainpace.runlog import (
     META_FILE,
+    PROFILE_FILE,
     STEPS_FILE,
     SUMMARY_FILE,
     SYSTEM_FILE,
@@ -53,6 +54,8 @@ class RunFolderSink:
             self._append(STEPS_FILE, record.data["steps"])
         elif record.kind == "system":
             self._append(SYSTEM_FILE, record.data["rows"])
+        elif record.kind == "profile":
+            self._replace(PROFILE_FILE, record.data)
 
     def close(self) -> None:
         """Close the appended files."""
