@@ -220,6 +220,17 @@ def test_launch_bound_kernels_from_a_trace():
     assert rules.host_overhead(ctx(s)).checked == "49% short kernels"
 
 
+def test_short_kernels_behind_a_deep_launch_queue_are_not_launch_bound():
+    starved = Kernels(per_step=900, short_pct=60.0, launch_lag_us=100.0, source="trace")
+    s = Summary(device=Device(kind="cuda", util_pct=40.0), kernels=starved)
+    assert only(rules.host_overhead(ctx(s))).finding.id == "launch_bound"
+    deep = Kernels(per_step=900, short_pct=60.0, launch_lag_us=9600.0, source="trace")
+    outcome = rules.host_overhead(ctx(Summary(device=Device(kind="cuda"), kernels=deep)))
+    assert outcome.verdicts == ()
+    assert outcome.checked == ("60% short kernels but the launch queue is deep (median "
+                               "launch-to-start lag 9600 µs): not launch-bound")
+
+
 def test_saturated_host_cpu_matters_only_when_a_device_does_the_compute():
     busy = Host(system_cpu_pct=95.0, process_cpu_pct=180.0)
     v = only(rules.host_overhead(ctx(Summary(device=Device(kind="cuda"), host=busy))))

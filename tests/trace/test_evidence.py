@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from tracekit import HANDMADE, RESNET_NW0
+from tracekit import HANDMADE, RESNET_NW0, RESNET_NW4
 
 from trainpace.diagnose import diagnose
 from trainpace.summary import Diagnosis
@@ -50,6 +50,15 @@ def test_resnet_without_workers_shows_the_data_wait() -> None:
     wait = next(f for f in analysis.findings if f.id == "data_wait")
     assert wait.evidence["wait_pct"] == pytest.approx(39.02, abs=0.01)
     assert analysis.summary.data.exposed_wait_s_per_step == pytest.approx(0.05926, abs=1e-5)
+    # the reference data-loading-bound trace: its many short kernels sit behind a deep launch
+    # queue, so the data wait, not launch overhead, is the bottleneck
+    assert analysis.bottleneck == "data_loading"
+    assert not any(f.id == "launch_bound" for f in analysis.findings)
+
+
+def test_resnet_with_workers_has_no_data_bottleneck() -> None:
+    analysis = analyze_traces([RESNET_NW4])
+    assert analysis.bottleneck != "data_loading"
 
 
 def test_live_summary_gets_the_trace_kernels() -> None:

@@ -160,7 +160,8 @@ def device_util(ctx: Context) -> Outcome:
         ]
     else:
         title = (
-            f"The {d.kind or 'device'} is busy only {d.util_pct:.0f}% of the time, "
+            f"The {_DEVICE_WORDS.get(d.kind or '', 'device')} is busy only "
+            f"{d.util_pct:.0f}% of the time, "
             "with no data wait to explain it"
         )
         advice = [
@@ -317,12 +318,19 @@ def data_wait(ctx: Context) -> Outcome:
 # ---- host overhead -----------------------------------------------------------------------
 
 
+_DEVICE_WORDS = {"cuda": "GPU", "mps": "GPU", "cpu": "CPU"}
+
+
 def host_overhead(ctx: Context) -> Outcome:
     """Launch-bound kernels (from a trace) and a saturated host CPU."""
     s, t = ctx.summary, ctx.t
     k, h = s.kernels, s.host
     verdicts: list[Verdict] = []
-    if k.short_pct is not None and k.short_pct >= t.short_kernel_warning_pct:
+    # Many short kernels make a step launch-bound only when the device waits for them: a
+    # long launch-to-start lag means the host is ahead and the queue is deep.
+    queue_deep = k.launch_lag_us is not None and k.launch_lag_us > t.launch_lag_starved_us
+    if (k.short_pct is not None and k.short_pct >= t.short_kernel_warning_pct
+            and not queue_deep):
         lost = 100.0 - s.device.util_pct if s.device.util_pct is not None else None
         per_step = f"{k.per_step:.0f} kernels per step, " if k.per_step is not None else ""
         median_us = f" (median {k.median_us:.0f} µs)" if k.median_us is not None else ""
@@ -352,7 +360,9 @@ def host_overhead(ctx: Context) -> Outcome:
         return Outcome(verdicts=tuple(verdicts))
     if k.short_pct is None and h.system_cpu_pct is None:
         return Outcome(skipped="no kernel statistics (profiler trace) and no host CPU reading")
-    parts = [f"{k.short_pct:.0f}% short kernels" if k.short_pct is not None else None,
+    deep = (f" but the launch queue is deep (median launch-to-start lag "
+            f"{k.launch_lag_us:.0f} µs): not launch-bound" if queue_deep else "")
+    parts = [f"{k.short_pct:.0f}% short kernels{deep}" if k.short_pct is not None else None,
              f"host CPU {h.system_cpu_pct:.0f}%" if h.system_cpu_pct is not None else None]
     return Outcome(checked=", ".join(p for p in parts if p))
 

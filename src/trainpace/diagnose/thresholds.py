@@ -45,6 +45,7 @@ class Thresholds:
     drift_min_steps: int = 20
     # host overhead
     short_kernel_warning_pct: float = 50.0
+    launch_lag_starved_us: float = 100.0
     host_cpu_saturated_pct: float = 90.0
     cpu_contention_system_pct: float = 80.0
     # distributed
@@ -126,6 +127,9 @@ SOURCES: Mapping[str, str] = {
     "drift_min_steps": "TraceML min_steps_for_confident_diag = 20",
     "short_kernel_warning_pct": "inferred from HTA CUDA launch stats: when most kernels are "
     "shorter than their ~5–20 µs launch overhead, the step is launch-bound",
+    "launch_lag_starved_us": "inferred from HTA's launch stats (launch overhead 5–20 µs): a "
+    "kernel that starts within ~100 µs of its launch found the device queue empty; a longer "
+    "lag means the host runs ahead, so short kernels do not make the step launch-bound",
     "host_cpu_saturated_pct": "inferred: a CPU near 100% busy cannot feed the device on time",
     "cpu_contention_system_pct": "inferred: with under a fifth of the CPU idle, a CPU run whose "
     "threads are idle half the time is being crowded out by other processes",
