@@ -201,6 +201,12 @@ def test_fp32_on_cuda_gets_mixed_precision_advice():
 def test_busy_device_without_flop_count_is_compute_with_a_caveat():
     v = only(rules.hardware(ctx(Summary(device=Device(kind="cuda", util_pct=90.0)))))
     assert (v.finding.id, v.bottleneck) == ("device_busy", "compute")
+    assert "no FLOP count" in v.finding.title
+    counted_no_peak = Summary(device=Device(kind="cpu", util_pct=99.0), flops=Flops(per_step=1e9))
+    v = only(rules.hardware(ctx(counted_no_peak)))
+    assert v.finding.title == ("Device busy 99% of the time; no peak known for the cpu, so "
+                               "compute and bandwidth cannot be told apart")
+    assert "trainpace ceilings" in v.finding.advice[0]
     assert rules.hardware(ctx(Summary(device=Device(util_pct=89.0)))).skipped is not None
     counted = rules.hardware(ctx(Summary(device=Device(kind="cpu"), flops=Flops(per_step=1e9))))
     assert counted.skipped == ("FLOPs counted but no peak known for the cpu (trainpace ceilings "

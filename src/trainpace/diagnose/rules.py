@@ -102,13 +102,21 @@ def hardware(ctx: Context) -> Outcome:
                           "multiples of 64, larger batches")
         return verdict("compute_bound", "info", title, evidence, advice, bottleneck="compute")
     if f.roofline is None and d.util_pct is not None and d.util_pct >= t.device_busy_pct:
+        # FLOPs counted but no peak known (a CPU before `trainpace ceilings`), or not counted.
+        if f.per_step is not None:
+            missing = f"no peak known for the {d.kind or 'device'}"
+            fix = ("run `trainpace ceilings` once on this machine (or pass Meter(peaks=...)) "
+                   "to get the roofline verdict")
+        else:
+            missing = "no FLOP count"
+            fix = "count FLOPs (the Meter does on its first step) to get the roofline verdict"
         return verdict(
             "device_busy",
             "info",
-            f"Device busy {d.util_pct:.0f}% of the time; no FLOP count, so compute and "
+            f"Device busy {d.util_pct:.0f}% of the time; {missing}, so compute and "
             "bandwidth cannot be told apart",
             evidence,
-            ["count FLOPs (the Meter does on its first step) to get the roofline verdict"],
+            [fix],
             bottleneck="compute",
         )
     if f.roofline is None and b.util_pct is None:
