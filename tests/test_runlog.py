@@ -74,7 +74,7 @@ def test_a_run_killed_with_sigkill_keeps_a_readable_folder(tmp_path):
     run = read_run(out)
     steps = [r["step"] for r in run.steps]
     assert steps == list(range(1, len(steps) + 1))  # nothing out of order, nothing missing
-    assert len(steps) >= 60  # at most the last window (10 steps) and its neighbour lost
+    assert len(steps) >= 50  # at most the window being written and the open one lost
     assert run.summary is not None
     rebuilt = summary_for_run(run)
     assert rebuilt.steps.total == len(steps)

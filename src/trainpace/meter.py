@@ -17,6 +17,7 @@ failure of trainpace's own work is logged once and the training goes on.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime as _dt
 import logging
@@ -48,13 +49,14 @@ from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import (
     Goal,
     StepSeries,
+    TargetTracker,
     summarize,
-    target_progress,
     warmup_steps,
     window_figures,
 )
 from trainpace.report.console import print_report
 from trainpace.runlog import META_SCHEMA, Record
+from trainpace.sinks.background import BackgroundWriter
 from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.console import ConsoleSink
 from trainpace.sinks.runfolder import RunFolderSink, fresh_run_folder
@@ -165,6 +167,8 @@ class Meter:
             Goal(name="loss", value=float(target_loss), smoothing=smoothing)
             if target_loss is not None else None
         )
+        # Follows the goal window by window on the writer thread (rebuilt if the goal changes).
+        self._tracker = TargetTracker(self._goal) if self._goal is not None else None
         self._loader: dict[str, Any] | None = None
         self._flushed_step = 0
         self._window = self.config.window
@@ -206,6 +210,8 @@ class Meter:
             outputs.append(TensorBoardSink(self.config.tensorboard))
         outputs.extend(sinks)
         self._sink = FanOut(outputs)
+        self._writer = BackgroundWriter(lambda exc: self._fault("writing the run", exc))
+        atexit.register(self._writer.close)  # a run never finished still gets its windows out
         self._step_context = _StepContext(self)
         self._log_meta()
 
@@ -260,6 +266,7 @@ class Meter:
                             smoothing=smoothing)
                 if goal != self._goal:
                     self._goal = goal
+                    self._writer.submit(self._follow, goal)
                     self._log_meta()
             self._recorder.observe(loss=loss, metric=metric)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
@@ -275,13 +282,15 @@ class Meter:
             if self._vitals is not None:
                 self._vitals.stop()  # a last reading, then the thread is joined
             self._boundary(final=True)
+            self._close_writer()  # every window written; from here on, one thread
             summary = self._build_summary(final=True, end_s=end_s)
             summary = self._with_profile(summary)
             summary = self._diagnosed(summary)
-            self._sink.log(Record("summary", summary.to_dict(), self._recorder.steps_closed))
+            self._emit(Record("summary", summary.to_dict(), self._recorder.steps_closed))
             self._log_meta(finished=True)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._fault("finishing the run", exc)
+        self._close_writer()
         self._sink.close()
         if summary is None:
             summary = Summary(run_id=self.run_id)
@@ -322,7 +331,7 @@ class Meter:
         self._profile_path = self._profile.trace_path
         if analysis is None:
             return summary
-        self._sink.log(Record("profile", analysis.to_dict(), self._recorder.steps_closed))
+        self._emit(Record("profile", analysis.to_dict(), self._recorder.steps_closed))
         return with_trace_evidence(summary, analysis.summary)
 
     def _diagnosed(self, summary: Summary) -> Summary:
@@ -354,15 +363,22 @@ class Meter:
         )
 
     def _boundary(self, *, final: bool = False) -> None:
-        """Window boundary: resolve finished steps, write them, refresh the summary."""
+        """Window boundary, on the training thread: hand the finished steps to the writer."""
         rec = self._recorder
         records = rec.take_records(final=final)
+        self._flushed_step = rec.steps_closed  # steps not resolved yet go with the next window
+        if rec.tokens_counted != self._meta.get("tokens_counted"):
+            self._log_meta()  # learnt from the first token batch: a killed run keeps it
+        self._writer.submit(self._window_work, records, final)
+
+    def _window_work(self, records: list[dict[str, Any]], final: bool) -> None:
+        """On the writer thread: the window's figures, files and lines; a summary refresh."""
         if records:
             self._series.extend(records)
-            self._flushed_step = records[-1]["step"]
             figures = window_figures(records, self._warmup(final=final))
-            if self._goal is not None:
-                progress = target_progress(self._series, self._goal)
+            if self._tracker is not None:
+                self._tracker.add_records(records)
+                progress = self._tracker.progress()
                 figures["time_to_target_s"] = progress.time_to_target_s
                 figures["eta_to_target_s"] = progress.eta_s
             figures["device_kind"] = self.device.type
@@ -387,17 +403,31 @@ class Meter:
                     written.append(row)
                     self._system_written_s = row["t_s"]
             if written:
-                self._sink.log(Record("system", {"rows": written}, rec.steps_closed))
-        if rec.tokens_counted != self._meta.get("tokens_counted"):
-            self._log_meta()  # learnt from the first token batch: a killed run keeps it
+                self._sink.log(Record("system", {"rows": written}, self._flushed_step))
         if final:
             return
         now = self._clock()
         if now - self._last_refresh_s >= self._refresh_cost_s / REFRESH_BUDGET:
             summary = self._build_summary(final=False, end_s=now)
-            self._sink.log(Record("summary", summary.to_dict(), rec.steps_closed))
+            self._sink.log(Record("summary", summary.to_dict(), self._flushed_step))
             self._last_refresh_s = self._clock()
             self._refresh_cost_s = self._last_refresh_s - now
+
+    def _follow(self, goal: Goal) -> None:
+        """On the writer thread: a new goal, followed from the run's first step."""
+        self._tracker = TargetTracker(goal)
+        self._tracker.add_records(self._series.records())
+
+    def _emit(self, record: Record) -> None:
+        """To the sinks: through the writer while it runs (order kept), directly after."""
+        if self._writer.closed:
+            self._sink.log(record)
+        else:
+            self._writer.submit(self._sink.log, record)
+
+    def _close_writer(self) -> None:
+        self._writer.close()
+        atexit.unregister(self._writer.close)
 
     def _warmup(self, *, final: bool = False) -> int:
         """Warm-up steps of the steps so far (cached between doublings of the run)."""
@@ -415,6 +445,7 @@ class Meter:
             warmup=self.config.warmup,
             excluded=self._warmup(final=final),
             goal=self._goal,
+            progress=self._tracker.progress() if self._tracker is not None else None,
             run_id=self.run_id,
             wall_s=(end_s - t0) if final and t0 is not None else None,
             clock=rec.timer.name if rec.timer is not None else "host",
@@ -480,7 +511,7 @@ class Meter:
             },
         }
         self._meta = meta
-        self._sink.log(Record("meta", meta, self._recorder.steps_closed))
+        self._emit(Record("meta", meta, self._recorder.steps_closed))
 
 
 class _StepContext:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from trainpace.runlog import RunData
-from trainpace.stats import ema, linear_fit, percentile_sorted, steady_start
+from trainpace.stats import linear_fit, percentile_sorted, steady_start
 from trainpace.summary import (
     Data,
     RankEntry,
@@ -183,29 +184,62 @@ class TargetProgress:
     smoothed: float | None  # the latest smoothed value
 
 
-def target_progress(series: StepSeries, goal: Goal) -> TargetProgress:
-    """First time the smoothed value reaches the goal; else an ETA from the recent trend.
+class TargetTracker:
+    """Follows a run toward its goal, one observed value at a time (O(1) each).
 
-    The ETA extrapolates a straight line fitted to the last ``ETA_FIT_POINTS`` smoothed values
-    against wall time; it is None when that trend does not move toward the target.
+    The value is smoothed by a bias-corrected EMA (:func:`trainpace.stats.ema`); the target is
+    reached the first time the smoothed value is at or past it. Until then the ETA
+    extrapolates a straight line fitted to the last ``ETA_FIT_POINTS`` smoothed values against
+    wall time; it is None when that trend does not move toward the target.
     """
-    values = series.column(goal.name)
-    keep = np.isfinite(values)
-    if not keep.any():
-        return TargetProgress(None, None, None, None)
-    t_s = series.column("t_s")[keep]
-    steps = series.column("step")[keep]
-    smoothed = ema(values[keep].tolist(), goal.smoothing)
-    sign = 1.0 if goal.higher_is_better else -1.0  # reached when sign * (value - target) >= 0
-    for i, value in enumerate(smoothed):
-        if sign * (value - goal.value) >= 0:
-            return TargetProgress(float(t_s[i]), int(steps[i]), 0.0, smoothed[-1])
-    recent = slice(max(0, len(smoothed) - ETA_FIT_POINTS), len(smoothed))
-    fit = linear_fit(t_s[recent].tolist(), smoothed[recent])
-    eta = None
-    if fit is not None and sign * fit[0] > 0:
-        eta = (goal.value - smoothed[-1]) / fit[0]
-    return TargetProgress(None, None, eta if eta is not None and eta > 0 else None, smoothed[-1])
+
+    def __init__(self, goal: Goal) -> None:
+        self.goal = goal
+        self._sign = 1.0 if goal.higher_is_better else -1.0  # reached: sign·(v − target) ≥ 0
+        self._acc = 0.0
+        self._count = 0
+        self._reached: tuple[float, int] | None = None
+        self._recent: deque[tuple[float, float]] = deque(maxlen=ETA_FIT_POINTS)
+
+    def add(self, t_s: float, step: int, value: float | None) -> None:
+        """One step's observed value (None or NaN: nothing observed at that step)."""
+        if value is None or not math.isfinite(value):
+            return
+        beta = self.goal.smoothing
+        self._count += 1
+        self._acc = beta * self._acc + (1.0 - beta) * value
+        smoothed = self._acc / (1.0 - beta**self._count)
+        if self._reached is None and self._sign * (smoothed - self.goal.value) >= 0:
+            self._reached = (t_s, step)
+        self._recent.append((t_s, smoothed))
+
+    def add_records(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Steps as ``steps.jsonl`` records."""
+        name = self.goal.name
+        for record in records:
+            self.add(record["t_s"], record["step"], record.get(name))
+
+    def progress(self) -> TargetProgress:
+        """Where the run stands now."""
+        if not self._recent:
+            return TargetProgress(None, None, None, None)
+        latest = self._recent[-1][1]
+        if self._reached is not None:
+            return TargetProgress(self._reached[0], self._reached[1], 0.0, latest)
+        fit = linear_fit([t for t, _ in self._recent], [v for _, v in self._recent])
+        eta = None
+        if fit is not None and self._sign * fit[0] > 0:
+            eta = (self.goal.value - latest) / fit[0]
+        return TargetProgress(None, None, eta if eta is not None and eta > 0 else None, latest)
+
+
+def target_progress(series: StepSeries, goal: Goal) -> TargetProgress:
+    """:class:`TargetTracker`'s verdict over a whole series."""
+    tracker = TargetTracker(goal)
+    values, t_s, steps = series.column(goal.name), series.column("t_s"), series.column("step")
+    for i in np.flatnonzero(np.isfinite(values)):
+        tracker.add(float(t_s[i]), int(steps[i]), float(values[i]))
+    return tracker.progress()
 
 
 def summarize(
@@ -214,6 +248,7 @@ def summarize(
     warmup: int | str,
     excluded: int | None = None,
     goal: Goal | None = None,
+    progress: TargetProgress | None = None,
     run_id: str | None = None,
     wall_s: float | None = None,
     clock: str | None = None,
@@ -223,7 +258,8 @@ def summarize(
 ) -> Summary:
     """The run's summary from its steps (the device, bandwidth and flops parts left empty).
 
-    ``excluded``: the warm-up count when the caller already knows it (else from ``warmup``).
+    ``excluded``: the warm-up count when the caller already knows it (else from ``warmup``);
+    ``progress``: toward ``goal``, when the caller follows it already (else computed).
     """
     step_s = series.column("step_s")
     n = len(series)
@@ -231,7 +267,8 @@ def summarize(
         excluded = warmup_steps(step_s, warmup)
     rates = _rates(series, excluded)
     t_s = series.column("t_s")
-    progress = target_progress(series, goal) if goal is not None else None
+    if progress is None and goal is not None:
+        progress = target_progress(series, goal)
     time = Time(
         wall_s=wall_s if wall_s is not None else (float(t_s[-1]) if n else None),
         measured_s=rates["measured_s"],
