@@ -1,10 +1,13 @@
 """What it costs a training loop to be watched: the Meter against the bare loop and the anchors.
 
-A tight loop of fixed-work steps (matrix products calibrated to 1 ms or 10 ms on one torch
-thread: like real training, the step releases the GIL while it computes) is timed bare and
-under a tool, in alternating blocks inside one process, so the bare loop it is compared with
-ran on the same process, tensors and core a moment earlier (process-to-process differences of
-a percent or more would otherwise drown the figures). The tools:
+A tight loop of fixed steps is timed bare and under a tool, in alternating blocks inside one
+process, so the bare loop it is compared with ran on the same process, tensors and core a
+moment earlier (process-to-process differences of a percent or more would otherwise drown the
+figures). The step is, by ``--step``: ``sleep`` (default: the host waits through the step, as
+it waits for a GPU), ``torch`` (matrix products calibrated to the step length on one torch
+thread; the GIL is free inside them, but their speed varies by a few percent between blocks on
+a shared machine) or ``spin`` (a pure-Python busy wait: the worst case for any tool with a
+background thread, which then competes with the step for the GIL). The tools:
 
 - ``trainpace``: ``trainpace.Meter`` with its defaults: run folder, console line (to
   /dev/null), background sampler at 10 Hz, FLOPs counted on the first step. A fresh Meter per
@@ -19,11 +22,9 @@ Each tool runs in its own process; the first tenth of each block (imports, set-u
 is left out. Overhead = median over rounds of (tool block − bare block), per step. Lightning
 and TraceML are optional (``pip install lightning traceml-ai``).
 
-    python benchmarks/overhead.py            # 6 rounds per tool and step length
-    python benchmarks/overhead.py --quick    # 3 rounds, shorter blocks
-    python benchmarks/overhead.py --step spin
-        # a pure-Python busy wait as the step: the worst case for any tool with a background
-        # thread, which then competes with the step for the GIL
+    python benchmarks/overhead.py                # 6 rounds per tool and step length
+    python benchmarks/overhead.py --quick        # 3 rounds, shorter blocks
+    python benchmarks/overhead.py --step spin    # or torch
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ def make_step(kind: str, step_ms: float, iters: int) -> Callable[[], None]:
     """The work of one step: ``iters`` matrix products, or a busy wait of ``step_ms``."""
     import torch
 
+    if kind == "sleep":
+        seconds = step_ms / 1000.0
+
+        def wait() -> None:
+            time.sleep(seconds)  # the host waits for the device, the GIL free
+
+        return wait
     if kind == "spin":
         seconds = step_ms / 1000.0
 
@@ -208,8 +216,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds, shorter blocks")
     parser.add_argument("--rounds", type=int, default=None, help="bare/tool block pairs")
-    parser.add_argument("--step", choices=("torch", "spin"), default="torch",
-                        help="the step's work: matrix products (default) or a Python busy wait")
+    parser.add_argument("--step", choices=("sleep", "torch", "spin"), default="sleep",
+                        help="the step: a sleep (default: the host waiting for a GPU), matrix "
+                        "products on one thread, or a Python busy wait (holds the GIL)")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--step-ms", type=float, help=argparse.SUPPRESS)
