@@ -71,3 +71,11 @@ def test_cuda_without_a_gpu_is_a_clear_error(cache, capsys):
 def test_bad_dtype_is_a_clear_error(cache, capsys):
     assert main(["ceilings", "--device", "cpu", "--dtype", "int4", "--quick"]) == 1
     assert "dtype must be one of" in capsys.readouterr().err
+
+
+def test_an_unknown_device_is_one_line_and_exit_1(capsys):
+    from trainpace.cli import main
+
+    assert main(["ceilings", "--device", "tpu"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "trainpace ceilings: error: tpu: not a device name; use cpu, cuda or cuda:N"

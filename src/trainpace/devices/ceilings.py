@@ -114,7 +114,10 @@ def cpu_name() -> str:
 
 def device_identity(device: str | torch.device) -> tuple[str, str, int | None]:
     """(kind, name, threads) of a device; raises :class:`DeviceError` if it cannot be used."""
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:  # torch's message lists every device type
+        raise DeviceError(f"{device}: not a device name; use cpu, cuda or cuda:N") from exc
     if dev.type == "cpu":
         return "cpu", cpu_name(), torch.get_num_threads()
     if dev.type == "cuda":
