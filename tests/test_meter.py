@@ -440,7 +440,8 @@ def test_profile_steps_capture_and_analyze_a_trace(tmp_path):
     run = read_run(meter.path)
     trace = run.meta["profile"]["trace"]
     assert trace.endswith("profile_rank0.pt.trace.json.gz")
-    events = json.loads(gzip.open(trace).read())["traceEvents"]
+    with gzip.open(trace) as handle:
+        events = json.loads(handle.read())["traceEvents"]
     steps = {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}
     assert steps == {f"ProfilerStep#{n}" for n in range(8, 12)}  # the Meter's own step numbers
     # the batch fetch is inside the step it feeds

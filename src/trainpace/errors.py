@@ -7,7 +7,8 @@
      ├── RunFolderError            a run folder that is missing, unreadable or of another schema
      ├── TraceFormatError          a profiler trace that cannot be read (names the file)
      ├── MissingDependencyError    an optional extra is not installed (names the pip command)
-     └── DeviceError               a device that cannot be used for the asked measurement
+     ├── DeviceError               a device that cannot be used for the asked measurement
+     └── OutputError               a file trainpace was asked to write cannot be written
 
 Messages name the input, what is wrong with it, and the fix. The CLI prints them on one line
 and exits 1; it prints a traceback only for errors that are not a ``TrainpaceError`` (our bugs).
@@ -21,6 +22,7 @@ __all__ = [
     "ConfigError",
     "DeviceError",
     "MissingDependencyError",
+    "OutputError",
     "RunFolderError",
     "TraceFormatError",
     "TrainpaceError",
@@ -59,3 +61,7 @@ class MissingDependencyError(TrainpaceError, ImportError):
 
 class DeviceError(TrainpaceError):
     """A device cannot be used for the asked measurement (absent, or not supported)."""
+
+
+class OutputError(TrainpaceError):
+    """A file trainpace was asked to write (a report, a page) cannot be written."""

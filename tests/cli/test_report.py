@@ -108,3 +108,11 @@ def test_a_finished_summary_is_used_as_written(tmp_path, capsys):
     captured = capsys.readouterr()
     assert json.loads(captured.out)["run_id"] == "done"
     assert "recomputed" not in captured.err
+
+
+def test_an_unwritable_html_path_is_one_line_and_exit_1(slow_data_run, tmp_path, capsys):
+    target = tmp_path / "missing-folder" / "report.html"
+    assert main(["report", str(slow_data_run), "--html", str(target)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"trainpace report: error: {target}: cannot write the page")
+    assert "Traceback" not in "\n".join(err)

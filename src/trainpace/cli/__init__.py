@@ -54,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrainpaceError as exc:
         print(f"trainpace {args.verb}: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a path the user gave that cannot be read or written
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"trainpace {args.verb}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"trainpace {args.verb}: interrupted", file=sys.stderr)
         return 130

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainpace.errors import OutputError
+
 PALETTE = ("#3b6fd4", "#e08a1e", "#3a9b5c", "#c8423b", "#8a5cc2", "#5aa6b8", "#9c7a48")
 SEVERITY_COLOR = {"ok": "#3a9b5c", "info": "#3b82c4", "warning": "#d68a00",
                   "critical": "#c8423b", "not measured": "#9aa0a6"}
@@ -348,5 +350,11 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], *, title: str, uni
 def write_page(path: str | Path, document: str) -> Path:
     """Write a page as UTF-8; returns the path written."""
     target = Path(path)
-    target.write_text(document, encoding="utf-8")
+    try:
+        target.write_text(document, encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(
+            f"{target}: cannot write the page ({exc.strerror or exc}); pass a path in a "
+            "folder that exists and is writable"
+        ) from exc
     return target
