@@ -10,7 +10,9 @@ import typing as _typing
 from trainpace._version import __version__
 from trainpace.errors import (
     ConfigError,
+    DeviceError,
     MissingDependencyError,
+    OutputError,
     RunFolderError,
     TraceFormatError,
     TrainpaceError,
@@ -22,8 +24,10 @@ if _typing.TYPE_CHECKING:
 
 __all__ = [
     "ConfigError",
+    "DeviceError",
     "Meter",
     "MissingDependencyError",
+    "OutputError",
     "RunFolderError",
     "Summary",
     "TraceFormatError",
