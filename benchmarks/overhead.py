@@ -12,6 +12,8 @@ background thread, which then competes with the step for the GIL). The tools:
 - ``trainpace``: ``trainpace.Meter`` with its defaults: run folder, console line (to
   /dev/null), background sampler at 10 Hz, FLOPs counted on the first step. A fresh Meter per
   block, so its sampler thread runs only during its own blocks.
+- ``floor``: the least any step timer can do: three clock reads, a small record per step,
+  appended to a list. What it costs is what this machine charges for *any* instrumentation.
 - ``lightning``: Lightning Fabric's ``ThroughputMonitor``, ``update`` + ``compute_and_log``
   every step (its documented use).
 - ``traceml``: TraceML's ``trace_step`` with its aggregator (``traceml serve``). TraceML is
@@ -45,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-TOOLS = ("trainpace", "lightning", "traceml")
+TOOLS = ("floor", "trainpace", "lightning", "traceml")
 STEP_MS = (1.0, 10.0)
 TARGETS_PCT = {1.0: 2.0, 10.0: 0.5}
 MATRIX = 192  # one product: ~0.1 ms on one thread of a current CPU core
@@ -123,6 +125,23 @@ def tool_runner(tool: str, steps: int, out: Path, port: int) -> Callable[[Callab
             for _ in batches:
                 step()
         return bare
+    if tool == "floor":
+        def floor(step: Callable[[], None]) -> None:
+            clock, records = time.perf_counter, []
+            previous = clock()
+            iterator = iter(batches)
+            while True:
+                started = clock()
+                try:
+                    b = next(iterator)
+                except StopIteration:
+                    return
+                waited = clock() - started
+                step()
+                now = clock()
+                records.append((now - previous, waited, b.shape[0]))
+                previous = now
+        return floor
     if tool == "trainpace":
         import trainpace
 
@@ -184,7 +203,8 @@ def worker(tool: str, kind: str, step_ms: float, iters: int, steps: int, rounds:
 
 
 def available(tool: str) -> bool:
-    module = {"trainpace": "trainpace", "lightning": "lightning", "traceml": "traceml_ai"}[tool]
+    module = {"floor": "torch", "trainpace": "trainpace", "lightning": "lightning",
+              "traceml": "traceml_ai"}[tool]
     return importlib.util.find_spec(module) is not None
 
 
@@ -286,7 +306,7 @@ def main() -> int:
         ours = rows.get("trainpace", {}).get("overhead_us")
         for tool, row in rows.items():
             ratio = (row["overhead_us"] / ours  # type: ignore[operator]
-                     if tool != "trainpace" and ours and ours > 0 else None)
+                     if tool not in ("trainpace", "floor") and ours and ours > 0 else None)
             row["overhead_x_trainpace"] = ratio
             print(f"{ms:>4g}ms {tool:>10} {row['bare_ms']:>9.3f} {row['overhead_us']:>12.1f} "
                   f"{row['overhead_pct']:>10.3f}% {(f'{ratio:.1f}x' if ratio else ''):>12}")
