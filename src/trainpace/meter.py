@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
@@ -37,12 +37,13 @@ from typing import Any, TextIO
 
 import torch
 
+from trainpace._loop import MeteredLoader, StepContext
 from trainpace._version import __version__
 from trainpace.config import MeterConfig, WarmupSetting, is_int_at_least
+from trainpace.devices.ceilings import cpu_name
 from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.diagnose import diagnose
 from trainpace.errors import ConfigError
-from trainpace.measure.batch import is_pinned, move_to
 from trainpace.measure.clock import device_timer_for, resolve_device
 from trainpace.measure.loader import loader_settings
 from trainpace.measure.recorder import StepRecorder
@@ -212,7 +213,7 @@ class Meter:
         self._sink = FanOut(outputs)
         self._writer = BackgroundWriter(lambda exc: self._fault("writing the run", exc))
         atexit.register(self._writer.close)  # a run never finished still gets its windows out
-        self._step_context = _StepContext(self)
+        self._step_context = StepContext(self)
         self._log_meta()
 
     # -- the loop's API -------------------------------------------------------------------
@@ -232,9 +233,9 @@ class Meter:
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._fault("reading the DataLoader settings", exc)
         target = torch.device(device) if device is not None else None
-        return _Loader(self, iterable, target, non_blocking)
+        return MeteredLoader(self, iterable, target, non_blocking)
 
-    def step(self, batch: Any = None, *, accumulate: int = 1) -> _StepContext:
+    def step(self, batch: Any = None, *, accumulate: int = 1) -> StepContext:
         """Context for one optimizer step (or one of ``accumulate`` micro-steps of it).
 
         Samples and tokens are counted from the batches pulled from :meth:`loader` for this
@@ -514,148 +515,12 @@ class Meter:
         self._emit(Record("meta", meta, self._recorder.steps_closed))
 
 
-class _StepContext:
-    """``with meter.step(batch):`` — reused for every step (no allocation on the hot path)."""
-
-    __slots__ = ("accumulate", "batch", "meter")
-
-    def __init__(self, meter: Meter) -> None:
-        self.meter = meter
-        self.batch: Any = None
-        self.accumulate = 1
-
-    def __enter__(self) -> _StepContext:
-        meter = self.meter
-        rec = meter._recorder
-        try:
-            # The previous window is written here, between steps, and its cost kept out of
-            # the step times (it is reported as trainpace's own overhead).
-            if rec.steps_closed - meter._flushed_step >= meter._window and not rec.in_step:
-                started = meter._clock()
-                meter._boundary()
-                rec.exclude_from_cycle(meter._clock() - started)
-            if meter._profile is not None:
-                meter._profile_begin()
-            if not rec.enter(self.accumulate):
-                meter._fault("a nested meter.step()", RuntimeError("steps do not nest"))
-            elif not meter._vitals_started:
-                meter._start_vitals()
-                if meter._vitals is not None:
-                    # FLOPs and bytes are counted on the first step: warm-up, never measured.
-                    meter._flop_count = meter._vitals.flop_counter(samples=rec.open_samples or None)
-                    meter._flop_count.__enter__()
-        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            meter._fault("starting a step", exc)
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        meter = self.meter
-        closed = False
-        try:
-            closed = meter._recorder.exit(self.batch, failed=exc_type is not None)
-        except Exception as error:  # noqa: BLE001 - monitoring never breaks training
-            meter._fault("ending a step", error)
-        self.batch = None  # do not keep the batch alive until the next step
-        if closed and meter._profile is not None:
-            meter._profile.step_end(meter._recorder.steps_closed)
-        counting = meter._flop_count
-        if counting is not None and (closed or exc_type is not None):
-            meter._flop_count = None
-            try:
-                counting.__exit__(exc_type, exc, tb)
-            except Exception as error:  # noqa: BLE001 - monitoring never breaks training
-                meter._fault("counting FLOPs", error)
-
-
-class _Loader:
-    """An iterable of batches whose every ``next()`` is timed."""
-
-    def __init__(self, meter: Meter, iterable: Iterable[Any], device: torch.device | None,
-                 non_blocking: bool | None) -> None:
-        self._meter = meter
-        self._iterable = iterable
-        self._device = device
-        self._non_blocking = non_blocking
-
-    def __iter__(self) -> Iterator[Any]:
-        rec = self._meter._recorder
-        started = _contained(self._meter, "timing the loader", rec.fetch_started)
-        iterator = iter(self._iterable)  # DataLoader workers start here: that is waiting too
-        if started is not None:
-            _contained(self._meter, "timing the loader", rec.fetch_done, started, None, False)
-        return _LoaderIterator(self._meter, iterator, self._device, self._non_blocking)
-
-    def __len__(self) -> int:
-        return len(self._iterable)  # type: ignore[arg-type]
-
-
-class _LoaderIterator:
-    __slots__ = ("_device", "_iterator", "_meter", "_non_blocking", "_rec")
-
-    def __init__(self, meter: Meter, iterator: Iterator[Any], device: torch.device | None,
-                 non_blocking: bool | None) -> None:
-        self._meter = meter
-        self._rec = meter._recorder
-        self._iterator = iterator
-        self._device = device
-        self._non_blocking = non_blocking
-
-    def __iter__(self) -> _LoaderIterator:
-        return self
-
-    def __next__(self) -> Any:
-        rec = self._rec
-        if self._meter._profile is not None:
-            _contained(self._meter, "profiling", self._meter._profile_begin)
-        try:
-            started = rec.fetch_started()
-        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._meter._fault("timing the loader", exc)
-            started = None
-        try:
-            batch = next(self._iterator)
-        except StopIteration:
-            if started is not None:
-                _contained(self._meter, "timing the loader", rec.fetch_done, started, None, False)
-            raise
-        if started is not None:
-            try:
-                rec.fetch_done(started, batch)
-            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-                self._meter._fault("counting a batch", exc)
-        if self._device is not None:
-            batch = self._move(batch)
-        return batch
-
-    def _move(self, batch: Any) -> Any:
-        rec = self._rec
-        device = self._device
-        assert device is not None
-        non_blocking = self._non_blocking
-        if non_blocking is None:
-            non_blocking = device.type == "cuda" and is_pinned(batch)
-        started = _contained(self._meter, "timing the copy", rec.copy_started)
-        moved = move_to(batch, device, non_blocking)
-        if started is not None:
-            _contained(self._meter, "timing the copy", rec.copy_done, started)
-        return moved
-
-
-def _contained(meter: Meter, where: str, fn: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-        meter._fault(where, exc)
-        return None
-
-
 def _device_name(device: torch.device) -> str | None:
     try:
         if device.type == "cuda" and torch.cuda.is_available():
             return str(torch.cuda.get_device_name(device))
         if device.type == "cpu":
-            return _cpu_name()
+            return cpu_name()
     except Exception:  # noqa: BLE001 - a name is nice to have, never required
         return None
     return None
@@ -667,14 +532,3 @@ def _usable_cpus() -> int | None:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count()
-
-
-def _cpu_name() -> str | None:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
