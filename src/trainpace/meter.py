@@ -99,7 +99,8 @@ class Meter:
         report: print the report at :meth:`finish`.
         sample_interval_s: period of the background device and host sampler.
         count_flops: count FLOPs and bytes of one warm-up step (MFU and roofline).
-        flops_per_step: FLOPs of one optimizer step, if you know them (skips counting).
+        flops_per_step: FLOPs of one optimizer step, if you know them (they replace the
+            counted FLOPs; bytes are still counted for the roofline).
         profile_steps: ``(start, stop)``: capture a profiler trace of those steps.
         peaks: your device's peaks, over the spec table and measured ceilings:
             ``{"bandwidth_gb_s": 900, "tflops": {"bf16": 120}}``.
