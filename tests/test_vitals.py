@@ -374,3 +374,19 @@ def test_real_gpu_vitals():
     assert bandwidth.source is not None
     assert flops.per_step == 2 * 4096**3
     assert flops.dtype == "bfloat16"
+
+
+def test_window_figures_are_the_headline_means_of_the_window():
+    import time as _time
+
+    vitals = DeviceVitals(device="cpu", t0=_time.perf_counter(), count_flops=False)
+    vitals.start()
+    for _ in range(3):
+        vitals.sample_once()
+    figures = vitals.window_figures(0.0, 1e9)
+    vitals.stop()
+    assert set(figures) == {"device_util_pct", "memory_used_pct", "temperature_c",
+                            "bandwidth_util_pct"}
+    assert figures["memory_used_pct"] is not None
+    assert figures["temperature_c"] is None  # no CPU temperature source
+    assert figures["bandwidth_util_pct"] is None

@@ -77,9 +77,8 @@ SYSTEM_ROW_KEYS = ("t_s", "device_util_pct", "memory_used_pct", "temperature_c",
 
 # A mid-run summary refresh may take at most this share of the time since the previous one.
 REFRESH_BUDGET = 0.002
-# Auto warm-up is re-detected at a window boundary while the run is short, then each time the
-# number of steps doubles (and at the end): its cost stays negligible however long the run.
-WARMUP_RECHECK_STEPS = 1_000
+# Auto warm-up is re-detected each time the number of steps doubles (and at the end): its
+# cost stays negligible however long the run.
 
 
 class Meter:
@@ -385,13 +384,8 @@ class Meter:
                 figures["eta_to_target_s"] = progress.eta_s
             figures["device_kind"] = self.device.type
             if self._vitals is not None:
-                device, bandwidth, _, _ = self._vitals.sections(
-                    t_start_s=float(records[0]["t_s"] - records[0]["step_s"]),
-                    t_end_s=float(records[-1]["t_s"]), step_s=None, samples_per_s=None)
-                figures.update(device_util_pct=device.util_pct,
-                               memory_used_pct=device.memory_used_pct,
-                               temperature_c=device.temperature_c,
-                               bandwidth_util_pct=bandwidth.util_pct)
+                figures.update(self._vitals.window_figures(
+                    float(records[0]["t_s"] - records[0]["step_s"]), float(records[-1]["t_s"])))
             self._sink.log(Record("window", {"window": figures, "steps": records},
                                   records[-1]["step"]))
         if self._vitals is not None:
@@ -434,7 +428,7 @@ class Meter:
     def _warmup(self, *, final: bool = False) -> int:
         """Warm-up steps of the steps so far (cached between doublings of the run)."""
         n = len(self._series)
-        if final or n <= WARMUP_RECHECK_STEPS or n >= 2 * self._warmup_at_steps:
+        if final or n >= 2 * self._warmup_at_steps:
             self._warmup_count = warmup_steps(self._series.column("step_s"), self.config.warmup)
             self._warmup_at_steps = n
         return self._warmup_count
