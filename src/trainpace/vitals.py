@@ -303,12 +303,14 @@ class DeviceVitals:
         """The headline readings of one window (time-weighted means), for its console line and
         TensorBoard points: cheaper than :meth:`sections`. Never raises."""
         try:
-            figures: dict[str, float | None] = {}
-            for key in ("device_util_pct", "memory_used_pct", "temperature_c"):
-                figures[key] = _mean(self._sampler.aggregate(key, t_start_s, t_end_s))
+            window = self._sampler.window(t_start_s, t_end_s)  # every series in one pass
+            figures: dict[str, float | None] = {
+                key: _mean(window.get(key))
+                for key in ("device_util_pct", "memory_used_pct", "temperature_c")
+            }
             figures["bandwidth_util_pct"] = None
             for key, _ in BANDWIDTH_SOURCES if self.device.type == "cuda" else ():
-                found = self._sampler.aggregate(key, t_start_s, t_end_s)
+                found = window.get(key)
                 if found is not None:
                     figures["bandwidth_util_pct"] = found.mean
                     break
