@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from array import array
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,6 +32,7 @@ from trainpace.summary import (
 
 COLUMNS = ("step", "t_s", "step_s", "wait_s", "exposed_wait_s", "h2d_s", "samples", "tokens",
            "micro_batches", "loss", "metric")
+_ROW = operator.itemgetter(*COLUMNS)
 ETA_FIT_POINTS = 100  # the recent trend an ETA extrapolates: about one default window
 # Auto warm-up is looked for in the first steps only: past them it is not warm-up any more,
 # and the detection's cost stays bounded however long the run is.
@@ -50,10 +52,21 @@ class StepSeries:
         return series
 
     def extend(self, records: Iterable[Mapping[str, Any]]) -> None:
-        rows = list(records)
+        records = list(records)
         nan = math.nan
-        for name, column in self._columns.items():
-            column.extend([nan if (value := row.get(name)) is None else value for row in rows])
+        try:
+            rows = list(map(_ROW, records))  # each record's values in COLUMNS order, in C
+        except KeyError:  # a record from elsewhere without every key
+            rows = [tuple(record.get(name) for name in COLUMNS) for record in records]
+        # no rows: zip(*rows) is empty and nothing is added
+        for column, values in zip(self._columns.values(), zip(*rows, strict=True), strict=False):
+            missing = values.count(None)
+            if missing == len(values):  # a column nothing filled (no tokens, no metric...)
+                column.extend([nan] * missing)
+            elif missing:
+                column.extend([nan if value is None else value for value in values])
+            else:
+                column.extend(values)
 
     def __len__(self) -> int:
         return len(self._columns["step"])
