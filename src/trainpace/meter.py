@@ -376,6 +376,7 @@ class Meter:
         """On the writer thread: the window's figures, files and lines; a summary refresh."""
         if records:
             self._series.extend(records)
+            _yield_gil()
             figures = window_figures(records, self._warmup(final=final))
             if self._tracker is not None:
                 self._tracker.add_records(records)
@@ -386,8 +387,10 @@ class Meter:
             if self._vitals is not None:
                 figures.update(self._vitals.window_figures(
                     float(records[0]["t_s"] - records[0]["step_s"]), float(records[-1]["t_s"])))
+            _yield_gil()
             self._sink.log(Record("window", {"window": figures, "steps": records},
                                   records[-1]["step"]))
+            _yield_gil()
         if self._vitals is not None:
             rows = self._vitals.drain_rows()
             self._system_rows.extend({key: row.get(key) for key in SYSTEM_ROW_KEYS}
@@ -404,7 +407,9 @@ class Meter:
             return
         now = self._clock()
         if now - self._last_refresh_s >= self._refresh_cost_s / REFRESH_BUDGET:
+            _yield_gil()
             summary = self._build_summary(final=False, end_s=now)
+            _yield_gil()
             self._sink.log(Record("summary", summary.to_dict(), self._flushed_step))
             self._last_refresh_s = self._clock()
             self._refresh_cost_s = self._last_refresh_s - now
@@ -508,6 +513,16 @@ class Meter:
         }
         self._meta = meta
         self._emit(Record("meta", meta, self._recorder.steps_closed))
+
+
+def _yield_gil() -> None:
+    """Let the training thread run if it is waiting for the GIL.
+
+    The writer's work is Python and holds the GIL; CPython makes a waiting thread wait up to
+    the switch interval (5 ms) before it forces a switch. Yielding between the stages of a
+    window keeps the training thread's wait to one stage.
+    """
+    time.sleep(0)
 
 
 def _device_name(device: torch.device) -> str | None:
