@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from trainpace.runlog import RunData
-from trainpace.stats import linear_fit, percentile_sorted, steady_start
+from trainpace.stats import linear_fit, median, percentile, percentile_sorted, steady_start
 from trainpace.summary import (
     Data,
     RankEntry,
@@ -172,8 +172,8 @@ def _rates(series: StepSeries, lo: int) -> dict[str, Any]:
         "tokens_per_s": (float(tokens.sum()) / total_s
                          if ok and tokens.size and np.isfinite(tokens).all() else None),
         "steps_per_s": step_s.size / total_s if ok else None,
-        "step_s_median": float(np.median(step_s)) if step_s.size else None,
-        "step_s_p90": float(np.percentile(step_s, 90)) if step_s.size else None,
+        "step_s_median": median(step_s),
+        "step_s_p90": percentile(step_s, 90),
         "step_s_mean": total_s / step_s.size if step_s.size else None,
         "wait_s_per_step": float(wait.mean()) if wait.size else None,
         "wait_pct": 100.0 * float(wait.sum()) / total_s if ok else None,

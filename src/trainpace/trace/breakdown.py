@@ -13,6 +13,7 @@ import numpy as np
 from trainpace.stats import percentile
 from trainpace.trace import classify as cl
 from trainpace.trace import intervals as iv
+from trainpace.trace.arrays import among, distinct
 from trainpace.trace.prepare import Prepared
 from trainpace.trace.result import ROLES, StepRow, StepsBreakdown
 
@@ -131,8 +132,8 @@ def _device_steps(p: Prepared) -> tuple[np.ndarray, np.ndarray, list[str]]:
 def _roles(p: Prepared) -> list[iv.IntervalSet]:
     """torch-tb-profiler's role ranges, merged, in its priority order (:data:`ROLES`)."""
     c = p.cols
-    comm_ext = np.unique(c.external_id[p.comm_op & (c.external_id != -1)])
-    comm_kernel = p.kernel & np.isin(c.external_id, comm_ext) & (c.external_id != -1)
+    comm_ext = distinct(c.external_id[p.comm_op & (c.external_id != -1)])
+    comm_kernel = p.kernel & among(c.external_id, comm_ext) & (c.external_id != -1)
     masks = [
         p.kernel & ~comm_kernel,
         p.memcpy,
@@ -203,7 +204,7 @@ def steps(p: Prepared) -> StepsBreakdown:
     kernels = p.kernel
     span = float(end[-1] - start[0])
     util = None
-    devices = np.unique(c.device[kernels])
+    devices = distinct(c.device[kernels])
     if kernels.any() and span > 0:
         util = max(
             iv.measure(iv.intersect(iv.union(c.ts[kernels & (c.device == d)],

@@ -14,6 +14,7 @@ import numpy as np
 
 from trainpace.trace import classify as cl
 from trainpace.trace import intervals as iv
+from trainpace.trace.arrays import distinct
 from trainpace.trace.prepare import Prepared
 from trainpace.trace.result import Gap, IdleBreakdown, StreamIdle
 
@@ -43,7 +44,7 @@ def _stream_idle(p: Prepared, kernel_wait_us: float) -> list[StreamIdle]:
     kernel_wait = ~first & ~host_wait & (gap < kernel_wait_us)
     other = ~first & ~host_wait & ~kernel_wait
     out = []
-    for s in np.unique(stream):
+    for s in distinct(stream):
         mine = stream == s
         out.append(StreamIdle(
             stream=int(s),
@@ -55,13 +56,12 @@ def _stream_idle(p: Prepared, kernel_wait_us: float) -> list[StreamIdle]:
     return out
 
 
-def _cause_sets(p: Prepared) -> list[iv.IntervalSet]:
+def _cause_sets(p: Prepared, step: np.ndarray) -> list[iv.IntervalSet]:
     """Host activity by cause, made exclusive in the order of :data:`CAUSES`."""
     c = p.cols
     names = c.names
     sync = cl.matches(names, cl.SYNCHRONIZE)[c.name] & (p.runtime | p.cpu_op)
     optimizer = cl.matches(names, cl.OPTIMIZER)[c.name] & p.cpu_op
-    step = cl.matches(names, cl.PROFILER_STEP)[c.name]
     masks = [
         p.dataloader,
         sync,
@@ -79,9 +79,9 @@ def _cause_sets(p: Prepared) -> list[iv.IntervalSet]:
     return out
 
 
-def _top_ops(p: Prepared, lo: float, hi: float, limit: int = 3) -> list[dict[str, object]]:
+def _top_ops(p: Prepared, step: np.ndarray, lo: float, hi: float,
+             limit: int = 3) -> list[dict[str, object]]:
     c = p.cols
-    step = cl.matches(c.names, cl.PROFILER_STEP)[c.name]
     hit = p.host & ~step & (c.ts < hi) & (c.end > lo)
     if not hit.any():
         return []
@@ -105,7 +105,8 @@ def idle_breakdown(
     lo, hi = iv.gaps(busy)
     long = (hi - lo) >= gap_threshold_us
     lo, hi = lo[long], hi[long]
-    per_cause = [iv.measure_within(s, lo, hi) for s in _cause_sets(p)]
+    step = cl.matches(p.cols.names, cl.PROFILER_STEP)[p.cols.name]  # the ProfilerStep spans
+    per_cause = [iv.measure_within(s, lo, hi) for s in _cause_sets(p, step)]
     covered = np.sum(per_cause, axis=0) if per_cause and len(lo) else np.zeros(len(lo))
     per_cause.append(np.maximum((hi - lo) - covered, 0.0))
     table = np.vstack(per_cause) if len(lo) else np.zeros((len(CAUSES), 0))
@@ -124,7 +125,7 @@ def idle_breakdown(
             step=s.names[k] if in_step else None,
             cause=CAUSES[int(cause[i])],
             host_us={CAUSES[j]: float(table[j, i]) for j in range(len(CAUSES))},
-            top_ops=_top_ops(p, float(lo[i]), float(hi[i])),
+            top_ops=_top_ops(p, step, float(lo[i]), float(hi[i])),
         ))
     total = float((hi - lo).sum())
     return IdleBreakdown(

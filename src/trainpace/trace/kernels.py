@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainpace.stats import percentile
+from trainpace.stats import median, percentile
 from trainpace.trace import classify as cl
+from trainpace.trace.arrays import distinct_inverse
 from trainpace.trace.prepare import Prepared
 from trainpace.trace.result import CategoryRow, KernelBreakdown, KernelRow
 
@@ -34,7 +35,7 @@ def kernel_breakdown(p: Prepared, *, top: int = TOP_KERNELS,
     work = np.flatnonzero(p.hta_kept & p.device)
     if len(work) == 0:
         return None
-    names, inverse = np.unique(c.name[work], return_inverse=True)
+    names, inverse = distinct_inverse(c.name[work])
     category_of_name = np.array(
         [cl.CATEGORIES.index(cl.kernel_category(c.names[i])) for i in names], dtype=np.int64)
     category = category_of_name[inverse]
@@ -61,7 +62,7 @@ def kernel_breakdown(p: Prepared, *, top: int = TOP_KERNELS,
         rows.append(KernelRow(
             name=c.names[names[g]], category=cl.CATEGORIES[int(category[inverse == g][0])],
             count=int(name_count[g]), total_us=float(name_sum[g]),
-            mean_us=float(mine.mean()), median_us=float(np.median(mine)),
+            mean_us=float(mine.mean()), median_us=median(mine) or 0.0,  # mine is never empty
             max_us=float(mine.max()), pct=pct(float(name_sum[g])),
         ))
     kernels = np.flatnonzero(p.hta_kept & p.kernel)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainpace.trace import classify as cl
+from trainpace.trace.arrays import among, distinct
 from trainpace.trace.load import TraceColumns
 
 
@@ -127,10 +128,10 @@ def _hta_filter(cols: TraceColumns, hta_gpu: np.ndarray,
     keep the host events that start before the last step and the device events they launched.
     """
     host_steps = step_name & ~hta_gpu
-    if len(np.unique(cols.name[step_name])) < 2 or not host_steps.any():
+    if len(distinct(cols.name[step_name])) < 2 or not host_steps.any():
         return np.ones(len(cols), dtype=bool), False
     last_start = cols.ts[host_steps].max()
     host_kept = ~hta_gpu & (cols.ts < last_start)
-    kept_correlations = np.unique(cols.correlation[host_kept])
-    device_kept = hta_gpu & np.isin(cols.correlation, kept_correlations)
+    kept_correlations = distinct(cols.correlation[host_kept])
+    device_kept = hta_gpu & among(cols.correlation, kept_correlations)
     return host_kept | device_kept, True
