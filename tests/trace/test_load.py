@@ -203,3 +203,31 @@ def test_json_size_of_gzip_comes_from_its_trailer() -> None:
     assert json_bytes(str(RESNET_NW0)) == 35154637
     assert json_bytes(str(HANDMADE)) == HANDMADE.stat().st_size
     assert memory_needed(str(RESNET_NW0)) > 35154637 // 2
+
+
+def test_typed_path_skips_each_event_for_its_first_fault(write_trace: WriteTrace) -> None:
+    # every event types cleanly, so msgspec's path (a pass per field) decides all of them
+    events = [
+        {"ph": "i", "cat": "instant", "name": "mark", "ts": 1},
+        {"ph": "X", "name": "no cat", "ts": 1, "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": None, "ts": 1, "dur": 1},
+        {"ph": "X", "cat": None, "name": None, "ts": 1},
+        {"ph": "X", "cat": "kernel", "name": "no ts", "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": "new id", "ts": 3, "dur": 2,
+         "args": {"External id": 8, "external id": 9, "device": 1, "stream": 7}},
+        {"ph": "X", "cat": "cpu_op", "name": "old id", "ts": 5.0, "dur": 1,
+         "args": {"external id": 9, "correlation": 4}},
+    ]
+    cols = load_trace(write_trace({"traceEvents": events}))
+    assert _names(cols) == ["new id", "old id"]
+    assert cols.external_id.tolist() == [8, 9] and cols.correlation.tolist() == [-1, 4]
+    assert cols.device.tolist() == [1, -1] and cols.stream.tolist() == [7, -1]
+    assert cols.ts.tolist() == [3.0, 5.0] and cols.end.tolist() == [5.0, 6.0]
+    assert not cols.rounded_to_us  # 5.0 is a whole µs: nothing to round
+    assert cols.events_total == 7
+    assert cols.skipped == {
+        "other phases (not 'X')": 1,
+        "no cat (HTA drops these too)": 2,
+        "malformed: name or cat missing or not a string": 1,
+        "malformed: ts or dur missing or not a number": 1,
+    }

@@ -1,8 +1,9 @@
 """Read a Kineto (``torch.profiler``) Chrome trace into columns: one numpy array per field.
 
 The file is streamed in pieces of whole events (:mod:`.stream`); each piece's complete
-(``"ph": "X"``) events are appended to typed arrays and the piece is dropped. Memory is the
-columns (about 60 bytes an event) plus one piece, not the whole document as Python objects.
+(``"ph": "X"``) events become typed numpy arrays, a field at a time, and the piece is
+dropped. Memory is the columns (about 60 bytes an event) plus one piece, not the whole
+document as Python objects.
 Everything wrong with the input becomes a :class:`TraceFormatError` naming the file; a bad
 event is counted and skipped, and the analysis says how many.
 """
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 import math
 import os
-from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ import numpy as np
 from trainpace.errors import TraceFormatError
 from trainpace.trace.stream import Event, Source, Stream
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 18
 # Bytes the analysis needs per byte of trace JSON (columns and their derived arrays), and the
 # parsed Python objects of one piece per byte of it; measured on real traces, kept generous.
 _COLUMN_BYTES_PER_JSON_BYTE = 0.5
@@ -118,7 +120,18 @@ def memory_needed(path: str, chunk_bytes: int = CHUNK_BYTES) -> int:
 
 
 def available_memory() -> int | None:
-    """Free memory in bytes, or None if it cannot be read."""
+    """Free memory in bytes, or None if it cannot be read.
+
+    Linux's own figure is read directly: importing psutil for it would cost more than
+    analyzing a small trace.
+    """
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import psutil
 
@@ -168,23 +181,35 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+# A decoded piece is read field by field: each field of every event at once, through C-level
+# iteration (map over attrgetter) into numpy, so no Python code runs per event.
+_PH, _CAT, _NAME, _TS, _DUR, _ARGS = (
+    attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "args")
+)
+_ARG_FIELDS = tuple(
+    attrgetter(f) for f in ("stream", "correlation", "external_id", "external_id_old", "device")
+)
+_COLUMNS = (("name", np.int32), ("cat", np.int32), ("ts", np.float64), ("dur", np.float64),
+            ("stream", np.int64), ("correlation", np.int64), ("external_id", np.int64),
+            ("device", np.int64))
+
+
+def _without_none(values: list[Any], *lists: list[Any]) -> tuple[list[Any], ...]:
+    """``lists`` without the items where ``values`` is None."""
+    mask = list(map(is_not, values, repeat(None)))
+    return tuple(list(compress(items, mask)) for items in lists)
+
+
 class _Columns:
-    """Typed arrays the events are appended to."""
+    """The events read so far, as one numpy array per column for each piece."""
 
     def __init__(self) -> None:
         self.names: dict[str, int] = {}
         self.cats: dict[str, int] = {}
-        self.name, self.cat = array("i"), array("i")
-        self.ts, self.dur = array("d"), array("d")
-        self.stream, self.correlation, self.external_id = array("q"), array("q"), array("q")
-        self.device = array("q")
+        self.pieces: list[dict[str, np.ndarray]] = []
         self.events_total = 0
         self.skipped: Counter[str] = Counter()
         self.float_ts = False
-
-    def _arrays(self) -> tuple[array[Any], ...]:
-        return (self.name, self.cat, self.ts, self.dur, self.stream,
-                self.correlation, self.external_id, self.device)
 
     def add(self, events: list[Any]) -> None:
         """Events parsed by orjson (dicts): typed like msgspec's, else checked one by one."""
@@ -197,70 +222,60 @@ class _Columns:
             self.add_records(records)
 
     def add_records(self, events: list[Event]) -> None:
-        """Events decoded by msgspec (types already checked, absent fields None)."""
-        size = len(self.ts)
+        """Events decoded by msgspec (types already checked, absent fields marked)."""
         try:
             self._records(events)
-        except (OverflowError, TypeError, ValueError):  # an int beyond 64 bits
-            for column in self._arrays():
-                del column[size:]
+        except OverflowError:  # an id beyond 64 bits
             self._careful([msgspec.to_builtins(e) for e in events])
             self.events_total += len(events)
 
     def _records(self, events: list[Event]) -> None:
-        name_id, cat_id = self.names.setdefault, self.cats.setdefault
-        names, cats = self.names, self.cats
-        name_add, cat_add = self.name.append, self.cat.append
-        ts_add, dur_add = self.ts.append, self.dur.append
-        stream_add, corr_add, ext_add = (self.stream.append, self.correlation.append,
-                                         self.external_id.append)
-        device_add = self.device.append
-        other = no_cat = no_name = no_time = 0
-        float_ts = self.float_ts
-        for e in events:
-            if e.ph != "X":
-                other += 1
-                continue
-            cat, name, ts, dur = e.cat, e.name, e.ts, e.dur
-            if cat is None:
-                no_cat += 1
-                continue
-            if name is None:
-                no_name += 1
-                continue
-            if ts is None or dur is None:
-                no_time += 1
-                continue
-            ts_add(ts)
-            dur_add(dur)
-            if not float_ts and type(ts) is float:
-                float_ts = True
-            name_add(name_id(name, len(names)))
-            cat_add(cat_id(cat, len(cats)))
-            a = e.args
-            if a is None:
-                stream_add(-1)
-                corr_add(-1)
-                ext_add(-1)
-                device_add(-1)
-                continue
-            v = a.stream
-            stream_add(v if type(v) is int else -1 if v is None else _as_int(v))
-            v = a.correlation
-            corr_add(v if type(v) is int else -1 if v is None else _as_int(v))
-            v = a.external_id if a.external_id is not None else a.external_id_old
-            ext_add(v if type(v) is int else -1 if v is None else _as_int(v))
-            v = a.device
-            device_add(v if type(v) is int else -1 if v is None else _as_int(v))
-        self.float_ts = float_ts
-        self.events_total += len(events)
-        self.skipped["other phases (not 'X')"] += other
-        self.skipped["no cat (HTA drops these too)"] += no_cat
-        self.skipped["malformed: name or cat missing or not a string"] += no_name
-        self.skipped["malformed: ts or dur missing or not a number"] += no_time
+        n = len(events)
+        self.events_total += n
+        # The first reason an event is skipped is the one counted: not 'X', no cat, no name,
+        # no time. Each check is one pass in C over a field; the masks are built only when
+        # some event fails it (searching a list for None is cheaper than a mask).
+        phases = list(map(_PH, events))
+        if phases.count("X") < n:
+            events = list(compress(events, (np.array(phases, dtype=object) == "X").tolist()))
+            self.skipped["other phases (not 'X')"] += n - len(events)
+        cats = list(map(_CAT, events))
+        if None in cats:
+            before = len(events)
+            events, cats = _without_none(cats, events, cats)
+            self.skipped["no cat (HTA drops these too)"] += before - len(events)
+        names = list(map(_NAME, events))
+        if None in names:
+            before = len(events)
+            events, cats, names = _without_none(names, events, cats, names)
+            self.skipped["malformed: name or cat missing or not a string"] += before - len(events)
+        m = len(events)
+        ts = np.fromiter(map(_TS, events), dtype=np.float64, count=m)
+        dur = np.fromiter(map(_DUR, events), dtype=np.float64, count=m)
+        timed = ~(np.isnan(ts) | np.isnan(dur))
+        if not timed.all():
+            self.skipped["malformed: ts or dur missing or not a number"] += m - int(timed.sum())
+            mask = timed.tolist()
+            events = list(compress(events, mask))
+            cats, names = list(compress(cats, mask)), list(compress(names, mask))
+            ts, dur = ts[timed], dur[timed]
+            m = len(events)
+        args = list(map(_ARGS, events))
+        stream, correlation, external_id, external_id_old, device = (
+            np.fromiter(map(getter, args), dtype=np.int64, count=m) for getter in _ARG_FIELDS
+        )
+        self.pieces.append({
+            "name": _intern(self.names, names), "cat": _intern(self.cats, cats),
+            "ts": ts, "dur": dur, "stream": stream, "correlation": correlation,
+            "external_id": np.where(external_id != -1, external_id, external_id_old),
+            "device": device,
+        })
+        if not self.float_ts and bool((ts != np.floor(ts)).any()):
+            self.float_ts = True  # ns resolution (an integral value written as 5.0 is not)
 
     def _careful(self, events: list[Any]) -> None:
         """Event by event, checking every field; bad events are counted and skipped."""
+        columns: dict[str, list[Any]] = {column: [] for column, _ in _COLUMNS}
         for e in events:
             if not isinstance(e, dict):
                 self.skipped["not a JSON object"] += 1
@@ -279,35 +294,42 @@ class _Columns:
             if ts_us is None or dur_us is None:
                 self.skipped["malformed: ts or dur missing or not a number"] += 1
                 continue
-            self.float_ts = self.float_ts or isinstance(ts, float)
-            self.ts.append(ts_us)
-            self.dur.append(dur_us)
-            self.name.append(self.names.setdefault(name, len(self.names)))
-            self.cat.append(self.cats.setdefault(cat, len(self.cats)))
+            self.float_ts = self.float_ts or ts_us != math.floor(ts_us)
             args = e.get("args")
             if not isinstance(args, dict):
                 args = {}
-            self.stream.append(_as_int(args.get("stream", -1)))
-            self.correlation.append(_as_int(args.get("correlation", -1)))
             ext = args.get("External id")
-            self.external_id.append(_as_int(args.get("external id", -1) if ext is None else ext))
-            self.device.append(_as_int(args.get("device", -1)))
+            row = (self.names.setdefault(name, len(self.names)),
+                   self.cats.setdefault(cat, len(self.cats)), ts_us, dur_us,
+                   _as_int(args.get("stream", -1)), _as_int(args.get("correlation", -1)),
+                   _as_int(args.get("external id", -1) if ext is None else ext),
+                   _as_int(args.get("device", -1)))
+            for (column, _), value in zip(_COLUMNS, row, strict=True):
+                columns[column].append(value)
+        self.pieces.append({column: np.array(columns[column], dtype=dtype)
+                            for column, dtype in _COLUMNS})
+
+    def _joined(self) -> dict[str, np.ndarray]:
+        """Every column, its pieces joined."""
+        if not self.pieces:
+            return {column: np.empty(0, dtype=dtype) for column, dtype in _COLUMNS}
+        return {column: np.concatenate([piece[column] for piece in self.pieces])
+                for column, _ in _COLUMNS}
 
     def finish(self, path: str, meta: dict[str, Any]) -> TraceColumns:
-        ts = np.frombuffer(self.ts, dtype=np.float64)
-        dur = np.frombuffer(self.dur, dtype=np.float64)
+        columns = self._joined()
+        self.pieces = []
+        ts, dur = columns["ts"], columns["dur"]
         valid = (dur >= 0) & np.isfinite(ts) & np.isfinite(dur)
         skipped = {k: v for k, v in self.skipped.items() if v}
-        if not valid.all():
+        everything = bool(valid.all())
+        if not everything:
             skipped["malformed: negative or infinite ts/dur"] = int((~valid).sum())
 
-        everything = bool(valid.all())
+        def col(column: str) -> np.ndarray:
+            return columns[column] if everything else columns[column][valid]
 
-        def col(values: array[Any], dtype: type) -> np.ndarray:
-            out: np.ndarray = np.frombuffer(values, dtype=dtype)
-            return out if everything else out[valid]
-
-        ts, dur = col(self.ts, np.float64), col(self.dur, np.float64)
+        ts, dur = col("ts"), col("dur")
         if self.float_ts:  # HTA's ns-resolution rounding (pytorch/pytorch#122425)
             end = np.floor(ts + dur)
             ts = np.ceil(ts)
@@ -320,19 +342,28 @@ class _Columns:
             meta=meta,
             names=tuple(self.names),
             cats=tuple(self.cats),
-            name=col(self.name, np.int32),
-            cat=col(self.cat, np.int32),
+            name=col("name"),
+            cat=col("cat"),
             ts=ts,
             dur=dur,
             end=end,
-            stream=col(self.stream, np.int64),
-            correlation=col(self.correlation, np.int64),
-            external_id=col(self.external_id, np.int64),
-            device=col(self.device, np.int64),
+            stream=col("stream"),
+            correlation=col("correlation"),
+            external_id=col("external_id"),
+            device=col("device"),
             events_total=self.events_total,
             skipped=skipped,
             rounded_to_us=self.float_ts,
         )
+
+
+def _intern(table: dict[str, int], values: list[str]) -> np.ndarray:
+    """Each value's index in ``table`` (new values appended), with a dict operation per
+    distinct value, not per event."""
+    local = dict.fromkeys(values, 0)  # the distinct values, in order of first appearance
+    for value in local:
+        local[value] = table.setdefault(value, len(table))
+    return np.fromiter(map(local.__getitem__, values), dtype=np.int32, count=len(values))
 
 
 def trace_files(paths: list[str | os.PathLike[str]]) -> list[str]:

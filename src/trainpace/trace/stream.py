@@ -32,28 +32,33 @@ _KEY = b'"traceEvents"'
 _COMMA, _BRACKET = ord(","), ord("]")
 _HEADER_LIMIT = 64 << 20
 
-_Number = int | float | str | None
+_MISSING_TIME = float("nan")  # JSON has no NaN: a time still NaN after decoding was absent
 
 
 class EventArgs(msgspec.Struct, gc=False):
-    """The arguments of an event the analysis reads (others are skipped unparsed)."""
+    """The arguments of an event the analysis reads (others are skipped unparsed).
 
-    stream: _Number = None
-    correlation: _Number = None
-    external_id: _Number = msgspec.field(default=None, name="External id")
-    external_id_old: _Number = msgspec.field(default=None, name="external id")
-    device: _Number = None
+    Ids are -1 when absent; a value that is not an integer makes msgspec refuse the piece,
+    which then goes the careful way (orjson and a check of every field).
+    """
+
+    stream: int = -1
+    correlation: int = -1
+    external_id: int = msgspec.field(default=-1, name="External id")
+    external_id_old: int = msgspec.field(default=-1, name="external id")
+    device: int = -1
 
 
 class Event(msgspec.Struct, gc=False):
-    """The fields of a trace event the analysis reads."""
+    """The fields of a trace event the analysis reads; absent ones take a value that says so,
+    so that every field can be read into a column without a check per event."""
 
-    ph: str | None = None
+    ph: str = ""
     cat: str | None = None
     name: str | None = None
-    ts: int | float | None = None
-    dur: int | float | None = None
-    args: EventArgs | None = None
+    ts: float = _MISSING_TIME  # msgspec takes a JSON integer too, as a float
+    dur: float = _MISSING_TIME
+    args: EventArgs = msgspec.field(default_factory=EventArgs)
 
 
 _DECODER = msgspec.json.Decoder(list[Event])
@@ -108,7 +113,7 @@ class Stream:
 
     def __init__(self, source: Source, path: str, chunk_bytes: int, sink: Sink) -> None:
         self.source, self.path, self.chunk, self.sink = source, path, max(chunk_bytes, 64), sink
-        self.buf = b""
+        self.buf = bytearray()
         self.pos = 0
         self.offset = 0  # position of buf[0] in the decompressed stream
         self.hold: int | None = None  # keep the bytes from here (absolute) when reading on
@@ -116,14 +121,19 @@ class Stream:
 
     # -- buffer
     def _more(self, want: int) -> bool:
-        """Read until ``want`` bytes lie after pos (or the end); False if nothing was added."""
+        """Read until ``want`` bytes lie after pos (or the end); False if nothing was added.
+
+        The buffer is one bytearray, trimmed and extended in place: a fresh megabyte-sized
+        bytes object per read would cost its page faults again each time.
+        """
         if self.eof or len(self.buf) - self.pos >= want:
             return False
-        drop = self.pos if self.hold is None else min(self.pos, self.hold - self.offset)
+        keep = self.pos if self.hold is None else min(self.pos, self.hold - self.offset)
+        drop = keep - 1  # the byte before pos stays: a piece is decoded in place (_piece)
         if drop > 0:
+            del self.buf[:drop]
             self.offset += drop
-            self.buf, self.pos = self.buf[drop:], self.pos - drop
-        parts = [self.buf]
+            self.pos -= drop
         have = len(self.buf) - self.pos
         added = 0
         while have < want:
@@ -131,10 +141,9 @@ class Stream:
             if not block:
                 self.eof = True
                 break
-            parts.append(block)
+            self.buf += block
             have += len(block)
             added += len(block)
-        self.buf = b"".join(parts)
         return added > 0 or self.eof
 
     def _skip_ws(self) -> int:
@@ -166,7 +175,8 @@ class Stream:
                 raise self._fail("unexpected data after the array of events")
             return {}
         if first != ord("{"):
-            raise self._fail(f"not JSON: it starts with {self.buf[self.pos:self.pos + 20]!r}")
+            start = bytes(self.buf[self.pos:self.pos + 20])
+            raise self._fail(f"not JSON: it starts with {start!r}")
         self.hold = self.offset + self.pos
         meta = self._header()
         if meta is None:
@@ -231,29 +241,39 @@ class Stream:
         The longest pieces are tried first (the last cut points); if the last few all fall
         inside strings, the shortest ones, so a long string full of "}," still makes progress.
         """
-        for j, k in self._cuts():
-            text = b"[" + self.buf[self.pos:j + 1] + b"]"
+        buf, start = self.buf, self.pos - 1
+        for _, k in self._cuts():
+            # The piece is decoded where it lies, as "[" + its events + "]": the consumed byte
+            # before it and its separator stand in for the brackets while it is read.
+            before, separator = buf[start], buf[k]
+            buf[start], buf[k] = ord("["), _BRACKET
             try:
-                self.sink.add_records(_DECODER.decode(text))
-            except msgspec.DecodeError:
-                pass  # orjson says what is wrong, or takes what msgspec would not type
-            else:
-                at_end = self.buf[k] == _BRACKET
+                with memoryview(buf) as whole, whole[start:k + 1] as text:
+                    done = self._decode(text)
+            finally:
+                buf[start], buf[k] = before, separator
+            if done:
                 self.pos = k + 1
-                return at_end
-            try:
-                events = orjson.loads(text)
-            except orjson.JSONDecodeError as exc:
-                decoded = text.decode("utf-8", errors="replace")
-                if exc.pos < len(decoded) - 1:
-                    at = self.offset + self.pos + len(decoded[1:exc.pos].encode())
-                    raise self._fail(f"not valid JSON at byte {at}: {exc.msg}") from exc
-                continue  # the cut was inside a string or a nested object
-            self.sink.add(events)
-            at_end = self.buf[k] == _BRACKET
-            self.pos = k + 1
-            return at_end
+                return separator == _BRACKET
         return None
+
+    def _decode(self, text: memoryview) -> bool:
+        """Hand the events of ``text`` (a JSON array) to the sink; False if the cut was bad."""
+        try:
+            self.sink.add_records(_DECODER.decode(text))
+            return True
+        except msgspec.DecodeError:
+            pass  # orjson says what is wrong, or takes what msgspec would not type
+        try:
+            events = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            decoded = bytes(text).decode("utf-8", errors="replace")
+            if exc.pos < len(decoded) - 1:
+                at = self.offset + self.pos + len(decoded[1:exc.pos].encode())
+                raise self._fail(f"not valid JSON at byte {at}: {exc.msg}") from exc
+            return False  # the cut was inside a string or a nested object
+        self.sink.add(events)
+        return True
 
     def _cuts(self) -> Iterator[tuple[int, int]]:
         """Cut points ``(j, k)``: a ``}`` at j whose next non-space byte, at k, is , or ]."""
@@ -288,7 +308,7 @@ class Stream:
             raise self._fail("the file ends after traceEvents without its closing '}': "
                              "it is truncated")
         if not tail.startswith(b","):
-            raise self._fail(f"unexpected data after traceEvents: {tail[:20]!r}")
+            raise self._fail(f"unexpected data after traceEvents: {bytes(tail[:20])!r}")
         try:
             meta = orjson.loads(b"{" + tail[1:])
         except orjson.JSONDecodeError as exc:
@@ -305,7 +325,7 @@ class Stream:
             doc = orjson.loads(self.buf[self.pos:])
         except orjson.JSONDecodeError as exc:
             raise self._fail(f"not valid JSON ({exc.msg})") from exc
-        self.buf = b""
+        self.buf = bytearray()
         if not isinstance(doc, dict):
             raise self._fail(f"JSON but not a trace: a {type(doc).__name__} at the top level")
         events = doc.pop("traceEvents", None)
