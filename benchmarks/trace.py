@@ -115,10 +115,19 @@ def measure(python: str, spec: dict[str, str], paths: list[str],
     return report
 
 
-def best_of(repeats: int, python: str, spec: dict[str, str], paths: list[str],
-            env: dict[str, str] | None = None) -> dict[str, Any]:
-    """The median time and the largest memory over ``repeats`` runs."""
-    runs = [measure(python, spec, paths, env) for _ in range(repeats)]
+def interleaved(repeats: int, contenders: dict[str, tuple[str, dict[str, str]]],
+                paths: list[str], env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each contender (name: its python and spec) measured ``repeats`` times, taking turns, so
+    that a slow spell of a shared machine falls on all of them alike."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, (python, spec) in contenders.items():
+            runs[name].append(measure(python, spec, paths, env))
+    return {name: summarize(r) for name, r in runs.items()}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median time and the largest memory over the runs."""
     return {
         "s": statistics.median(r["s"] for r in runs),
         "peak_mb": max(r["peak_kb"] for r in runs) / 1024,
@@ -211,10 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for label, paths in sets:
             row: dict[str, Any] = {"trace": label, "json_mb": sum(json_mb(p) for p in paths)}
-            row["floor"] = best_of(repeats, sys.executable, FLOOR, paths, env)
-            row["trainpace"] = best_of(repeats, sys.executable, TRAINPACE, paths, env)
+            contenders = {"floor": (sys.executable, FLOOR), "trainpace": (sys.executable, TRAINPACE)}
             if hta_python:
-                row["hta"] = best_of(repeats, hta_python, HTA, paths)
+                contenders["hta"] = (hta_python, HTA)
+            row.update(interleaved(repeats, contenders, paths, env))
+            if hta_python:
                 row["agree"] = row["hta"]["check"] == row["trainpace"]["check"]
             rows.append(row)
             _print_row(row)
