@@ -87,11 +87,13 @@ def run_steps(out, step, steps=30):
 
 
 def assert_limit(summary, expected):
-    """The expected bottleneck — unless other processes held this run's CPU threads back (a
-    shared machine), which the diagnosis must then say instead."""
-    contention = [f for f in summary.diagnosis.findings if f.id == "cpu_contention"]
+    """The expected bottleneck — unless other processes held this run back (a shared machine:
+    its CPU threads starved, or steps stalled now and then), which the diagnosis must then say
+    instead."""
+    held_back = [f for f in summary.diagnosis.findings
+                 if f.id in ("cpu_contention", "periodic_stall")]
     seen = [(f.id, f.severity, f.title) for f in summary.diagnosis.findings]
-    assert summary.diagnosis.bottleneck == ("host_overhead" if contention else expected), seen
+    assert summary.diagnosis.bottleneck == ("host_overhead" if held_back else expected), seen
 
 
 def test_a_matmul_heavy_step_is_compute(tmp_path, cpu_ceilings):
