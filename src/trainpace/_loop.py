@@ -56,12 +56,19 @@ class StepContext:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         meter = self.meter
-        closed = False
         try:
-            closed = meter._recorder.exit(self.batch, failed=exc_type is not None)
+            closed = meter._recorder.exit(self.batch, exc_type is not None)
         except Exception as error:  # noqa: BLE001 - monitoring never breaks training
             meter._fault("ending a step", error)
+            closed = False
         self.batch = None  # do not keep the batch alive until the next step
+        if meter._profile is not None or meter._flop_count is not None:
+            self._end_capture(closed, exc_type, exc, tb)
+
+    def _end_capture(self, closed: bool, exc_type: type[BaseException] | None,
+                     exc: BaseException | None, tb: TracebackType | None) -> None:
+        """The step's profiler span and its FLOP count, when either is running."""
+        meter = self.meter
         if closed and meter._profile is not None:
             meter._profile.step_end(meter._recorder.steps_closed)
         counting = meter._flop_count
@@ -96,7 +103,7 @@ class MeteredLoader:
 
 
 class MeteredIterator:
-    __slots__ = ("_device", "_iterator", "_meter", "_non_blocking", "_rec")
+    __slots__ = ("_device", "_host_only", "_iterator", "_meter", "_non_blocking", "_rec")
 
     def __init__(self, meter: Meter, iterator: Iterator[Any], device: torch.device | None,
                  non_blocking: bool | None) -> None:
@@ -105,12 +112,21 @@ class MeteredIterator:
         self._iterator = iterator
         self._device = device
         self._non_blocking = non_blocking
+        # The common case in one recorder call: the host clock, no copy, no profiler.
+        self._host_only = device is None and meter._profile is None and self._rec.timer is None
 
     def __iter__(self) -> MeteredIterator:
         return self
 
     def __next__(self) -> Any:
         rec = self._rec
+        if self._host_only:
+            try:
+                return rec.fetch(self._iterator)
+            finally:
+                if rec.fault is not None:
+                    self._meter._fault(*rec.fault)
+                    rec.fault = None
         if self._meter._profile is not None:
             _contained(self._meter, "profiling", self._meter._profile_begin)
         try:

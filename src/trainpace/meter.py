@@ -75,6 +75,8 @@ SYSTEM_LOG_INTERVAL_S = 1.0  # system.jsonl: one reading a second (a GPU row is 
 SYSTEM_ROW_KEYS = ("t_s", "device_util_pct", "memory_used_pct", "temperature_c",
                    "bandwidth_util_pct")
 
+# Step rows made ahead at each window boundary (a longer window makes the rest as it goes).
+ROWS_STOCKED = 1000
 # A mid-run summary refresh may take at most this share of the time since the previous one.
 REFRESH_BUDGET = 0.002
 # Auto warm-up is re-detected each time the number of steps doubles (and at the end): its
@@ -163,6 +165,7 @@ class Meter:
         self.device = resolve_device(self.config.device)
         timer = device_timer_for(self.device)
         self._recorder = StepRecorder(clock=clock, timer=timer, samples=samples, tokens=tokens)
+        self._recorder.stock_rows(min(window, ROWS_STOCKED))
         self._series = StepSeries()
         self._goal: Goal | None = (
             Goal(name="loss", value=float(target_loss), smoothing=smoothing)
@@ -368,6 +371,8 @@ class Meter:
         rec = self._recorder
         records = rec.take_records(final=final)
         self._flushed_step = rec.steps_closed  # steps not resolved yet go with the next window
+        if not final:
+            rec.stock_rows(min(self._window, ROWS_STOCKED))
         if rec.tokens_counted != self._meta.get("tokens_counted"):
             self._log_meta()  # learnt from the first token batch: a killed run keeps it
         self._writer.submit(self._window_work, records, final)

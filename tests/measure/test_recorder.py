@@ -206,3 +206,43 @@ def test_exposed_wait_is_the_device_idle_time_while_the_host_waits(clock):
     assert [r["exposed_wait_s"] for r in records] == pytest.approx([0.030, 0.020])
     assert [r["step_s"] for r in records] == pytest.approx([0.040, 0.030])
     assert [r["wait_s"] for r in records] == pytest.approx([0.030, 0.030])
+
+
+def test_fetch_times_and_counts_in_one_call_and_keeps_its_own_faults(clock):
+    rec = StepRecorder(clock=clock, samples=lambda b: 1 / 0)
+
+    def loader():
+        for n in (4, 4):
+            clock.advance(0.03)
+            yield torch.zeros(n, 1)
+
+    it = loader()
+    for _ in range(2):
+        batch = rec.fetch(it)
+        assert batch.shape[0] == 4  # the batch comes back although counting it failed
+        assert rec.fault is not None and rec.fault[0] == "counting a batch"
+        rec.fault = None
+        rec.enter(1)
+        rec.exit(None, failed=False)
+    with pytest.raises(StopIteration):
+        rec.fetch(it)
+    assert [r["wait_s"] for r in rec.take_records()] == pytest.approx([0.03, 0.03])
+
+
+def test_tuple_batches_are_counted_from_their_first_tensor_whatever_the_layout(clock):
+    rec = StepRecorder(clock=clock)
+    batches = [
+        (torch.zeros(8, 3), torch.zeros(8)),  # counted in full: the layout is learnt
+        (torch.zeros(8, 3), torch.zeros(8)),  # the same layout: its first tensor's length
+        (torch.zeros(5, 3), torch.zeros(5)),  # a short last batch
+        [torch.zeros(()), torch.zeros(7, 2)],  # another layout: counted in full again
+        (torch.zeros(()), torch.zeros(6)),  # the learnt layout, but a scalar first
+        ["a", "b", "c"],  # raw samples
+    ]
+    it = iter(batches)
+    for _ in batches:
+        rec.fetch(it)
+        rec.enter(1)
+        rec.exit(None, failed=False)
+    assert [r["samples"] for r in rec.take_records()] == [8, 8, 5, 7, 6, 3]
+    assert rec.fault is None

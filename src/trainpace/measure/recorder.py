@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from trainpace.measure.batch import TokenCount, count_samples, count_tokens
 from trainpace.measure.clock import DeviceTimer, Marker
 
 Clock = Callable[[], float]
+_TENSOR = torch.Tensor
 
 
 class _Row:
@@ -89,6 +90,12 @@ class StepRecorder:
         self._readback: _Readback | None = None
         self.overhead_s = 0.0  # the meter's own boundary work, kept out of step times
         self.last_closed: _Row | None = None
+        # Rows made ahead, at window boundaries: making an object is the dearest thing the
+        # hot path would do after a long step (cold caches), and popping one is cheap.
+        self._spare_rows: list[_Row] = []
+        self._plain_batches = samples is None and tokens is None
+        self._tensors_layout: tuple[type, ...] | None = None  # see _count
+        self.fault: tuple[str, Exception] | None = None  # a failure in fetch(), to report
 
     # -- the loop's side ------------------------------------------------------------------
 
@@ -99,6 +106,40 @@ class StepRecorder:
             self._prev_end_s = self.t0
             if self.timer is not None:
                 self._next_start_marker = self.timer.mark()
+
+    def fetch(self, iterator: Iterator[Any]) -> Any:
+        """``next(iterator)``, timed and its batch counted: fetch_started and fetch_done in one
+        call, for the host clock (no device timer). Only the loader's own errors and its
+        StopIteration come out; a failure of ours is kept in :attr:`fault` (where, error) for
+        the caller to report, and the batch is returned all the same.
+        """
+        clock = self.clock
+        try:
+            if self.t0 is None:
+                self.touch()
+            started = clock()
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            self.fault = ("timing the loader", exc)
+            return next(iterator)
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            try:
+                self._cur.wait_s += clock() - started
+            except Exception as exc:  # noqa: BLE001 - reported by the caller
+                self.fault = ("timing the loader", exc)
+            raise
+        row = self._cur
+        try:
+            row.wait_s += clock() - started
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            self.fault = ("timing the loader", exc)
+        row.fetched_since_micro += 1
+        try:
+            self._count(row, batch)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            self.fault = ("counting a batch", exc)
+        return batch
 
     def fetch_started(self) -> tuple[float, Marker | None]:
         """Call right before ``next()`` on the loader."""
@@ -144,7 +185,11 @@ class StepRecorder:
         return True
 
     def exit(self, batch: Any, failed: bool) -> bool:
-        """A ``meter.step()`` block ended; True when it closed an optimizer step."""
+        """A ``meter.step()`` block ended; True when it closed an optimizer step.
+
+        Kept to few operations on purpose: it runs right after the step's own work, when
+        little of trainpace is still in the CPU's caches.
+        """
         self.in_step = False
         row = self._cur
         if failed:
@@ -155,31 +200,33 @@ class StepRecorder:
                 self._next_start_marker = self.timer.mark()
             return False
         count_error: Exception | None = None
-        if row.fetched_since_micro == 0 and batch is not None:
+        if row.fetched_since_micro:
+            row.fetched_since_micro = 0
+        elif batch is not None:
             try:  # no loader batch for this micro-step: count the argument
                 self._count(row, batch)
             except Exception as exc:  # noqa: BLE001 - re-raised once the step is recorded
                 count_error = exc
-        row.fetched_since_micro = 0
-        row.micro_done += 1
-        if row.micro_done < self._accumulate:
-            if count_error is not None:
-                raise count_error
-            return False
+        if self._accumulate != 1:
+            row.micro_done += 1
+            if row.micro_done < self._accumulate:
+                if count_error is not None:
+                    raise count_error
+                return False
         now = self.clock()
-        assert self._prev_end_s is not None
-        self.steps_closed += 1
-        row.step = self.steps_closed
+        steps = self.steps_closed = self.steps_closed + 1
+        row.step = steps
         row.end_s = now
-        row.cycle_s = now - self._prev_end_s
+        row.cycle_s = now - self._prev_end_s  # type: ignore[operator]  # set by touch()
+        self._prev_end_s = now
         if self.timer is not None:
             row.end_marker = self.timer.mark()
             row.start_marker = self._next_start_marker
             self._next_start_marker = row.end_marker
-        self._prev_end_s = now
         self._pending.append(row)
         self.last_closed = row
-        self._cur = _Row()
+        spare = self._spare_rows
+        self._cur = spare.pop() if spare else _Row()
         if count_error is not None:
             raise count_error
         return True
@@ -206,12 +253,28 @@ class StepRecorder:
         """Samples counted so far for the step being recorded."""
         return self._cur.samples
 
+    def stock_rows(self, n: int) -> None:
+        """Make rows for the next ``n`` steps now (between steps), not one per step."""
+        self._spare_rows.extend(_Row() for _ in range(n - len(self._spare_rows)))
+
     def _count(self, row: _Row, batch: Any) -> None:
         row.batches += 1
-        if type(batch) is torch.Tensor and self._samples_fn is None and self._tokens_fn is None:
-            if batch.dim() > 0:  # the common plain-tensor batch: no tokens, one dimension read
-                row.samples += batch.shape[0]
-            return
+        if self._plain_batches:
+            # The common batches, counted with one read of torch: a tensor, or a tuple or list
+            # of tensors laid out like one already counted in full, e.g. (images, labels).
+            # Right after a long step little of this is in the CPU's caches, and each read
+            # of torch or walk through the batch costs tens of µs.
+            kind = type(batch)
+            if kind is _TENSOR:
+                shape = batch.shape
+                if shape:
+                    row.samples += shape[0]
+                return
+            if (kind is tuple or kind is list) and tuple(map(type, batch)) == self._tensors_layout:
+                shape = batch[0].shape
+                if shape:  # else the general count, which looks further into the batch
+                    row.samples += shape[0]
+                    return
         samples = self._samples_fn(batch) if self._samples_fn is not None else count_samples(batch)
         if samples is not None:
             row.samples += int(samples)
@@ -223,6 +286,10 @@ class StepRecorder:
             row.tokens.append(tokens)
             if self.tokens_counted is None:
                 self.tokens_counted = how
+        elif type(batch) in (tuple, list) and batch and samples is not None:
+            layout = tuple(map(type, batch))
+            if all(kind is _TENSOR for kind in layout) and batch[0].dim() > 0:
+                self._tensors_layout = layout  # its samples: the first tensor's first dimension
 
     # -- the window boundary's side -------------------------------------------------------
 
