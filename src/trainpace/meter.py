@@ -369,16 +369,20 @@ class Meter:
     def _boundary(self, *, final: bool = False) -> None:
         """Window boundary, on the training thread: hand the finished steps to the writer."""
         rec = self._recorder
-        records = rec.take_records(final=final)
+        make_records = rec.take_ready(final=final)
         self._flushed_step = rec.steps_closed  # steps not resolved yet go with the next window
-        if not final:
-            rec.stock_rows(min(self._window, ROWS_STOCKED))
         if rec.tokens_counted != self._meta.get("tokens_counted"):
             self._log_meta()  # learnt from the first token batch: a killed run keeps it
-        self._writer.submit(self._window_work, records, final)
+        self._writer.submit(self._window_work, make_records, final)
 
-    def _window_work(self, records: list[dict[str, Any]], final: bool) -> None:
-        """On the writer thread: the window's figures, files and lines; a summary refresh."""
+    def _window_work(self, make_records: Callable[[], list[dict[str, Any]]],
+                     final: bool) -> None:
+        """On the writer thread: the window's records, figures, files and lines; the next
+        window's step rows; now and then a summary refresh."""
+        records = make_records()
+        if not final:  # the next window's step rows (popped by the training thread)
+            self._recorder.stock_rows(min(self._window, ROWS_STOCKED))
+        _yield_gil()
         if records:
             self._series.extend(records)
             _yield_gil()

@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -254,7 +255,8 @@ class StepRecorder:
         return self._cur.samples
 
     def stock_rows(self, n: int) -> None:
-        """Make rows for the next ``n`` steps now (between steps), not one per step."""
+        """Make rows for the next ``n`` steps now, not one per step. Safe from another
+        thread: the training thread only pops from the stock (atomic, under the GIL)."""
         self._spare_rows.extend(_Row() for _ in range(n - len(self._spare_rows)))
 
     def _count(self, row: _Row, batch: Any) -> None:
@@ -300,11 +302,28 @@ class StepRecorder:
         whose device values are still being copied, waits for a later call. With ``final``
         (end of run) it waits for the device and returns everything.
         """
-        timer = self.timer
-        if timer is None:  # the CPU: every value is already on the host
-            out = [self._host_record(row) for row in self._pending]
+        return self.take_ready(final=final)()
+
+    def take_ready(self, *, final: bool = False) -> Callable[[], list[dict[str, Any]]]:
+        """:meth:`take_records`, with the making of the records left to the caller of the
+        function returned (another thread may call it): on the host clock the steps are
+        handed over as they are, which keeps the training thread's share of a window short.
+        """
+        if self.timer is None:  # every value is already on the host
+            rows = list(self._pending)
             self._pending.clear()
-            return out
+            if rows:
+                rows[-1].emitted = True  # observe() looks no further back than this one
+            return partial(self._host_records, rows)
+        records = self._device_records(final)
+        return lambda: records
+
+    def _host_records(self, rows: list[_Row]) -> list[dict[str, Any]]:
+        return [self._host_record(row) for row in rows]
+
+    def _device_records(self, final: bool) -> list[dict[str, Any]]:
+        timer = self.timer
+        assert timer is not None
         ready: list[_Row] = []
         while self._pending:
             row = self._pending[0]
