@@ -27,6 +27,7 @@ and TraceML are optional (``pip install lightning traceml-ai``).
     python benchmarks/overhead.py                # 6 rounds per tool and step length
     python benchmarks/overhead.py --quick        # 3 rounds, shorter blocks
     python benchmarks/overhead.py --step spin    # or torch
+    python benchmarks/overhead.py --loader same  # one batch tensor over and over: worst case
 """
 
 from __future__ import annotations
@@ -112,12 +113,36 @@ def timed_block(run: Callable[[Callable[[], None]], None], step: Callable[[], No
     return statistics.fmean(cycles[len(cycles) // 10 :])
 
 
-def tool_runner(tool: str, steps: int, out: Path, port: int) -> Callable[[Callable[[], None]], None]:
+class Batches:
+    """The loop's loader: ``steps`` batches of 32 samples. ``slices`` (default) yields a new
+    tensor per step, a slice of data held in memory, as any loader yields a new batch (and
+    runs torch code to make it); ``same`` yields one tensor over and over, which no loader
+    does: nothing then runs torch between two steps, the worst case for a tool that reads
+    the batch."""
+
+    def __init__(self, steps: int, kind: str) -> None:
+        import torch
+
+        self.steps, self.kind = steps, kind
+        self.data = torch.zeros(32 * steps, 16)
+
+    def __iter__(self) -> Any:
+        data = self.data
+        if self.kind == "same":
+            batch = data[:32]
+            for _ in range(self.steps):
+                yield batch
+        else:
+            for i in range(self.steps):
+                yield data[32 * i: 32 * (i + 1)]
+
+
+def tool_runner(tool: str, steps: int, out: Path, port: int,
+                loader: str = "slices") -> Callable[[Callable[[], None]], None]:
     """A function that runs ``steps`` steps under ``tool`` (a fresh instance per call)."""
     import torch
 
-    batch = torch.zeros(32, 16)
-    batches = [batch] * steps
+    batches = Batches(steps, loader)
     counter = iter(range(1_000_000))
 
     if tool == "bare":
@@ -183,13 +208,14 @@ def tool_runner(tool: str, steps: int, out: Path, port: int) -> Callable[[Callab
 
 
 def worker(tool: str, kind: str, step_ms: float, iters: int, steps: int, rounds: int,
-           out: Path, port: int) -> dict[str, Any]:
+           out: Path, port: int, loader: str) -> dict[str, Any]:
     """Alternate bare and ``tool`` blocks in this process; the paired per-step differences."""
     import torch
 
     torch.set_num_threads(1)
     step = make_step(kind, step_ms, iters)
-    bare, tooled = tool_runner("bare", steps, out, port), tool_runner(tool, steps, out, port)
+    bare = tool_runner("bare", steps, out, port, loader)
+    tooled = tool_runner(tool, steps, out, port, loader)
     timed_block(bare, step)  # warm the caches and the allocator for both
     bare_s, tool_s = [], []
     for r in range(rounds):
@@ -239,6 +265,10 @@ def main() -> int:
     parser.add_argument("--step", choices=("sleep", "torch", "spin"), default="sleep",
                         help="the step: a sleep (default: the host waiting for a GPU), matrix "
                         "products on one thread, or a Python busy wait (holds the GIL)")
+    parser.add_argument("--loader", choices=("slices", "same"), default="slices",
+                        help="a new batch tensor per step (default, as any loader yields), or "
+                        "one tensor over and over (nothing runs torch between steps: the "
+                        "worst case for a tool that reads the batch)")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--step-ms", type=float, help=argparse.SUPPRESS)
@@ -250,7 +280,7 @@ def main() -> int:
     rounds = args.rounds or (3 if args.quick else 6)
     if args.worker:
         print(json.dumps(worker(args.worker, args.step, args.step_ms, args.iters, args.steps,
-                                rounds, Path(args.out), args.port)))
+                                rounds, Path(args.out), args.port, args.loader)))
         return 0
 
     steps_for = {1.0: 500 if args.quick else 1000, 10.0: 100 if args.quick else 300}
@@ -277,6 +307,7 @@ def main() -> int:
                           f"{steps_for[ms]} steps", file=sys.stderr)
                     line = subprocess.run(
                         [sys.executable, __file__, "--worker", tool, "--step", args.step,
+                         "--loader", args.loader,
                          "--step-ms", str(ms), "--iters", str(iters[ms]),
                          "--steps", str(steps_for[ms]), "--rounds", str(rounds),
                          "--out", str(out), "--port", str(port)],
@@ -288,10 +319,11 @@ def main() -> int:
                 server.terminate()
                 server.wait(timeout=30)
 
-    report: dict[str, Any] = {"rounds": rounds, "step": args.step, "missing": missing,
-                              "steps": {}}
-    print(f"\nPer-step overhead against the bare loop ({args.step} steps; median over {rounds} "
-          "paired bare/tool blocks in one process; window work included)")
+    report: dict[str, Any] = {"rounds": rounds, "step": args.step, "loader": args.loader,
+                              "missing": missing, "steps": {}}
+    print(f"\nPer-step overhead against the bare loop ({args.step} steps, {args.loader} "
+          f"batches; median over {rounds} paired bare/tool blocks in one process; window work "
+          "included)")
     print(f"{'step':>6} {'tool':>10} {'bare ms':>9} {'overhead µs':>12} {'overhead %':>11} "
           f"{'÷ trainpace':>12}")
     for ms in STEP_MS:
