@@ -10,6 +10,7 @@ Two kernel classifications live here, on purpose:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -106,6 +107,7 @@ _CATEGORY_PATTERNS = tuple(
 _OWN_NAME = re.compile(r"^(?:void\s+)?([^<(]*)")
 
 
+@functools.lru_cache(maxsize=8192)  # the ranks of one job share their kernels' names
 def kernel_category(name: str) -> str:
     """The category of a device kernel or copy, by its name."""
     low = name.lower()  # the patterns are lower-case: cheaper than case-insensitive matching

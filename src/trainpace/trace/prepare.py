@@ -44,7 +44,7 @@ class Prepared:
     host: np.ndarray  # any host-side span (not device work, not the profiler's own)
     dataloader: np.ndarray
     comm_op: np.ndarray  # host nccl:/gloo: collective ops
-    hta_type: np.ndarray  # index into classify.HTA_TYPES, by name
+    hta_type: np.ndarray  # index into classify.HTA_TYPES, by name (device events; else OTHER)
     launch: np.ndarray  # for device events: index of the host event of the same correlation
     hta_kept: np.ndarray  # HTA's filter: events of every ProfilerStep but the last
     hta_filtered: bool  # whether that filter applied (two or more ProfilerStep names)
@@ -70,11 +70,12 @@ def _per_symbol(cols: TraceColumns) -> dict[str, np.ndarray]:
     }
 
 
-def _hta_types(cols: TraceColumns) -> np.ndarray:
-    lookup = np.fromiter(
-        (cl.HTA_TYPES.index(cl.hta_kernel_type(n)) for n in cols.names),
-        dtype=np.int8, count=len(cols.names),
-    )
+def _hta_types(cols: TraceColumns, device: np.ndarray) -> np.ndarray:
+    """HTA's kernel type of each event, classified by name for the names of ``device``
+    events only (the others, host events, are never read by type: OTHER)."""
+    lookup = np.full(len(cols.names), cl.HTA_TYPES.index(cl.HTA_OTHER), dtype=np.int8)
+    for i in distinct(cols.name[device]).tolist():
+        lookup[i] = cl.HTA_TYPES.index(cl.hta_kernel_type(cols.names[i]))
     out: np.ndarray = lookup[cols.name]
     return out
 
@@ -117,8 +118,8 @@ def prepare(cols: TraceColumns) -> Prepared:
         cols=cols, device=m["device"], kernel=m["kernel"], memcpy=m["memcpy"],
         memset=m["memset"], runtime=m["runtime"], cpu_op=m["cpu_op"], python=m["python"],
         host=host, dataloader=m["dataloader"] & m["cpu_op"], comm_op=m["comm_op"] & m["cpu_op"],
-        hta_type=_hta_types(cols), launch=launch, hta_kept=kept, hta_filtered=filtered,
-        steps=steps,
+        hta_type=_hta_types(cols, m["device"] | hta_gpu), launch=launch, hta_kept=kept,
+        hta_filtered=filtered, steps=steps,
     )
 
 
