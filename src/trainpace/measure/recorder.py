@@ -257,7 +257,8 @@ class StepRecorder:
     def stock_rows(self, n: int) -> None:
         """Make rows for the next ``n`` steps now, not one per step. Safe from another
         thread: the training thread only pops from the stock (atomic, under the GIL)."""
-        self._spare_rows.extend(_Row() for _ in range(n - len(self._spare_rows)))
+        made = [_Row() for _ in range(n - len(self._spare_rows))]
+        self._spare_rows.extend(made)  # one list into another: atomic under the GIL
 
     def _count(self, row: _Row, batch: Any) -> None:
         row.batches += 1
