@@ -31,7 +31,7 @@ _TENSOR = torch.Tensor
 class _Row:
     """One optimizer step while it is being recorded and resolved.
 
-    A plain slotted class, not a dataclass: one is made per step, on the hot path.
+    A plain slotted class, not a dataclass: one is made per step (ahead of it, see stock_rows).
     """
 
     __slots__ = ("batches", "cycle_s", "emitted", "end_marker", "end_s", "fetched_since_micro",
@@ -91,8 +91,9 @@ class StepRecorder:
         self._readback: _Readback | None = None
         self.overhead_s = 0.0  # the meter's own boundary work, kept out of step times
         self.last_closed: _Row | None = None
-        # Rows made ahead, at window boundaries: making an object is the dearest thing the
-        # hot path would do after a long step (cold caches), and popping one is cheap.
+        # Rows made ahead (by the Meter's writer thread, at window boundaries): making an
+        # object is the dearest thing the hot path would do after a long step, when little of
+        # it is in the CPU's caches, and popping one is cheap.
         self._spare_rows: list[_Row] = []
         self._plain_batches = samples is None and tokens is None
         self._tensors_layout: tuple[type, ...] | None = None  # see _count
