@@ -7,13 +7,17 @@ figures). The step is, by ``--step``: ``sleep`` (default: the host waits through
 it waits for a GPU), ``torch`` (matrix products calibrated to the step length on one torch
 thread; the GIL is free inside them, but their speed varies by a few percent between blocks on
 a shared machine) or ``spin`` (a pure-Python busy wait: the worst case for any tool with a
-background thread, which then competes with the step for the GIL). The tools:
+background thread, which then competes with the step for the GIL). Each step gets a new batch
+tensor by default (``--loader slices``: a slice of data in memory, as any loader yields a new
+batch); ``--loader same`` yields one tensor over and over, so that no torch code runs between
+two steps and any read of the batch finds torch out of the CPU's caches (a worst case no real
+loader produces). The tools:
 
 - ``trainpace``: ``trainpace.Meter`` with its defaults: run folder, console line (to
   /dev/null), background sampler at 10 Hz, FLOPs counted on the first step. A fresh Meter per
   block, so its sampler thread runs only during its own blocks.
-- ``floor``: the least any step timer can do: three clock reads, a small record per step,
-  appended to a list. What it costs is what this machine charges for *any* instrumentation.
+- ``floor``: the least any step timer can do: three clock reads, the batch's length and a
+  small record per step, appended to a list. What it costs is what this machine charges for *any* instrumentation.
 - ``lightning``: Lightning Fabric's ``ThroughputMonitor``, ``update`` + ``compute_and_log``
   every step (its documented use).
 - ``traceml``: TraceML's ``trace_step`` with its aggregator (``traceml serve``). TraceML is
