@@ -17,7 +17,8 @@ loader produces). The tools:
   /dev/null), background sampler at 10 Hz, FLOPs counted on the first step. A fresh Meter per
   block, so its sampler thread runs only during its own blocks.
 - ``floor``: the least any step timer can do: three clock reads, the batch's length and a
-  small record per step, appended to a list. What it costs is what this machine charges for *any* instrumentation.
+  small record per step, appended to a list. What it costs is what this machine charges for
+  *any* instrumentation.
 - ``lightning``: Lightning Fabric's ``ThroughputMonitor``, ``update`` + ``compute_and_log``
   every step (its documented use).
 - ``traceml``: TraceML's ``trace_step`` with its aggregator (``traceml serve``). TraceML is
