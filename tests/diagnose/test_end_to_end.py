@@ -88,10 +88,11 @@ def run_steps(out, step, steps=30):
 
 def assert_limit(summary, expected):
     """The expected bottleneck — unless other processes held this run back (a shared machine:
-    its CPU threads starved, or steps stalled now and then), which the diagnosis must then say
-    instead."""
+    its CPU threads starved, or steps stalled once or now and then), which the diagnosis must
+    then say instead. The roofline's own figures are checked by the callers either way."""
     held_back = [f for f in summary.diagnosis.findings
-                 if f.id in ("cpu_contention", "periodic_stall")]
+                 if f.id in ("cpu_contention", "periodic_stall", "stalls")
+                 and f.severity != "info"]
     seen = [(f.id, f.severity, f.title) for f in summary.diagnosis.findings]
     assert summary.diagnosis.bottleneck == ("host_overhead" if held_back else expected), seen
 
