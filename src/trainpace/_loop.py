@@ -103,7 +103,7 @@ class MeteredLoader:
 
 
 class MeteredIterator:
-    __slots__ = ("_device", "_host_only", "_iterator", "_meter", "_non_blocking", "_rec")
+    __slots__ = ("_device", "_iterator", "_meter", "_non_blocking", "_rec")
 
     def __init__(self, meter: Meter, iterator: Iterator[Any], device: torch.device | None,
                  non_blocking: bool | None) -> None:
@@ -112,39 +112,20 @@ class MeteredIterator:
         self._iterator = iterator
         self._device = device
         self._non_blocking = non_blocking
-        # The common case in one recorder call: the host clock, no copy, no profiler.
-        self._host_only = device is None and meter._profile is None and self._rec.timer is None
 
     def __iter__(self) -> MeteredIterator:
         return self
 
     def __next__(self) -> Any:
-        rec = self._rec
-        if self._host_only:
-            try:
-                return rec.fetch(self._iterator)
-            finally:
-                if rec.fault is not None:
-                    self._meter._fault(*rec.fault)
-                    rec.fault = None
-        if self._meter._profile is not None:
-            _contained(self._meter, "profiling", self._meter._profile_begin)
+        meter, rec = self._meter, self._rec
+        if meter._profile is not None:
+            _contained(meter, "profiling", meter._profile_begin)
         try:
-            started = rec.fetch_started()
-        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._meter._fault("timing the loader", exc)
-            started = None
-        try:
-            batch = next(self._iterator)
-        except StopIteration:
-            if started is not None:
-                _contained(self._meter, "timing the loader", rec.fetch_done, started, None, False)
-            raise
-        if started is not None:
-            try:
-                rec.fetch_done(started, batch)
-            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-                self._meter._fault("counting a batch", exc)
+            batch = rec.fetch(self._iterator)
+        finally:
+            if rec.fault is not None:
+                meter._fault(*rec.fault)
+                rec.fault = None
         if self._device is not None:
             batch = self._move(batch)
         return batch

@@ -18,27 +18,32 @@ def percentile(values: Sequence[float] | np.ndarray, q: float) -> float | None:
     if len(values) == 0:
         return None
     a = np.asarray(values, dtype=np.float64)
-    position = (len(a) - 1) * (q / 100.0)
-    low = math.floor(position)
-    high = min(low + 1, len(a) - 1)
+    low, high, t = _bracket(len(a), q)
     part = np.partition(a, (low, high))
     if np.isnan(part[-1]):  # NaN sorts last; numpy's percentile of data with NaN is NaN
         return math.nan
-    a_low, a_high = float(part[low]), float(part[high])
-    t = position - low
-    span = a_high - a_low
-    # numpy's interpolation, for the same last bit: from the nearer neighbour
-    return a_high - span * (1.0 - t) if t >= 0.5 else a_low + span * t
+    return _interpolate(float(part[low]), float(part[high]), t)
 
 
 def percentile_sorted(values: Sequence[float], q: float) -> float | None:
     """:func:`percentile` of values already sorted, in plain Python (fast for a window)."""
     if not values:
         return None
-    position = (len(values) - 1) * q / 100.0
+    low, high, t = _bracket(len(values), q)
+    return _interpolate(values[low], values[high], t)
+
+
+def _bracket(n: int, q: float) -> tuple[int, int, float]:
+    """The ranks either side of the q-th percentile of n values, and where it lies between."""
+    position = (n - 1) * (q / 100.0)
     low = math.floor(position)
-    high = min(low + 1, len(values) - 1)
-    return values[low] + (values[high] - values[low]) * (position - low)
+    return low, min(low + 1, n - 1), position - low
+
+
+def _interpolate(low: float, high: float, t: float) -> float:
+    """numpy's linear interpolation, for the same last bit: from the nearer neighbour."""
+    span = high - low
+    return high - span * (1.0 - t) if t >= 0.5 else low + span * t
 
 
 def median(values: Sequence[float] | np.ndarray) -> float | None:

@@ -110,16 +110,13 @@ class StepRecorder:
                 self._next_start_marker = self.timer.mark()
 
     def fetch(self, iterator: Iterator[Any]) -> Any:
-        """``next(iterator)``, timed and its batch counted: fetch_started and fetch_done in one
-        call, for the host clock (no device timer). Only the loader's own errors and its
-        StopIteration come out; a failure of ours is kept in :attr:`fault` (where, error) for
-        the caller to report, and the batch is returned all the same.
+        """``next(iterator)``, timed (:meth:`fetch_started`, :meth:`fetch_done`) and its batch
+        counted, in one call. Only the loader's own errors and its StopIteration come out; a
+        failure of ours is kept in :attr:`fault` (where, error) for the caller to report, and
+        the batch is returned all the same.
         """
-        clock = self.clock
         try:
-            if self.t0 is None:
-                self.touch()
-            started = clock()
+            started = self.fetch_started()
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             self.fault = ("timing the loader", exc)
             return next(iterator)
@@ -127,18 +124,12 @@ class StepRecorder:
             batch = next(iterator)
         except StopIteration:
             try:
-                self._cur.wait_s += clock() - started
+                self.fetch_done(started, None, got_batch=False)
             except Exception as exc:  # noqa: BLE001 - reported by the caller
                 self.fault = ("timing the loader", exc)
             raise
-        row = self._cur
         try:
-            row.wait_s += clock() - started
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
-            self.fault = ("timing the loader", exc)
-        row.fetched_since_micro += 1
-        try:
-            self._count(row, batch)
+            self.fetch_done(started, batch)
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             self.fault = ("counting a batch", exc)
         return batch

@@ -194,10 +194,14 @@ _COLUMNS = (("name", np.int32), ("cat", np.int32), ("ts", np.float64), ("dur", n
             ("device", np.int64))
 
 
-def _without_none(values: list[Any], *lists: list[Any]) -> tuple[list[Any], ...]:
-    """``lists`` without the items where ``values`` is None."""
-    mask = list(map(is_not, values, repeat(None)))
+def _kept(mask: list[bool], *lists: list[Any]) -> tuple[list[Any], ...]:
+    """``lists`` with only the items where ``mask`` is true."""
     return tuple(list(compress(items, mask)) for items in lists)
+
+
+def _present(values: list[Any]) -> list[bool]:
+    """For each value, is it not None."""
+    return list(map(is_not, values, repeat(None)))
 
 
 class _Columns:
@@ -237,17 +241,17 @@ class _Columns:
         # some event fails it (searching a list for None is cheaper than a mask).
         phases = list(map(_PH, events))
         if phases.count("X") < n:
-            events = list(compress(events, (np.array(phases, dtype=object) == "X").tolist()))
+            (events,) = _kept((np.array(phases, dtype=object) == "X").tolist(), events)
             self.skipped["other phases (not 'X')"] += n - len(events)
         cats = list(map(_CAT, events))
         if None in cats:
             before = len(events)
-            events, cats = _without_none(cats, events, cats)
+            events, cats = _kept(_present(cats), events, cats)
             self.skipped["no cat (HTA drops these too)"] += before - len(events)
         names = list(map(_NAME, events))
         if None in names:
             before = len(events)
-            events, cats, names = _without_none(names, events, cats, names)
+            events, cats, names = _kept(_present(names), events, cats, names)
             self.skipped["malformed: name or cat missing or not a string"] += before - len(events)
         m = len(events)
         ts = np.fromiter(map(_TS, events), dtype=np.float64, count=m)
@@ -255,9 +259,7 @@ class _Columns:
         timed = ~(np.isnan(ts) | np.isnan(dur))
         if not timed.all():
             self.skipped["malformed: ts or dur missing or not a number"] += m - int(timed.sum())
-            mask = timed.tolist()
-            events = list(compress(events, mask))
-            cats, names = list(compress(cats, mask)), list(compress(names, mask))
+            events, cats, names = _kept(timed.tolist(), events, cats, names)
             ts, dur = ts[timed], dur[timed]
             m = len(events)
         args = list(map(_ARGS, events))
