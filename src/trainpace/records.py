@@ -1,0 +1,44 @@
+"""The one step record: what the recorder makes, the summarizer reads and ``steps.jsonl`` holds.
+
+Every other place that needs the fields of a step (the column store, the run-log reader, the
+run-folder writer) takes them from here, so the schema is written once.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+
+class StepRecord(TypedDict):
+    """One optimizer step (a line of ``steps.jsonl``; every key present, ``None`` if unknown)."""
+
+    step: int
+    """1-based optimizer step."""
+    t_s: float
+    """Seconds from the run's start to the end of this step (host clock)."""
+    step_s: float
+    """The step's cycle time: from the end of the previous step to the end of this one, data
+    wait included, time outside the loop's steps excluded (device clock on CUDA, host on CPU)."""
+    wait_s: float
+    """Host time blocked in next() on the loader for this step's batches."""
+    exposed_wait_s: float | None
+    """CUDA only: device idle time while the host waited for the batch."""
+    h2d_s: float | None
+    """Host-to-device copy time of this step's batches (meter.loader(device=))."""
+    samples: int | None
+    """Samples in the step (all micro-batches); None when they could not be counted."""
+    tokens: int | None
+    """Tokens in the step (see throughput.tokens_counted), or None."""
+    micro_batches: int
+    """Batches the step consumed."""
+    loss: float | None
+    """Mean of the losses passed to meter.observe() (None when none, or not finite)."""
+    metric: float | None
+    """Mean of the metrics passed to meter.observe()."""
+
+
+STEP_FIELDS: tuple[str, ...] = tuple(StepRecord.__annotations__)
+"""The fields of a step record, in file order."""
+
+INTEGRAL_FIELDS: frozenset[str] = frozenset({"step", "samples", "tokens", "micro_batches"})
+"""Fields that hold whole numbers (a column store keeps them as floats, NaN for None)."""
