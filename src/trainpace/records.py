@@ -35,6 +35,11 @@ class StepRecord(TypedDict):
     """Mean of the losses passed to meter.observe() (None when none, or not finite)."""
     metric: float | None
     """Mean of the metrics passed to meter.observe()."""
+    outside_s: float | None
+    """Time of this step's cycle spent outside both the metered loader and the step
+    (evaluation, checkpointing, logging between steps): kept out of ``step_s``."""
+    loss_nonfinite: bool | None
+    """True when a loss observed in this step was NaN or infinite (``loss`` is then None)."""
 
 
 STEP_FIELDS: tuple[str, ...] = tuple(StepRecord.__annotations__)
