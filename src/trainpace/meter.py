@@ -49,7 +49,6 @@ from trainpace.measure.loader import loader_settings
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import (
     Goal,
-    StepSeries,
     TargetTracker,
     summarize,
     warmup_steps,
@@ -57,6 +56,7 @@ from trainpace.measure.summarize import (
 )
 from trainpace.report.console import print_report
 from trainpace.runlog import META_SCHEMA, Record
+from trainpace.series import StepSeries
 from trainpace.sinks.background import BackgroundWriter
 from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.console import ConsoleSink

@@ -5,7 +5,6 @@ import pytest
 
 from trainpace.measure.summarize import (
     Goal,
-    StepSeries,
     summarize,
     summary_for_run,
     target_progress,
@@ -13,6 +12,7 @@ from trainpace.measure.summarize import (
     window_figures,
 )
 from trainpace.runlog import RunData
+from trainpace.series import StepSeries
 from trainpace.stats import ema
 from trainpace.summary import Device, Summary
 

@@ -18,9 +18,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from trainpace.measure.summarize import Goal, StepSeries, summary_for_run, target_progress
+from trainpace.measure.summarize import Goal, summary_for_run, target_progress
 from trainpace.report._signs import num, secs
 from trainpace.runlog import RunData
+from trainpace.series import StepSeries
 from trainpace.summary import Summary
 
 LABELS = ("A", "B")
