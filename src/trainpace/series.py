@@ -1,30 +1,50 @@
 """Step records as columns: the store the Meter, the summarizer and the run-log reader share.
 
 ``steps.jsonl`` records (:class:`trainpace.records.StepRecord`) become float64 columns, null as
-NaN, so a run of millions of steps costs 8 bytes a field a step, not a Python object per step.
+NaN, so a run of millions of steps costs 8 bytes a field a step, not a Python object per step;
+a column nothing filled so far (no tokens, no metric, no host-to-device copy) costs nothing.
+:func:`read_steps` reads a ``steps.jsonl`` straight into columns, a few thousand lines at a
+time, skipping (and naming) lines that are not step records.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from array import array
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, overload
 
 import numpy as np
+import orjson
 
 from trainpace.records import INTEGRAL_FIELDS, STEP_FIELDS
 
 COLUMNS = STEP_FIELDS
+REQUIRED = ("step", "t_s", "step_s")  # a record without these is not a step
+CHUNK_LINES = 4096  # lines parsed at a time: a few MB of dicts, whatever the file's size
 _ROW = operator.itemgetter(*COLUMNS)
+_NAN = math.nan
 
 
-class StepSeries:
-    """``steps.jsonl`` records as float64 columns; null is NaN. Appending is amortized O(1)."""
+class _Invalid(Exception):  # noqa: N818 (internal control flow, never raised to a user)
+    """A chunk holds a value that is not a number or null: check it row by row."""
+
+
+class StepSeries(Sequence[dict[str, Any]]):
+    """``steps.jsonl`` records as float64 columns; null is NaN. Appending is amortized O(1).
+
+    As a sequence it yields the records again (a dict per step, built on demand): fine for a
+    few thousand steps; long runs use :meth:`column`.
+    """
 
     def __init__(self) -> None:
-        self._columns = {name: array("d") for name in COLUMNS}
+        # None: every value so far is null (the column is materialized on its first value)
+        self._columns: dict[str, array[float] | None] = dict.fromkeys(COLUMNS)
+        self._n = 0
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping[str, Any]]) -> StepSeries:
@@ -33,48 +53,205 @@ class StepSeries:
         return series
 
     def extend(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Append records (each a mapping; a key it lacks is null).
+
+        Raises TypeError when a value is neither a number nor null.
+        """
         records = list(records)
-        nan = math.nan
         try:
             rows = list(map(_ROW, records))  # each record's values in COLUMNS order, in C
         except KeyError:  # a record from elsewhere without every key
             rows = [tuple(record.get(name) for name in COLUMNS) for record in records]
-        # no rows: zip(*rows) is empty and nothing is added
-        for column, values in zip(self._columns.values(), zip(*rows, strict=True), strict=False):
+        try:
+            self._append_rows(rows, required=())
+        except _Invalid as exc:
+            raise TypeError(str(exc)) from None
+
+    def _append_rows(self, rows: list[tuple[Any, ...]], required: Sequence[str]) -> None:
+        """Append rows of values in COLUMNS order, all or nothing; _Invalid when a value is
+        not a number or null (or a ``required`` one is null)."""
+        if not rows:
+            return
+        n = len(rows)
+        staged: list[tuple[str, array[float] | None]] = []
+        for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True):
             missing = values.count(None)
-            if missing == len(values):  # a column nothing filled (no tokens, no metric...)
-                column.extend([nan] * missing)
-            elif missing:
-                column.extend([nan if value is None else value for value in values])
+            if missing == n:
+                if name in required:
+                    raise _Invalid(f"{name} is null")
+                staged.append((name, None))
+                continue
+            if missing and name in required:
+                raise _Invalid(f"{name} is null")
+            try:
+                staged.append((name, array("d", [_NAN if v is None else v for v in values]
+                                         if missing else values)))
+            except TypeError:
+                raise _Invalid(name) from None
+        for name, new in staged:
+            column = self._columns[name]
+            if new is None:
+                if column is not None:
+                    column.extend(array("d", [_NAN]) * n)
+            elif column is None:
+                self._columns[name] = array("d", [_NAN]) * self._n + new
             else:
-                column.extend(values)
+                column.extend(new)
+        self._n += n
 
     def __len__(self) -> int:
-        return len(self._columns["step"])
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self._record(i) for i in range(*index.indices(self._n))]
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            raise IndexError("step index out of range")
+        return self._record(index)
+
+    def _record(self, i: int) -> dict[str, Any]:
+        record: dict[str, Any] = {}
+        for name, column in self._columns.items():
+            value = _NAN if column is None else column[i]
+            if math.isnan(value):
+                record[name] = None
+            elif name in INTEGRAL_FIELDS:
+                record[name] = int(value)
+            elif name == "loss_nonfinite":
+                record[name] = bool(value)
+            else:
+                record[name] = value
+        return record
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self._record(i) for i in range(self._n))
 
     def records(self) -> list[dict[str, Any]]:
         """The steps as ``steps.jsonl`` records again (null for NaN)."""
-        columns = {name: self._columns[name] for name in COLUMNS}
-        integral = INTEGRAL_FIELDS
-        out: list[dict[str, Any]] = []
-        for i in range(len(self)):
-            record: dict[str, Any] = {}
-            for name, column in columns.items():
-                value = column[i]
-                if math.isnan(value):
-                    record[name] = None
-                else:
-                    record[name] = int(value) if name in integral else value
-            out.append(record)
-        return out
+        return list(self)
 
     def column(self, name: str) -> np.ndarray:
-        """A read-only view of one column (no copy)."""
+        """A read-only view of one column (no copy; all NaN for a column never filled)."""
+        if name not in self._columns:
+            raise KeyError(f"no step column {name!r}; the columns are {', '.join(COLUMNS)}")
         column = self._columns[name]
-        if not column:
+        if column is None:
+            view = np.full(self._n, np.nan)
+        elif not column:
             return np.empty(0)
-        view = np.frombuffer(column, dtype=np.float64)
+        else:
+            view = np.frombuffer(column, dtype=np.float64)
         view.flags.writeable = False
         return view
 
+    def has(self, name: str) -> bool:
+        """True when some step has a value in column ``name``."""
+        return self._columns.get(name) is not None and bool(
+            np.isfinite(self.column(name)).any())
 
+    def missing_steps(self) -> list[tuple[int, int]]:
+        """Gaps in the step numbers: ``(first, last)`` ranges of steps absent from the
+        records (before the first record and between records), in order."""
+        steps = self.column("step")
+        if not steps.size:
+            return []
+        ordered = np.unique(steps)  # sorted, duplicates once
+        gaps: list[tuple[int, int]] = []
+        if ordered[0] > 1:
+            gaps.append((1, int(ordered[0]) - 1))
+        jumps = np.flatnonzero(np.diff(ordered) > 1)
+        gaps += [(int(ordered[i]) + 1, int(ordered[i + 1]) - 1) for i in jumps]
+        return gaps
+
+    def nbytes(self) -> int:
+        """Bytes the columns hold."""
+        return sum(c.itemsize * len(c) for c in self._columns.values() if c is not None)
+
+
+@dataclass
+class StepsFile:
+    """A ``steps.jsonl`` read into columns, and what had to be left out."""
+
+    series: StepSeries
+    bad_lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, why)
+    truncated: bool = False  # the last line was cut off (a run killed mid-write)
+
+
+def read_steps(path: Path) -> StepsFile:
+    """Read ``steps.jsonl`` at ``path`` into columns, :data:`CHUNK_LINES` lines at a time.
+
+    A line that is not a JSON object, or that holds a value that is not a number or null (or
+    no ``step``, ``t_s`` or ``step_s``), is skipped and listed in ``bad_lines``; a last line
+    that does not parse is a cut-off write (``truncated``), not a bad line. Raises OSError.
+    """
+    out = StepsFile(StepSeries())
+    last_good = 0
+    with open(path, "rb") as stream:
+        number = 1
+        while True:
+            lines = list(itertools.islice(stream, CHUNK_LINES))
+            if not lines:
+                break
+            kept = _chunk(out, lines, number)
+            if kept:
+                last_good = kept
+            number += len(lines)
+    if out.bad_lines and out.bad_lines[-1][0] > last_good and out.bad_lines[-1][1].startswith(
+            "not a JSON line"):
+        out.bad_lines.pop()  # the last line, cut off by a killed writer
+        out.truncated = True
+    return out
+
+
+def _chunk(out: StepsFile, lines: list[bytes], first: int) -> int:
+    """Parse and append one chunk; returns the line number of its last good record (0: none)."""
+    try:
+        records = list(map(orjson.loads, lines))
+        rows = list(map(_ROW, records))
+        out.series._append_rows(rows, REQUIRED)
+        return first + len(lines) - 1
+    except (orjson.JSONDecodeError, KeyError, TypeError, _Invalid):
+        pass  # something in this chunk is off: find it line by line
+    good: list[tuple[Any, ...]] = []
+    last = 0
+    for number, line in enumerate(lines, start=first):
+        if not line.strip():
+            continue
+        row, why = _row(line)
+        if row is None:
+            out.bad_lines.append((number, why))
+        else:
+            good.append(row)
+            last = number
+    out.series._append_rows(good, REQUIRED)
+    return last
+
+
+def _row(line: bytes) -> tuple[tuple[Any, ...] | None, str]:
+    """One line's values in COLUMNS order, or (None, why it is not a step record)."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return None, f"not a JSON line ({exc})"
+    if not isinstance(record, dict):
+        return None, f"a JSON {type(record).__name__}, not an object"
+    values = tuple(record.get(name) for name in COLUMNS)
+    for name, value in zip(COLUMNS, values, strict=True):
+        if value is None:
+            if name in REQUIRED:
+                return None, f"{name} is missing or null"
+        elif not isinstance(value, (int, float)) or (isinstance(value, bool)
+                                                     and name != "loss_nonfinite"):
+            return None, f"{name} is {_short(value)}, not a number"
+    return values, ""
+
+
+def _short(value: Any) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= 40 else text[:39] + "…"

@@ -13,8 +13,10 @@ from typing import Any
 
 from trainpace.summary import SEVERITIES, Diagnosis, Finding, Summary
 from trainpace.units import format_duration as duration
+from trainpace.units import format_number
 
 DASH = "—"
+num = format_number  # a figure with its unit, or DASH
 
 # The findings each sign answers for (ids from trainpace.diagnose.rules).
 SIGN_FINDINGS: dict[str, tuple[str, ...]] = {
@@ -36,14 +38,6 @@ class Sign:
     status: str  # "ok" | "info" | "warning" | "critical" | "not measured"
     value: str
     details: tuple[str, ...]
-
-
-def num(value: float | None, unit: str = "", digits: int = 3) -> str:
-    """A figure with its unit and thousands separators; ``—`` when unknown."""
-    if value is None:
-        return DASH
-    text = f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
-    return f"{text} {unit}" if unit else text
 
 
 def pct(value: float | None) -> str:
