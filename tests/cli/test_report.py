@@ -55,7 +55,7 @@ def test_a_run_with_no_step_yet_shows_nothing_measured(tmp_path, capsys):
     folder = write_run(tmp_path / "fresh", [])
     assert main(["report", str(folder)]) == 0
     out = capsys.readouterr().out
-    assert out.count("not measured") == 5
+    assert out.count("not measured: ") == 5
     assert "bottleneck: none" in out
 
 
@@ -65,7 +65,7 @@ def test_html_report_is_written(slow_data_run, tmp_path, capsys):
     text = page.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>")
     assert "The step waits for data 40% of the time" in text
-    assert f"wrote {page}" in capsys.readouterr().err
+    assert capsys.readouterr().out == f"{page}\n"  # only the path: the page is the report
 
 
 def test_thresholds_can_be_set(slow_data_run, capsys):

@@ -16,7 +16,7 @@ from trainpace.summary import Device, Summary
 
 
 def test_page_has_signs_diagnosis_and_four_plots(run):
-    doc = run_page(run.summary, steps=run.steps, system=run.system, meta=run.meta, source="runs/exp1")
+    doc = run_page(run.summary, series=run.steps, system=run.system, meta=run.meta, source="runs/exp1")
     for title in ("Vital signs", "Diagnosis", "Over the run", "Step time breakdown",
                   "Throughput (samples/s", "Device and bandwidth utilization", "Loss against wall time"):
         assert title in doc
@@ -32,7 +32,7 @@ def test_page_has_signs_diagnosis_and_four_plots(run):
 def test_names_from_the_run_are_escaped():
     run = make_run(name='<img src=x onerror="alert(1)">')
     summary = dataclasses.replace(run.summary, device=Device(kind="cuda", name="<b>gpu</b>"))
-    doc = run_page(summary, steps=run.steps, system=run.system, source="<dir>")
+    doc = run_page(summary, series=run.steps, system=run.system, source="<dir>")
     assert "<img" not in doc and "<b>gpu" not in doc and "<dir>" not in doc
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in doc
 
@@ -44,12 +44,14 @@ def test_a_run_with_nothing_measured_says_so_in_every_plot():
     assert doc.count("not measured: ") == 5
 
 
-def test_breakdown_splits_compute_from_other_when_the_records_have_it():
-    steps = [{"step": i, "step_s": 1.0, "wait_s": 0.25, "h2d_s": 0.05, "compute_s": 0.5} for i in range(1, 4)]
+def test_breakdown_layers_are_the_step_parts_that_were_recorded():
+    steps = [{"step": i, "t_s": float(i), "step_s": 1.0, "wait_s": 0.25, "h2d_s": 0.05} for i in range(1, 4)]
     svg = breakdown_chart(steps)
-    assert list(re.findall(r"<title>([^<]+)</title>", svg)) == ["data wait", "host-to-device", "compute", "other"]
-    svg = breakdown_chart([{"step": 1, "step_s": 1.0, "wait_s": 0.25}, {"step": 2, "step_s": 1.0, "wait_s": 0.5}])
-    assert re.findall(r"<title>([^<]+)</title>", svg) == ["data wait", "compute and other"]
+    assert re.findall(r"<title>([^<]+)</title>", svg) == ["data wait", "host-to-device", "compute and other"]
+    steps = [{"step": 1, "t_s": 1.0, "step_s": 1.0, "wait_s": 0.25, "outside_s": 0.5},
+             {"step": 2, "t_s": 2.5, "step_s": 1.0, "wait_s": 0.5, "outside_s": None}]
+    svg = breakdown_chart(steps)
+    assert re.findall(r"<title>([^<]+)</title>", svg) == ["data wait", "compute and other", "outside the steps"]
 
 
 def test_throughput_is_work_over_time_per_window():
