@@ -86,6 +86,10 @@ class RunData:
     notes: list[str] = field(default_factory=list)
     missing_steps: list[tuple[int, int]] = field(default_factory=list)  # (first, last) ranges
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.series, StepSeries):  # records given by hand (tests, tools)
+            object.__setattr__(self, "series", StepSeries.from_records(self.series))
+
     @property
     def steps(self) -> list[dict[str, Any]]:
         """The steps as records (a dict per step, built on each call): for small runs and

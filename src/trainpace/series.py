@@ -3,8 +3,8 @@
 ``steps.jsonl`` records (:class:`trainpace.records.StepRecord`) become float64 columns, null as
 NaN, so a run of millions of steps costs 8 bytes a field a step, not a Python object per step;
 a column nothing filled so far (no tokens, no metric, no host-to-device copy) costs nothing.
-:func:`read_steps` reads a ``steps.jsonl`` straight into columns, a few thousand lines at a
-time, skipping (and naming) lines that are not step records.
+:func:`read_steps` reads a ``steps.jsonl`` straight into columns (msgspec decodes and type-checks
+each block of lines in C), skipping (and naming) lines that are not step records.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
+import msgspec
 import numpy as np
 import orjson
 
@@ -25,7 +26,8 @@ from trainpace.records import INTEGRAL_FIELDS, STEP_FIELDS
 
 COLUMNS = STEP_FIELDS
 REQUIRED = ("step", "t_s", "step_s")  # a record without these is not a step
-CHUNK_LINES = 4096  # lines parsed at a time: a few MB of dicts, whatever the file's size
+CHUNK_LINES = 4096  # records turned into dicts at a time when the series is iterated
+BLOCK_BYTES = 1 << 20  # steps.jsonl is parsed a block at a time: ~4k lines, whatever its size
 _ROW = operator.itemgetter(*COLUMNS)
 _NAN = math.nan
 
@@ -88,7 +90,11 @@ class StepSeries(Sequence[dict[str, Any]]):
                                          if missing else values)))
             except TypeError:
                 raise _Invalid(name) from None
-        for name, new in staged:
+        self._append_columns(staged, n)
+
+    def _append_columns(self, columns: list[tuple[str, array[float] | None]], n: int) -> None:
+        """Append ``n`` steps given as one array per column (None: all null), in COLUMNS order."""
+        for name, new in columns:
             column = self._columns[name]
             if new is None:
                 if column is not None:
@@ -130,7 +136,31 @@ class StepSeries(Sequence[dict[str, Any]]):
         return record
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (self._record(i) for i in range(self._n))
+        # A chunk of rows at a time: its columns become Python lists (None for NaN) in C,
+        # and each record is one dict(zip(...)); no list of the whole run is ever built.
+        for lo in range(0, self._n, CHUNK_LINES):
+            hi = min(lo + CHUNK_LINES, self._n)
+            columns = [self._python_values(name, lo, hi) for name in COLUMNS]
+            yield from map(dict, map(zip, itertools.repeat(COLUMNS), zip(*columns, strict=True)))
+
+    def _python_values(self, name: str, lo: int, hi: int) -> list[Any]:
+        column = self._columns[name]
+        if column is None:
+            return [None] * (hi - lo)
+        values = np.frombuffer(column, dtype=np.float64)[lo:hi]
+        nan = np.isnan(values)
+        if name in INTEGRAL_FIELDS:
+            out: list[Any] = values.astype(np.int64).tolist() if not nan.any() else [
+                None if m else int(v) for v, m in zip(values.tolist(), nan.tolist(), strict=True)]
+        elif name == "loss_nonfinite":
+            out = [None if m else bool(v) for v, m in zip(values.tolist(), nan.tolist(),
+                                                          strict=True)]
+        else:
+            out = values.tolist()
+            if nan.any():
+                for i in np.flatnonzero(nan).tolist():
+                    out[i] = None
+        return out
 
     def records(self) -> list[dict[str, Any]]:
         """The steps as ``steps.jsonl`` records again (null for NaN)."""
@@ -183,8 +213,24 @@ class StepsFile:
     truncated: bool = False  # the last line was cut off (a run killed mid-write)
 
 
+def _row_type() -> type[msgspec.Struct]:
+    """The typed line msgspec decodes in C: the required fields numbers, the others numbers
+    or null (missing: null), ``loss_nonfinite`` a bool; unknown keys ignored."""
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        (name, float) if name in REQUIRED
+        else (name, bool | None, None) if name == "loss_nonfinite"
+        else (name, float | None, None)
+        for name in COLUMNS
+    ]
+    return msgspec.defstruct("StepLine", fields, gc=False)
+
+
+_DECODER = msgspec.json.Decoder(_row_type())
+_GETTERS = tuple((name, operator.attrgetter(name)) for name in COLUMNS)
+
+
 def read_steps(path: Path) -> StepsFile:
-    """Read ``steps.jsonl`` at ``path`` into columns, :data:`CHUNK_LINES` lines at a time.
+    """Read ``steps.jsonl`` at ``path`` into columns, a block of :data:`BLOCK_BYTES` at a time.
 
     A line that is not a JSON object, or that holds a value that is not a number or null (or
     no ``step``, ``t_s`` or ``step_s``), is skipped and listed in ``bad_lines``; a last line
@@ -192,16 +238,26 @@ def read_steps(path: Path) -> StepsFile:
     """
     out = StepsFile(StepSeries())
     last_good = 0
+    number = 1  # the line number of the block's first line
     with open(path, "rb") as stream:
-        number = 1
+        rest = b""
         while True:
-            lines = list(itertools.islice(stream, CHUNK_LINES))
-            if not lines:
-                break
-            kept = _chunk(out, lines, number)
+            block = stream.read(BLOCK_BYTES)
+            if not block:
+                block, rest = rest, b""
+                if not block:
+                    break
+            else:
+                block = rest + block
+                cut = block.rfind(b"\n") + 1
+                if cut == 0:  # no line end yet: a line longer than a block
+                    rest = block
+                    continue
+                block, rest = block[:cut], block[cut:]
+            kept = _block(out, block, number)
             if kept:
                 last_good = kept
-            number += len(lines)
+            number += block.count(b"\n")
     if out.bad_lines and out.bad_lines[-1][0] > last_good and out.bad_lines[-1][1].startswith(
             "not a JSON line"):
         out.bad_lines.pop()  # the last line, cut off by a killed writer
@@ -209,18 +265,35 @@ def read_steps(path: Path) -> StepsFile:
     return out
 
 
-def _chunk(out: StepsFile, lines: list[bytes], first: int) -> int:
-    """Parse and append one chunk; returns the line number of its last good record (0: none)."""
+def _block(out: StepsFile, block: bytes, first: int) -> int:
+    """Parse and append one block of whole lines; returns the line number of its last good
+    record (0: none)."""
     try:
-        records = list(map(orjson.loads, lines))
-        rows = list(map(_ROW, records))
-        out.series._append_rows(rows, REQUIRED)
-        return first + len(lines) - 1
-    except (orjson.JSONDecodeError, KeyError, TypeError, _Invalid):
-        pass  # something in this chunk is off: find it line by line
+        rows = _DECODER.decode_lines(block)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _block_by_line(out, block, first)
+    if not rows:
+        return 0
+    columns: list[tuple[str, array[float] | None]] = []
+    for name, get in _GETTERS:
+        try:
+            columns.append((name, array("d", map(get, rows))))
+        except TypeError:  # nulls (a bool column is fine: array takes bools)
+            values = list(map(get, rows))
+            if values.count(None) == len(values):
+                columns.append((name, None))
+            else:
+                columns.append((name, array("d", [_NAN if v is None else v for v in values])))
+    out.series._append_columns(columns, len(rows))
+    return first + block.rstrip().count(b"\n")
+
+
+def _block_by_line(out: StepsFile, block: bytes, first: int) -> int:
+    """The slow path for a block with something off: each line on its own, the bad ones
+    named."""
     good: list[tuple[Any, ...]] = []
     last = 0
-    for number, line in enumerate(lines, start=first):
+    for number, line in enumerate(block.split(b"\n"), start=first):
         if not line.strip():
             continue
         row, why = _row(line)

@@ -143,7 +143,7 @@ def ema_array(values: np.ndarray, beta: float) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64)
     n = v.size
     if n == 0 or beta == 0.0:
-        return v.copy()
+        return np.array(v, copy=True)
     block = max(1, min(4096, int(250.0 / -math.log10(beta)) if beta < 1.0 else 1))
     k = np.arange(float(block))
     grow, shrink, carried = beta**-k, (1.0 - beta) * beta**k, beta ** (k + 1.0)

@@ -55,7 +55,7 @@ def near(rgb: np.ndarray, hex_color: str, tolerance: int = 12) -> int:
 def test_the_run_report_renders_and_logs_nothing(tmp_path):
     run = make_run(name="<b>not bold</b>")
     page = write_page(tmp_path / "report.html",
-                      run_page(run.summary, steps=run.steps, system=run.system, meta=run.meta))
+                      run_page(run.summary, series=run.steps, system=run.system, meta=run.meta))
     png, console = render(page, tmp_path)
     assert console == []
     rgb = pixels(png)

@@ -82,9 +82,9 @@ def diagnosis_html(diagnosis: Diagnosis) -> str:
     return "".join(parts)
 
 
-def slow_phases(summary: Summary) -> list[dict[str, Any]]:
+def slow_phases(summary: Summary) -> list[Mapping[str, Any]]:
     """The phases of the ``slow_phase`` finding's evidence (empty when there is none)."""
-    phases: list[dict[str, Any]] = []
+    phases: list[Mapping[str, Any]] = []
     for finding in summary.diagnosis.findings:
         found = finding.evidence.get("phases") if finding.id == "slow_phase" else None
         if isinstance(found, list):
