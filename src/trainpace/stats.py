@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -155,3 +155,13 @@ def ema_array(values: np.ndarray, beta: float) -> np.ndarray:
             v[start:start + m] * grow[:m])
         carry = float(acc[start + m - 1])
     return acc / (1.0 - beta ** np.arange(1.0, n + 1.0))
+
+
+def mean_known(values: Iterable[float | None]) -> float | None:
+    """The mean of the values that are not None; None when there are none, or when the mean
+    is not finite (an inf or NaN among them)."""
+    known = [float(v) for v in values if v is not None]
+    if not known:
+        return None
+    mean = sum(known) / len(known)
+    return mean if math.isfinite(mean) else None
