@@ -5,7 +5,6 @@ import json
 import numpy as np
 import pytest
 
-from trainpace.records import STEP_FIELDS
 from trainpace.series import BLOCK_BYTES, StepSeries, read_steps
 
 
@@ -90,11 +89,16 @@ def test_a_column_filled_late_keeps_earlier_nulls():
     assert s[0]["tokens"] is None and s[2]["tokens"] == 64
 
 
-def test_an_empty_column_costs_nothing():
+def test_a_column_of_one_value_costs_nothing_until_it_changes():
     s = StepSeries.from_records([record(i) for i in range(1, 1001)])
-    filled = sum(1 for name in STEP_FIELDS if s.has(name))
-    assert s.nbytes() == 8 * 1000 * filled
-    assert filled < len(STEP_FIELDS)
+    # only step, t_s and loss vary; null columns and fixed ones (step_s, samples, ...) are free
+    assert s.nbytes() == 8 * 1000 * 3
+    assert s.column("samples").tolist() == [8.0] * 1000 and not s.column("samples").flags.writeable
+    assert s.has("samples") and not s.has("tokens")
+    s.extend([record(1001, samples=4, tokens=7)])
+    assert s.nbytes() == 8 * 1001 * 5
+    assert s.column("samples")[-2:].tolist() == [8.0, 4.0]
+    assert s[999]["tokens"] is None and s[1000]["tokens"] == 7 and s[1000]["samples"] == 4
 
 
 def test_extend_refuses_a_value_that_is_not_a_number():

@@ -44,8 +44,10 @@ class StepSeries(Sequence[dict[str, Any]]):
     """
 
     def __init__(self) -> None:
-        # None: every value so far is null (the column is materialized on its first value)
-        self._columns: dict[str, array[float] | None] = dict.fromkeys(COLUMNS)
+        # A float: every value so far is that one (NaN: null), so a column that never
+        # changes (no tokens; samples, micro_batches of a fixed batch) costs nothing; it
+        # becomes an array on its first different value.
+        self._columns: dict[str, array[float] | float] = dict.fromkeys(COLUMNS, _NAN)
         self._n = 0
 
     @classmethod
@@ -96,13 +98,13 @@ class StepSeries(Sequence[dict[str, Any]]):
         """Append ``n`` steps given as one array per column (None: all null), in COLUMNS order."""
         for name, new in columns:
             column = self._columns[name]
-            if new is None:
-                if column is not None:
-                    column.extend(array("d", [_NAN]) * n)
-            elif column is None:
-                self._columns[name] = array("d", [_NAN]) * self._n + new
-            else:
-                column.extend(new)
+            value = _NAN if new is None else _constant(new)
+            if isinstance(column, float):
+                if value is not None and (self._n == 0 or _same(value, column)):
+                    self._columns[name] = value  # still one value throughout
+                    continue
+                column = self._columns[name] = array("d", [column]) * self._n
+            column.extend(array("d", [_NAN]) * n if new is None else new)
         self._n += n
 
     def __len__(self) -> int:
@@ -124,7 +126,7 @@ class StepSeries(Sequence[dict[str, Any]]):
     def _record(self, i: int) -> dict[str, Any]:
         record: dict[str, Any] = {}
         for name, column in self._columns.items():
-            value = _NAN if column is None else column[i]
+            value = column if isinstance(column, float) else column[i]
             if math.isnan(value):
                 record[name] = None
             elif name in INTEGRAL_FIELDS:
@@ -144,10 +146,7 @@ class StepSeries(Sequence[dict[str, Any]]):
             yield from map(dict, map(zip, itertools.repeat(COLUMNS), zip(*columns, strict=True)))
 
     def _python_values(self, name: str, lo: int, hi: int) -> list[Any]:
-        column = self._columns[name]
-        if column is None:
-            return [None] * (hi - lo)
-        values = np.frombuffer(column, dtype=np.float64)[lo:hi]
+        values = self.column(name)[lo:hi]
         nan = np.isnan(values)
         if name in INTEGRAL_FIELDS:
             out: list[Any] = values.astype(np.int64).tolist() if not nan.any() else [
@@ -167,23 +166,22 @@ class StepSeries(Sequence[dict[str, Any]]):
         return list(self)
 
     def column(self, name: str) -> np.ndarray:
-        """A read-only view of one column (no copy; all NaN for a column never filled)."""
+        """A read-only view of one column (no copy; a column of one value is a broadcast view
+        of it, no memory)."""
         if name not in self._columns:
             raise KeyError(f"no step column {name!r}; the columns are {', '.join(COLUMNS)}")
         column = self._columns[name]
-        if column is None:
-            view = np.full(self._n, np.nan)
-        elif not column:
+        if isinstance(column, float):
+            return np.broadcast_to(np.float64(column), (self._n,))
+        if not column:
             return np.empty(0)
-        else:
-            view = np.frombuffer(column, dtype=np.float64)
+        view = np.frombuffer(column, dtype=np.float64)
         view.flags.writeable = False
         return view
 
     def has(self, name: str) -> bool:
         """True when some step has a value in column ``name``."""
-        return self._columns.get(name) is not None and bool(
-            np.isfinite(self.column(name)).any())
+        return bool(np.isfinite(self.column(name)).any())
 
     def missing_steps(self) -> list[tuple[int, int]]:
         """Gaps in the step numbers: ``(first, last)`` ranges of steps absent from the
@@ -201,7 +199,21 @@ class StepSeries(Sequence[dict[str, Any]]):
 
     def nbytes(self) -> int:
         """Bytes the columns hold."""
-        return sum(c.itemsize * len(c) for c in self._columns.values() if c is not None)
+        return sum(c.itemsize * len(c) for c in self._columns.values() if isinstance(c, array))
+
+
+def _constant(values: array[float]) -> float | None:
+    """The one value of ``values`` when they are all the same (NaN included), else None."""
+    if not values:
+        return None
+    a = np.frombuffer(values, dtype=np.float64)
+    first = float(a[0])
+    same = np.isnan(a).all() if math.isnan(first) else (a == first).all()
+    return first if bool(same) else None
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 @dataclass
