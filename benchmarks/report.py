@@ -9,10 +9,12 @@ sampler row per 100 steps, then times, each in a fresh process:
 - ``report --json``, ``report --html FILE`` and ``compare RUN RUN`` (two copies of the run, so
   twice the lines), through ``trainpace.cli.main``.
 
-Each process times its own work (after its imports) and reports its peak RSS and its RSS after
-the imports; the figures printed are ratios to the bare parse of the same lines measured in
-the same run (compare: to two bare parses), and the peak RSS above the interpreter's
-after its imports. Rounds alternate the commands and the median is kept. Targets (issue 9):
+Each process times its own work (after its imports), in wall time and in CPU time (on a shared
+machine the wall time swings with the other processes; the CPU time much less), and reports
+its peak RSS (VmHWM) and its RSS after the imports; the figures printed are ratios to the bare
+parse of the same lines measured in the same run (compare: to two bare parses), and the peak
+RSS above the interpreter's after its imports. A last process runs ``report --html``'s parts
+one by one (read, summary, diagnosis, page) to show where the time and memory go. Rounds alternate the commands and the median is kept. Targets (issue 9):
 time within 3× the bare parse, memory within 150 MB for 1e6 steps.
 
     python benchmarks/report.py                 # 1e6 steps, 3 rounds
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -48,21 +51,39 @@ if mode != "bare":
     import trainpace.diagnose, trainpace.measure.summarize, trainpace.report.run_html
     import trainpace.compare, trainpace.report.console, trainpace.runlog
 base = status_mb("VmRSS")
-start = time.perf_counter()
+start, cpu_start = time.perf_counter(), time.process_time()
+phases = {}
 if mode == "bare":
     for path in args:
         with open(path, "rb") as f:
             for line in f:
                 orjson.loads(line)
+elif mode == "phases":  # report --html's parts, one after the other
+    import dataclasses
+    from trainpace.diagnose import diagnose
+    from trainpace.measure.summarize import summary_for_run
+    from trainpace.report.run_html import run_page
+    def phase(name, fn):
+        t, c = time.perf_counter(), time.process_time()
+        value = fn()
+        phases[name] = (time.perf_counter() - t, time.process_time() - c,
+                        status_mb("VmHWM") - base)
+        return value
+    run = phase("read_run", lambda: trainpace.runlog.read_run(args[0]))
+    summary = phase("summary_for_run", lambda: summary_for_run(run))
+    found = phase("diagnose", lambda: diagnose(summary, steps=run.series, system=run.system,
+                                               meta=run.meta))
+    summary = dataclasses.replace(summary, diagnosis=found)
+    phase("run_page", lambda: run_page(summary, series=run.series, system=run.system))
 else:
     devnull = open(os.devnull, "w")
     sys.stdout = devnull
     code = trainpace.cli.main(args)
     sys.stdout = sys.__stdout__
     assert code == 0, code
-elapsed = time.perf_counter() - start
+elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
 peak = status_mb("VmHWM")
-print(orjson.dumps({"s": elapsed, "base_mb": base, "peak_mb": peak}).decode())
+print(orjson.dumps({"s": elapsed, "cpu_s": cpu, "base_mb": base, "peak_mb": peak, "phases": phases}).decode())
 """
 
 
@@ -95,7 +116,7 @@ def build_run(folder: Path, steps: int, seed: int = 0) -> None:
                       + b"\n")
 
 
-def child(mode: str, *args: str) -> dict[str, float]:
+def child(mode: str, *args: str) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-c", CHILD, mode, *args], check=True,
                           capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -119,24 +140,36 @@ def main() -> None:
             "report --html": ("cli", "report", str(run_a), "--html", str(tmp / "r.html")),
             "compare": ("cli", "compare", str(run_a), str(run_b)),
         }
-        results: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
+        results: dict[str, list[dict[str, Any]]] = {name: [] for name in commands}
+        parts: list[dict[str, Any]] = []
         for _ in range(args.rounds):
             for name, command in commands.items():
                 results[name].append(child(*command))
+            parts.append(child("phases", str(run_a))["phases"])
         bare_s = statistics.median(r["s"] for r in results["bare"])
+        bare_cpu = statistics.median(r["cpu_s"] for r in results["bare"])
         print(f"{args.steps:,} steps, steps.jsonl {size_mb:.0f} MB; {args.rounds} rounds, "
-              f"medians; bare orjson parse of the file: {bare_s:.2f} s")
-        print(f"{'command':<16}{'seconds':>9}{'× bare':>9}{'peak RSS above imports':>25}"
-              f"{'peak RSS':>11}")
+              f"medians; bare orjson parse of the file: {bare_s:.2f} s wall, {bare_cpu:.2f} s CPU")
+        print(f"{'command':<16}{'wall s':>8}{'× bare':>8}{'CPU s':>8}{'× bare':>8}"
+              f"{'peak RSS above imports':>25}{'peak RSS':>10}")
         for name, rows in results.items():
             seconds = statistics.median(r["s"] for r in rows)
-            floor = bare_s * (2 if name == "compare" else 1)
+            cpu = statistics.median(r["cpu_s"] for r in rows)
+            floor = 2 if name == "compare" else 1
             extra = statistics.median(r["peak_mb"] - r["base_mb"] for r in rows)
             peak = statistics.median(r["peak_mb"] for r in rows)
-            print(f"{name:<16}{seconds:>9.2f}{seconds / floor:>8.2f}×{extra:>22.0f} MB"
-                  f"{peak:>8.0f} MB")
+            print(f"{name:<16}{seconds:>8.2f}{seconds / (floor * bare_s):>7.2f}×{cpu:>8.2f}"
+                  f"{cpu / (floor * bare_cpu):>7.2f}×{extra:>22.0f} MB{peak:>7.0f} MB")
         print("compare's ratio is to two bare parses (it reads both runs); targets: ≤ 3× and "
               "≤ 150 MB above imports for 1e6 steps")
+        print("report --html by part (in one process, each after the one before; peak RSS "
+              "above imports when the part ends):")
+        for name in parts[0]:
+            seconds = statistics.median(p[name][0] for p in parts)
+            cpu = statistics.median(p[name][1] for p in parts)
+            peak = statistics.median(p[name][2] for p in parts)
+            print(f"  {name:<16}{seconds:>7.2f} s wall{cpu:>7.2f} s CPU ({cpu / bare_cpu:.2f}× "
+                  f"the bare parse){peak:>8.0f} MB")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

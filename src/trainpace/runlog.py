@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 from trainpace.errors import RunFolderError
 from trainpace.series import StepSeries, read_steps
 from trainpace.summary import Summary
@@ -127,13 +129,13 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], bool]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
             is_last = all(not rest.strip() for rest in lines[number:])
             if is_last:
                 truncated = True
                 break
-            raise RunFolderError(f"{path}:{number}: not a JSON line ({exc.msg})") from exc
+            raise RunFolderError(f"{path}:{number}: not a JSON line ({exc})") from exc
         if not isinstance(record, dict):
             raise RunFolderError(f"{path}:{number}: expected a JSON object per line")
         records.append(record)

@@ -266,10 +266,11 @@ def read_steps(path: Path) -> StepsFile:
                     rest = block
                     continue
                 block, rest = block[:cut], block[cut:]
-            kept = _block(out, block, number)
+            lines = block.count(b"\n")
+            kept = _block(out, block, number, lines)
             if kept:
                 last_good = kept
-            number += block.count(b"\n")
+            number += lines
     if out.bad_lines and out.bad_lines[-1][0] > last_good and out.bad_lines[-1][1].startswith(
             "not a JSON line"):
         out.bad_lines.pop()  # the last line, cut off by a killed writer
@@ -277,9 +278,9 @@ def read_steps(path: Path) -> StepsFile:
     return out
 
 
-def _block(out: StepsFile, block: bytes, first: int) -> int:
-    """Parse and append one block of whole lines; returns the line number of its last good
-    record (0: none)."""
+def _block(out: StepsFile, block: bytes, first: int, lines: int) -> int:
+    """Parse and append one block of ``lines`` whole lines; returns the line number of its
+    last good record (0: none; a blank line after it may count as good: harmless)."""
     try:
         rows = _DECODER.decode_lines(block)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -297,7 +298,7 @@ def _block(out: StepsFile, block: bytes, first: int) -> int:
             else:
                 columns.append((name, array("d", [_NAN if v is None else v for v in values])))
     out.series._append_columns(columns, len(rows))
-    return first + block.rstrip().count(b"\n")
+    return first + max(lines, 1) - 1
 
 
 def _block_by_line(out: StepsFile, block: bytes, first: int) -> int:
