@@ -190,7 +190,7 @@ def _legend(frame: _Frame, names: Sequence[tuple[str, str]]) -> list[str]:
 def _bands(frame: _Frame, bands: Sequence[Band]) -> list[str]:
     parts = []
     top, bottom = frame.top, frame.height - frame.bottom
-    for band in bands:
+    for row, band in enumerate(bands):  # one label row per band: narrow bands side by side
         lo, hi = max(band.x0, frame.x_lo), min(band.x1, frame.x_hi)
         if hi < lo:
             continue
@@ -198,7 +198,8 @@ def _bands(frame: _Frame, bands: Sequence[Band]) -> list[str]:
         parts.append(f'<g class="band"><rect x="{x0:.1f}" y="{top}" width="{max(x1 - x0, 1.0):.1f}"'
                      f' height="{bottom - top}" fill="{esc(band.color)}" fill-opacity="0.16">'
                      f'<title>{esc(band.label)}</title></rect><text x="{x0 + 3:.1f}" '
-                     f'y="{top + 11}" style="fill:{esc(band.color)}">{esc(band.label)}</text></g>')
+                     f'y="{top + 11 + 12 * row}" style="fill:{esc(band.color)}">'
+                     f"{esc(band.label)}</text></g>")
     return parts
 
 
@@ -215,16 +216,22 @@ def _clip_marks(frame: _Frame, xs: np.ndarray, ys: np.ndarray, top: float, what:
 def _clip_note(frame: _Frame, count: int, peak: float, fmt: str) -> str:
     text = (f"{count} point{'s' if count != 1 else ''} above the scale (up to "
             f"{fmt.format(peak)}) marked ▼ at the top")
-    return (f'<text class="clip-note" x="{frame.width - frame.right}" y="{frame.height - 20}" '
-            f'text-anchor="end" style="fill:{CLIP_COLOR}">{esc(text)}</text>')
+    return _note(frame, text, CLIP_COLOR, "clip-note")
+
+
+def _note(frame: _Frame, text: str, color: str = "#5f6775", kind: str = "note") -> str:
+    """A line of text inside the plot, top right: what the chart cannot show, and why."""
+    return (f'<text class="{kind}" x="{frame.width - frame.right - 4}" y="{frame.top + 11}" '
+            f'text-anchor="end" style="fill:{color}">{esc(text)}</text>')
 
 
 def _bounds(values: np.ndarray, *, from_zero: bool) -> tuple[float, float]:
     lo, hi = float(values.min()), float(values.max())
     if from_zero:
         lo = min(lo, 0.0)
-    if hi <= lo:
-        hi = lo + (abs(lo) or 1.0)
+    if hi - lo <= 1e-9 * max(abs(lo), abs(hi)):  # flat (to rounding): centre it, not its noise
+        pad = 0.1 * (abs(lo) or 1.0)
+        return lo - (0.0 if from_zero and lo == 0.0 else pad), hi + pad
     return lo, hi + 0.05 * (hi - lo)
 
 
@@ -250,9 +257,11 @@ def _polylines(frame: _Frame, xs: np.ndarray, ys: np.ndarray, color: str, name: 
 def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: str,
                hlines: Sequence[HLine] = (), y_range: tuple[float, float] | None = None,
                bands: Sequence[Band] = (), robust: bool = False, value_format: str = "{:.4g}",
-               width: int = 720, height: int = 260, from_zero: bool = True) -> str:
+               note: str | None = None, width: int = 720, height: int = 260,
+               from_zero: bool = True) -> str:
     """Lines over a shared x axis, with optional reference lines and bands; a placeholder
-    when there is nothing to draw. ``robust``: see the module docstring."""
+    when there is nothing to draw. ``robust``: see the module docstring; ``note``: a line
+    of text inside the plot (what it cannot show)."""
     prepared = [(s, *extremes(s.xs, s.ys)) for s in series]
     shown = [(x[np.isfinite(y)], y[np.isfinite(y)]) for _, x, y in prepared]
     all_x = np.concatenate([x for x, _ in shown]) if shown else np.empty(0)
@@ -278,6 +287,8 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
         full = [_array(s.ys) for s in series]
         above = sum(int((y[np.isfinite(y)] > top).sum()) for y in full)
         parts.append(_clip_note(frame, above, float(all_y.max()), value_format))
+    elif note:
+        parts.append(_note(frame, note))
     for h in hlines:
         y = frame.y(h.y)
         parts.append(f'<line x1="{frame.left}" x2="{width - frame.right}" y1="{y:.1f}" '

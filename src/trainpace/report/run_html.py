@@ -192,7 +192,7 @@ def utilization_chart(system: Records, summary: Summary | None = None,
                                         ("bandwidth_util_pct", "memory bandwidth", "#e08a1e"),
                                         ("memory_used_pct", "memory used", "#9aa0a6"))
               if any(number_or_none(r.get(key)) is not None for r in rows)]
-    title = "Device and bandwidth utilization"
+    note = None
     hlines = []
     sampled = any(s.name == "memory bandwidth" for s in series)
     bandwidth = summary.bandwidth if summary is not None else None
@@ -200,9 +200,9 @@ def utilization_chart(system: Records, summary: Summary | None = None,
         hlines.append(HLine(bandwidth.util_pct, f"memory bandwidth {bandwidth.util_pct:.0f}% "
                             f"(run mean, {bandwidth.source or 'estimate'})", "#e08a1e"))
     elif not sampled:
-        title += " (no bandwidth reading: no NVML/DCGM source and no peak to compare)"
-    return line_chart(series, title=title, x_label="wall time (s)", y_label="%",
-                      y_range=(0.0, 105.0), hlines=hlines, bands=bands)
+        note = "no bandwidth reading: no NVML/DCGM source, and no peak to compare bytes with"
+    return line_chart(series, title="Device and bandwidth utilization", x_label="wall time (s)",
+                      y_label="%", y_range=(0.0, 105.0), hlines=hlines, bands=bands, note=note)
 
 
 def loss_chart(steps: Steps, summary: Summary, smoothing: float = 0.9,
