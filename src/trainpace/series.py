@@ -33,7 +33,7 @@ _NAN = math.nan
 
 
 class _Invalid(Exception):  # noqa: N818 (internal control flow, never raised to a user)
-    """A chunk holds a value that is not a number or null: check it row by row."""
+    """Rows hold a value that is not a number or null (or a required one is null)."""
 
 
 class StepSeries(Sequence[dict[str, Any]]):
