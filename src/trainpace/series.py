@@ -36,11 +36,12 @@ class _Invalid(Exception):  # noqa: N818 (internal control flow, never raised to
     """Rows hold a value that is not a number or null (or a required one is null)."""
 
 
-class StepSeries(Sequence[dict[str, Any]]):
+class StepSeries:
     """``steps.jsonl`` records as float64 columns; null is NaN. Appending is amortized O(1).
 
-    As a sequence it yields the records again (a dict per step, built on demand): fine for a
-    few thousand steps; long runs use :meth:`column`.
+    Iterated or indexed it gives the records again (a dict per step, built on demand): fine
+    for a few thousand steps; long runs use :meth:`column`. It is deliberately not a
+    ``Sequence``: a consumer that takes columns or records tells them apart by that.
     """
 
     def __init__(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from typing import Any
 
 HELP = "show a run's five vital signs and diagnosis (--json: the summary; --html: a page)"
 
@@ -54,9 +55,10 @@ def run(args: argparse.Namespace) -> int:
                      "(measured so far)")
     for note in notes:
         print(f"trainpace report: {note}", file=sys.stderr)
-    # The series is a sequence of step records as well as columns: the diagnosis reads
-    # whichever it knows.
-    diagnosis = diagnose(summary, steps=folder.series, system=folder.system, meta=folder.meta,
+    # The steps as columns: the diagnosis reads them as such (a diagnosis that only knows
+    # records iterates the series, a record at a time, never a list of the whole run).
+    steps: Any = folder.series
+    diagnosis = diagnose(summary, steps=steps, system=folder.system, meta=folder.meta,
                          thresholds=thresholds)
     summary = dataclasses.replace(summary, diagnosis=diagnosis)
     if args.html:
