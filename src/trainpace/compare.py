@@ -21,7 +21,8 @@ from trainpace.errors import ConfigError
 from trainpace.measure.summarize import Goal, summary_for_run, target_progress
 from trainpace.runlog import RunData
 from trainpace.summary import Summary
-from trainpace.units import format_duration, format_number
+from trainpace.units import format_number
+from trainpace.units import format_seconds as _secs
 
 LABELS = ("A", "B")
 THROUGHPUT_KEYS = ("tokens_per_s", "samples_per_s", "steps_per_s")
@@ -62,10 +63,6 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object: ``{winner, by, reason, throughput_metric, target, runs}``."""
         return asdict(self)
-
-
-def _secs(value: float | None) -> str:
-    return "—" if value is None else format_duration(value)
 
 
 def _smoothing(runs: tuple[RunData, RunData]) -> float:

@@ -21,6 +21,11 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+def format_seconds(value: float | None) -> str:
+    """:func:`format_duration`, or ``—`` when unknown."""
+    return "—" if value is None else format_duration(value)
+
+
 def format_number(value: float | None, unit: str = "", digits: int = 3) -> str:
     """A figure with its unit and thousands separators (``12,345 samples/s``, ``0.25``);
     ``—`` when unknown."""

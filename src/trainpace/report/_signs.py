@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainpace.summary import SEVERITIES, Diagnosis, Finding, Summary
-from trainpace.units import format_duration as duration
-from trainpace.units import format_number
+from trainpace.units import format_number, format_seconds
 
 DASH = "—"
 num = format_number  # a figure with its unit, or DASH
@@ -45,9 +44,7 @@ def pct(value: float | None) -> str:
     return DASH if value is None else f"{value:.1f}%" if value < 10 else f"{value:.0f}%"
 
 
-def secs(value: float | None) -> str:
-    """A duration, or ``—``."""
-    return DASH if value is None else duration(value)
+secs = format_seconds  # a duration, or DASH
 
 
 def _worst(summary: Summary, name: str) -> Finding | None:
