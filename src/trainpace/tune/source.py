@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import multiprocessing
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 from trainpace.errors import ConfigError, TrainpaceError
@@ -30,15 +32,27 @@ class _ItemFailedError(Exception):
 
 
 class _Named:
-    """A map-style dataset that says which item failed; everything else is the dataset's."""
+    """A map-style dataset that says which item failed; everything else is the dataset's.
 
-    def __init__(self, dataset: Any) -> None:
+    ``inflight`` (shared memory, two slots per worker: its pid and the index it is loading)
+    names the item a worker was on when it was killed, which no exception can carry.
+    """
+
+    def __init__(self, dataset: Any, inflight: Any = None) -> None:
         self.dataset = dataset
+        self.inflight = inflight
 
     def __len__(self) -> int:
         return len(self.dataset)
 
+    def _loading(self, index: Any) -> None:
+        info = get_worker_info()
+        if self.inflight is not None and info is not None and isinstance(index, int):
+            self.inflight[2 * info.id] = os.getpid()
+            self.inflight[2 * info.id + 1] = index
+
     def __getitem__(self, index: Any) -> Any:
+        self._loading(index)
         try:
             return self.dataset[index]
         except Exception as exc:
@@ -55,12 +69,26 @@ class _NamedBatched(_Named):
     """The same for a dataset that fetches a batch at once (``__getitems__``)."""
 
     def __getitems__(self, indices: list[Any]) -> Any:
+        if indices:
+            self._loading(indices[0])
         try:
             return self.dataset.__getitems__(indices)
         except Exception as exc:
             first = indices[0] if indices else None
             raise _ItemFailedError(
                 f"[trainpace item {first!r}..] {type(exc).__name__}: {exc}") from exc
+
+
+def killed_item(loader: Any, exc: BaseException) -> int | None:
+    """The index a worker named in torch's "worker (pid N) exited" message was loading."""
+    inflight = getattr(getattr(loader, "dataset", None), "inflight", None)
+    if inflight is None:
+        return None
+    pids = {int(p) for p in re.findall(r"\d+", str(exc).split("exited")[0].split("signal")[0])}
+    for slot in range(0, len(inflight), 2):
+        if inflight[slot] in pids and inflight[slot + 1] >= 0:
+            return int(inflight[slot + 1])
+    return None
 
 
 def failed_item(exc: BaseException) -> tuple[str, str] | None:
@@ -90,7 +118,14 @@ class LoaderSource:
         dataset = self.dataset
         if not self.iterable:
             named = _NamedBatched if hasattr(dataset, "__getitems__") else _Named
-            dataset = named(dataset)
+            workers = int(settings.get("num_workers", 0))
+            context = self.kept.get("multiprocessing_context")
+            inflight = None
+            if workers:
+                maker = context if context is not None and not isinstance(context, str) else \
+                    multiprocessing.get_context(context)
+                inflight = maker.RawArray("q", [-1] * (2 * workers))
+            dataset = named(dataset, inflight)
         kwargs = dict(self.kept)
         if "batch_sampler" not in kwargs:
             kwargs["batch_size"] = self.batch_size

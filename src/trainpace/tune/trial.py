@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 
 from trainpace.tune.result import Setting, Trial
-from trainpace.tune.source import DatasetError, LoaderSource, failed_item
+from trainpace.tune.source import DatasetError, LoaderSource, failed_item, killed_item
 
 
 def _children() -> dict[int, psutil.Process]:
@@ -56,7 +56,7 @@ def _memory(procs: list[psutil.Process]) -> tuple[float | None, float | None]:
     return rss / 1e9, uss / 1e9
 
 
-def _fault(source: LoaderSource, setting: Setting, exc: Exception) -> DatasetError:
+def _fault(source: LoaderSource, setting: Setting, loader: Any, exc: Exception) -> DatasetError:
     where = f"with {setting.label()}"
     item = failed_item(exc)
     if item is not None:
@@ -64,8 +64,10 @@ def _fault(source: LoaderSource, setting: Setting, exc: Exception) -> DatasetErr
                             f"worker ({where})")
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if "exited unexpectedly" in text or "killed by signal" in text:
-        return DatasetError(f"{source.name}: a DataLoader worker died ({where}): {text}; a "
-                            "worker killed by the system is often out of memory (dmesg says)")
+        index = killed_item(loader, exc)
+        on = f" while loading item {index}" if index is not None else ""
+        return DatasetError(f"{source.name}: a DataLoader worker died{on} ({where}): {text}; "
+                            "a worker killed by the system is often out of memory (dmesg says)")
     if "timed out" in text:
         return DatasetError(f"{source.name}: no batch came in time ({where}): {text}; a worker "
                             "is stuck (a lock, a network read) or a sample is very slow")
@@ -155,7 +157,7 @@ def run_trial(
     except DatasetError:
         raise
     except Exception as exc:
-        raise _fault(source, setting, exc) from exc
+        raise _fault(source, setting, loader, exc) from exc
     finally:
         _shutdown(loader, iterator, spawned or {
             pid: p for pid, p in _children().items() if pid not in before})
