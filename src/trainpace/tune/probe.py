@@ -8,6 +8,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import torch
+
 from trainpace.tune.result import Probe
 from trainpace.tune.source import DatasetError, LoaderSource
 
@@ -57,6 +59,17 @@ def probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float) -> 
     A sample that raises, or whose batch would not fit in the memory budget, is a
     :class:`DatasetError` naming the dataset and the item.
     """
+    threads = torch.get_num_threads()
+    # A DataLoader worker runs torch on one thread; timed on all of them, small tensor ops in
+    # __getitem__ can be several times slower on a busy machine than they will be in a worker.
+    torch.set_num_threads(1)
+    try:
+        return _probe(source, max_s=max_s, memory_budget_bytes=memory_budget_bytes)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float) -> Probe:
     batch = source.batch_size or 1
     wall: list[float] = []
     cpu: list[float] = []

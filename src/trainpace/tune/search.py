@@ -103,18 +103,20 @@ def tune_loader(
         return trial.wait_pct is not None and trial.wait_pct < target_pct
 
     def estimate_s(workers: int, share: float) -> float:
+        """The least time a trial needs to say something: start, warm-up, three batches."""
         parallel = max(1.0, min(workers, (cores or 1) / max(share, 0.02)))
-        per_batch = max(step_s or 0.0, probe.batch_s / parallel if workers else
-                        probe.batch_s + (step_s or 0.0))
-        return 0.2 + 0.05 * workers + probe.batch_s + per_batch * (workers + 24)
+        per_batch = max(step_s or 0.0, probe.batch_s / parallel)
+        return 0.2 + 0.05 * workers + probe.batch_s + per_batch * (workers + 4)
 
     def trial_for(workers: int, prefetch: int = 2) -> Trial:
         setting = Setting(num_workers=workers, prefetch_factor=prefetch if workers else None,
                           pin_memory=pin, persistent_workers=workers > 0)
         say(f"trying {setting.label()}", spent(), budget_s)
         left = budget_s - spent()
+        # no workers: the wait is the batch itself, a few batches tell it
+        batches = max(30, 3 * workers) if workers else 10
         trial = run_trial(source, setting, step_s=step_s, max_s=max(0.5, min(trial_cap_s, left)),
-                          min_batches=max(30, 3 * workers), timeout_s=timeout_s,
+                          min_batches=batches, timeout_s=timeout_s,
                           batch_bytes=probe.batch_bytes)
         trials.append(trial)
         return trial
@@ -221,6 +223,11 @@ def tune_loader(
         advice = adv.unreachable_advice(probe=probe, best=chosen, step_s=step_s,
                                         bound=bound_now, cores=cores, cpu_s_per_batch=worker_cpu,
                                         stopped_by=stopped_by)
+    if probe.sample_runq_s > 0.25 * probe.sample_s:
+        advice.append(
+            f"the machine is busy: a sample waited {100 * probe.sample_runq_s / probe.sample_s:.0f}"
+            "% of its time for a core (other processes); the figures hold for this load — "
+            "tune again when the machine is as it will be in training")
     say("done", spent(), budget_s)
     return TuneResult(
         recommended=recommended, wait_pct=chosen.wait_pct, reachable=reachable, step_s=step_s,

@@ -101,7 +101,7 @@ def run_trial(
     batch_bytes: int,
 ) -> Trial:
     """Iterate a DataLoader with ``setting`` for up to ``max_s`` seconds, sleeping ``step_s``
-    between fetches; measure over the batches after the warm-up (one round of workers)."""
+    between fetches; measure over the batches after the warm-up (the prefetched queue)."""
     kwargs = setting.kwargs()
     before = _children()
     with warnings.catch_warnings():
@@ -110,7 +110,12 @@ def run_trial(
         loader = source.loader(kwargs, timeout_s=timeout_s)
     iterator: Any = None
     spawned: dict[int, psutil.Process] = {}
-    warmup = setting.num_workers + 1
+    # The queue the workers fill while the first batch is awaited hides the steady wait until
+    # it is drained: the window opens after it (every batch it can hold, and the first), or
+    # at the first fetch that blocked, which found it empty.
+    queue = setting.num_workers * (setting.prefetch_factor or 0)
+    blocked_s = max(0.003, 0.1 * (step_s or 0.0))
+    warmup = 0
     started = time.perf_counter()
     try:
         try:
@@ -133,7 +138,7 @@ def run_trial(
             now = time.perf_counter()
             if window >= min_batches or (now - started > max_s and window >= 3):
                 break
-            if now - started > max_s * 2:  # a very slow loader: stop with what there is
+            if now - started > max_s * 1.5:  # a very slow loader: stop with what there is
                 break
             if step_s:
                 time.sleep(step_s)
@@ -145,10 +150,11 @@ def run_trial(
                 next(iterator)
             waited = time.perf_counter() - t0
             fetched += 1
-            if fetched == warmup + 1:
+            if not warmup and (waited >= blocked_s or fetched > queue + 1):
+                warmup = fetched - 1
                 cpu0 = _cpu_s(workers) if workers else None
                 window_t0 = t0 - (step_s or 0.0)
-            if fetched > warmup:
+            if warmup:
                 window += 1
                 wait_s += waited
         window_s = time.perf_counter() - window_t0 if window else 0.0
@@ -169,7 +175,7 @@ def run_trial(
     base = uss_gb if uss_gb is not None else rss_gb
     memory_gb = (base or 0.0) + queued / 1e9 if workers or not setting.num_workers else None
     return Trial(
-        setting=setting, batches=window, warmup_batches=warmup, startup_s=startup_s,
+        setting=setting, batches=window, warmup_batches=warmup or fetched, startup_s=startup_s,
         batches_per_s=window / window_s if window_s > 0 else 0.0,
         wait_s_per_batch=wait_mean,
         wait_pct=100.0 * wait_mean / (wait_mean + step_s) if step_s and window else None,
