@@ -30,6 +30,13 @@ def _ms(value: float | None) -> str:
     return "—" if value is None or value != value else format_duration(value)
 
 
+def _bytes(n: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
+
+
 def trials_table(result: TuneResult) -> Table:
     """One row per trial, in the order tried; the recommended one marked."""
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
@@ -69,7 +76,7 @@ def tune_renderable(result: TuneResult) -> RenderableType:
         f"one sample {format_duration(p.sample_s)} in this process "
         f"(CPU {format_duration(p.sample_cpu_s)}, waiting {format_duration(p.sample_wait_s)}); "
         f"collate {format_duration(p.collate_s)}; one batch {format_duration(p.batch_s)}, "
-        f"{p.batch_bytes / 1e6:.3g} MB")
+        f"{_bytes(p.batch_bytes)}")
     colour = {True: "green", False: "yellow", None: "cyan"}[result.reachable]
     parts: list[RenderableType] = [head, Text(""), trials_table(result), Text(""),
                                    Text(result.verdict, style=colour)]

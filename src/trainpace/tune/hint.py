@@ -1,4 +1,4 @@
-"""What the diagnosis says about the tuner when it cannot run it itself."""
+"""The tuner as the diagnosis uses it: advice lines from a tuning, or the command to run."""
 
 from __future__ import annotations
 
@@ -6,17 +6,33 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from trainpace.tune.result import TuneResult
 
-def command_hint(meta: Mapping[str, Any] | None, run_folder: str | None = None) -> str:
+
+def command_hint(meta: Mapping[str, Any] | None, run_folder: str | None = None,
+                 step_s: float | None = None) -> str:
     """The ``trainpace tune-loader`` command for a run, from its ``meta.json``.
 
-    The dataset cannot be re-created from a run folder, so the command names the one thing
-    the user must supply (a function that returns their dataset or DataLoader) and takes the
-    step time from the run itself (``--run``), or states it when the folder is unknown.
+    A run folder cannot re-create the dataset, so the command names the one thing the user
+    must supply (a function returning their dataset or DataLoader); the step comes from the
+    run (``--run``), or is written out when only its duration is known.
     """
     loader = (meta or {}).get("loader") or {}
     cls = loader.get("class") if isinstance(loader, Mapping) else None
     what = "your DataLoader" if cls else "your dataset or DataLoader"
-    step = f"--run {shlex.quote(str(run_folder))}" if run_folder else "--step-ms STEP_MS"
+    if run_folder:
+        step = f"--run {shlex.quote(str(run_folder))}"
+    elif step_s is not None and step_s > 0:
+        step = f"--step-ms {step_s * 1000:.3g}"
+    else:
+        step = "--step-ms STEP_MS"
     return (f"trainpace tune-loader MODULE:FACTORY {step}  (FACTORY: a function in MODULE "
             f"that returns {what}; it finds the fewest workers that hide the wait)")
+
+
+def advice_lines(result: TuneResult) -> list[str]:
+    """What a data_loading finding says after tuning the run's own loader."""
+    if result.reachable:
+        return [f"measured: {result.code} keeps the wait at {result.wait_pct:.1f}% of the step "
+                f"(tuned in {result.elapsed_s:.0f} s, {len(result.trials)} settings tried)"]
+    return [f"measured: {result.verdict}", *result.advice]

@@ -223,7 +223,7 @@ def tune_loader(
         advice = adv.unreachable_advice(probe=probe, best=chosen, step_s=step_s,
                                         bound=bound_now, cores=cores, cpu_s_per_batch=worker_cpu,
                                         stopped_by=stopped_by)
-    if probe.sample_runq_s > 0.25 * probe.sample_s:
+    if probe.sample_runq_s > 0.15 * probe.sample_s:
         advice.append(
             f"the machine is busy: a sample waited {100 * probe.sample_runq_s / probe.sample_s:.0f}"
             "% of its time for a core (other processes); the figures hold for this load — "
