@@ -11,11 +11,11 @@ from trainpace.tune import Probe, Setting, Trial, TuneResult
 def _trial(workers: int, wait_pct: float, **kw) -> Trial:
     setting = Setting(num_workers=workers, prefetch_factor=2 if workers else None,
                       pin_memory=False, persistent_workers=workers > 0)
-    base = dict(setting=setting, batches=30, warmup_batches=workers + 1, startup_s=0.2,
-                batches_per_s=25.0, wait_s_per_batch=wait_pct / 100 * 0.04,
-                wait_pct=wait_pct, worker_cpu_s_per_batch=0.002 if workers else None,
-                worker_rss_gb=0.1 * workers or None, worker_uss_gb=0.01 * workers or None,
-                memory_gb=0.01 * workers, duration_s=1.0)
+    base = {"setting": setting, "batches": 30, "warmup_batches": workers + 1, "startup_s": 0.2,
+                "batches_per_s": 25.0, "wait_s_per_batch": wait_pct / 100 * 0.04,
+                "wait_pct": wait_pct, "worker_cpu_s_per_batch": 0.002 if workers else None,
+                "worker_rss_gb": 0.1 * workers or None, "worker_uss_gb": 0.01 * workers or None,
+                "memory_gb": 0.01 * workers, "duration_s": 1.0}
     base.update(kw)
     return Trial(**base)
 

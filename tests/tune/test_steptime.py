@@ -30,7 +30,7 @@ def test_falls_back_to_the_summary(tmp_path):
 
 def test_no_steps_is_an_error_naming_the_fix(tmp_path):
     run = write_run(tmp_path / "r", [])
-    with pytest.raises(RunFolderError, match="no measured step times .* pass --step-ms"):
+    with pytest.raises(RunFolderError, match=r"no measured step times .* pass --step-ms"):
         step_from_run(run)
 
 
