@@ -100,3 +100,15 @@ def sleepy_loader() -> DataLoader:
     """A DataLoader whose own settings (batch 16, drop_last, a sampler) the tuner keeps."""
     data = Sleepy(n=4096, sample_s=0.001)
     return DataLoader(data, batch_size=16, sampler=SequentialSampler(data), drop_last=True)
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """An iterable dataset of sleeping samples (each worker streams all of it)."""
+
+    def __init__(self, n: int = 100_000, sample_s: float = 0.002) -> None:
+        self.n, self.sample_s = n, sample_s
+
+    def __iter__(self):
+        for i in range(self.n):
+            time.sleep(self.sample_s)
+            yield torch.full((8,), float(i))

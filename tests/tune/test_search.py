@@ -125,3 +125,29 @@ def test_result_json_has_the_contract_keys():
                       ("batch_s", float), ("trials", list), ("verdict", str)):
         assert isinstance(data[key], kind), key
     assert data["trials"][0]["setting"]["num_workers"] == 0
+
+
+def test_the_memory_budget_caps_the_workers():
+    # Each worker holds ~10 MB of its own (measured, unique memory); 3 are needed (see the
+    # top), a budget of 25 MB holds at most 2 of them.
+    budget_gb = 0.025
+    result = tune_loader(Sleepy(sample_s=0.005), batch_size=16, step_s=0.030, budget_s=30,
+                         memory_budget_gb=budget_gb)
+    chosen = [t for t in result.trials if t.setting == result.recommended]
+    assert chosen[0].memory_gb is not None
+    assert chosen[0].memory_gb <= budget_gb
+    assert result.recommended.num_workers <= 2
+    assert result.reachable is False
+    assert any("the memory budget (0.025 GB)" in line for line in result.advice)
+    assert children() == []
+
+
+def test_an_iterable_dataset_is_tuned_too():
+    from tune.loaders import Stream
+
+    result = tune_loader(Stream(sample_s=0.002), batch_size=8, step_s=0.030, budget_s=10)
+    assert result.probe.samples == 8
+    assert result.probe.sample_s >= 0.002
+    assert result.reachable is True
+    assert result.recommended.num_workers >= 1
+    assert children() == []

@@ -81,7 +81,6 @@ class Trial:
     memory_gb: float | None       # what the setting holds: workers' unique memory + queued batches
     duration_s: float
     complete: bool = True         # False when the budget cut the window short
-    note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

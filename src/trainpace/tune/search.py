@@ -159,7 +159,7 @@ def tune_loader(
         if last.setting.num_workers and per_worker_gb * workers > budget_gb:
             fit = math.floor(budget_gb / per_worker_gb) if per_worker_gb else workers
             if fit <= lo:
-                stopped_by = f"the memory budget ({budget_gb:.1f} GB)"
+                stopped_by = f"the memory budget ({budget_gb:.3g} GB)"
                 break
             workers = fit
         trial = trial_for(workers)
@@ -169,7 +169,7 @@ def tune_loader(
             # the workers' own CPU per batch against the waiting a batch does (from the probe)
             cpu_share = min(cpu_batch / (cpu_batch + io_s_per_batch), 1.0)
         if not fits(trial):
-            stopped_by = f"the memory budget ({budget_gb:.1f} GB)"
+            stopped_by = f"the memory budget ({budget_gb:.3g} GB)"
             break
         if target_met(trial):
             last = trial
