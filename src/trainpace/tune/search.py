@@ -60,6 +60,20 @@ def _cost(trial: Trial) -> tuple[int, float, int]:
     return (s.num_workers, trial.memory_gb or 0.0, s.prefetch_factor or 0)
 
 
+def _choose(trials: list[Trial], step_s: float | None) -> tuple[Trial, bool | None]:
+    """The cheapest trial under the target (with its margin, else without), or the cheapest
+    of the least waiting; without a step, the cheapest within 10% of the fastest."""
+    if step_s is None:
+        fastest = max(t.batches_per_s for t in trials)
+        return min((t for t in trials if t.batches_per_s >= 0.9 * fastest), key=_cost), None
+    for target_pct in (_SAFE_PCT, TARGET_WAIT_PCT):
+        meeting = [t for t in trials if t.wait_pct is not None and t.wait_pct < target_pct]
+        if meeting:
+            return min(meeting, key=_cost), True
+    least = min(t.wait_s_per_batch for t in trials)
+    return min((t for t in trials if t.wait_s_per_batch <= least * 1.1), key=_cost), False
+
+
 def tune_loader(
     dataset_or_loader: Any,
     *,
@@ -136,9 +150,7 @@ def tune_loader(
         if probe.sample_s else 1
     io_s_per_batch = probe.sample_wait_s * size
     stopped_by: str | None = None
-    by_workers: dict[int, Trial] = {}
     last = trial_for(0)
-    by_workers[0] = last
     workers = 1
     lo = 0
     while not target_met(last) or step_s is None:
@@ -163,7 +175,6 @@ def tune_loader(
                 break
             workers = fit
         trial = trial_for(workers)
-        by_workers[workers] = trial
         cpu_batch = trial.worker_cpu_s_per_batch
         if cpu_batch is not None and cpu_batch + io_s_per_batch > 0:
             # the workers' own CPU per batch against the waiting a batch does (from the probe)
@@ -197,21 +208,8 @@ def tune_loader(
         if hi >= 2 and spent() + estimate_s(hi - 1, cpu_share) <= budget_s:
             trial_for(hi - 1, prefetch=4)
 
-    ok = [t for t in trials if fits(t) and t.batches > 0] or trials
-    reachable: bool | None
-    if step_s is None:
-        fastest = max(t.batches_per_s for t in ok)
-        chosen = min((t for t in ok if t.batches_per_s >= 0.9 * fastest), key=_cost)
-        reachable = None
-    else:
-        safe = [t for t in ok if target_met(t)]
-        meeting = safe or [t for t in ok if target_met(t, TARGET_WAIT_PCT)]
-        reachable = bool(meeting)
-        if meeting:
-            chosen = min(meeting, key=_cost)
-        else:
-            least = min(t.wait_s_per_batch for t in ok)
-            chosen = min((t for t in ok if t.wait_s_per_batch <= least * 1.1), key=_cost)
+    chosen, reachable = _choose([t for t in trials if fits(t) and t.batches > 0] or trials,
+                                step_s)
     recommended = chosen.setting
     bound_now: Bound = "cpu" if cpu_share >= _CPU_BOUND_SHARE else "io"
     startup = chosen.startup_s if recommended.num_workers else None
