@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 from trainpace.report.tune_console import print_tune, tune_progress
@@ -36,7 +37,8 @@ def test_table_verdict_and_code():
     trials = [_trial(0, 72.8), _trial(1, 62.0), _trial(2, 25.1), _trial(4, 4.0),
               _trial(3, 5.5, batches=12, complete=False)]
     out = io.StringIO()
-    print_tune(_result(trials, trials[-1], True), out)
+    result = _result(trials, trials[-1], True)
+    print_tune(result, out)
     text = out.getvalue()
     lines = text.splitlines()
     assert lines[0] == ("tune-loader batch 16 · a 30 ms step (--step-ms) · 2 usable cores · "
@@ -56,6 +58,17 @@ def test_table_verdict_and_code():
     assert ("DataLoader(dataset, batch_size=16, num_workers=3, prefetch_factor=2, "
             "persistent_workers=True, pin_memory=False)") in lines
     assert "searched 5 settings in 12.5 s (budget 60 s, memory budget 8.0 GB)" in text
+    assert lines[-1] == result.code  # last, whole: ready to paste
+
+
+def test_the_line_to_paste_is_never_cut():
+    trial = _trial(2, 4.0)
+    result = _result([trial], trial, True)
+    long = result.code.replace("dataset", "d" * 150)
+    result = dataclasses.replace(result, code=long)
+    out = io.StringIO()
+    print_tune(result, out)
+    assert out.getvalue().splitlines()[-1] == long
 
 
 def test_progress_off_a_terminal_is_one_line_per_setting():

@@ -89,3 +89,23 @@ def test_load_factory_errors_name_the_factory(spec, message):
 def test_load_factory_needs_a_colon():
     with pytest.raises(ConfigError, match="FACTORY must be MODULE:FACTORY"):
         load_factory("tune.loaders")
+
+
+def test_the_line_to_paste_keeps_what_the_loader_had():
+    from trainpace.tune import Setting
+    from trainpace.tune.advice import loader_line
+
+    data = Sleepy(n=10)
+    setting = Setting(num_workers=3, prefetch_factor=2, pin_memory=True, persistent_workers=True)
+    shuffled = as_source(DataLoader(data, batch_size=4, shuffle=True, drop_last=True,
+                                    collate_fn=_collate), batch_size=None, collate_fn=None)
+    assert loader_line(setting, shuffled.batch_size, shuffled.kept, shuffled.collate_fn) == (
+        "DataLoader(dataset, batch_size=4, shuffle=True, drop_last=True, collate_fn=collate_fn, "
+        "num_workers=3, prefetch_factor=2, persistent_workers=True, pin_memory=True)")
+    plain = as_source(data, batch_size=8, collate_fn=None)
+    none = Setting(num_workers=0, prefetch_factor=None, pin_memory=False, persistent_workers=False)
+    assert loader_line(none, plain.batch_size, plain.kept, plain.collate_fn) == (
+        "DataLoader(dataset, batch_size=8, num_workers=0, pin_memory=False)")
+    custom = as_source(DataLoader(data, batch_size=2, sampler=[3, 1, 2]), batch_size=None,
+                       collate_fn=None)
+    assert "sampler=sampler" in loader_line(none, custom.batch_size, custom.kept, None)

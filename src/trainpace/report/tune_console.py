@@ -66,7 +66,8 @@ def _mark(trial: Trial, result: TuneResult) -> tuple[str, str]:
 
 
 def tune_renderable(result: TuneResult) -> RenderableType:
-    """The whole tuner report as one rich renderable."""
+    """The tuner's report as one rich renderable, all but the line to paste (which
+    :func:`print_tune` prints last, unwrapped, whatever the width)."""
     p = result.probe
     step = (f"a {format_duration(result.step_s)} step ({result.step_source})"
             if result.step_s is not None else "no step time: the fastest loading")
@@ -82,7 +83,6 @@ def tune_renderable(result: TuneResult) -> RenderableType:
                                    Text(result.verdict, style=colour)]
     parts.extend(Text(f"  • {line}") for line in result.advice)
     parts.append(Text(""))
-    parts.append(Text(result.code, style="bold", no_wrap=True, overflow="ignore"))
     parts.append(Text(f"searched {len(result.trials)} settings in "
                       f"{format_duration(result.elapsed_s)} (budget "
                       f"{format_duration(result.budget_s)}, memory budget "
@@ -97,6 +97,7 @@ def print_tune(result: TuneResult, stream: TextIO | None = None) -> None:
     if not console.is_terminal:  # a file or a pipe: the table's full width, nothing cut
         console = Console(file=out, highlight=False, width=132)
     console.print(tune_renderable(result))
+    console.print(Text(result.code, style="bold"), soft_wrap=True)
 
 
 @contextmanager

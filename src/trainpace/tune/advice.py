@@ -4,17 +4,32 @@ from __future__ import annotations
 
 import math
 
+from torch.utils.data import RandomSampler, SequentialSampler
+from torch.utils.data._utils.collate import default_collate
+
 from trainpace.tune.result import TARGET_WAIT_PCT, Probe, Setting, Trial
 from trainpace.units import format_duration as duration
 
 
-def loader_line(setting: Setting, batch_size: int | None, kept: dict[str, object]) -> str:
-    """The ``DataLoader(...)`` call to paste (the settings the tuner kept are shown as names)."""
+def loader_line(setting: Setting, batch_size: int | None, kept: dict[str, object],
+                collate_fn: object = None) -> str:
+    """The ``DataLoader(...)`` call to paste; the settings the tuner kept from a DataLoader
+    appear as they were given (``shuffle=True``) or by name (``sampler=sampler``)."""
     parts = ["dataset"]
     if "batch_sampler" in kept:
         parts.append("batch_sampler=batch_sampler")
-    elif batch_size is not None:
-        parts.append(f"batch_size={batch_size}")
+    else:
+        if batch_size is not None:
+            parts.append(f"batch_size={batch_size}")
+        sampler = kept.get("sampler")
+        if isinstance(sampler, RandomSampler) and not sampler.replacement:
+            parts.append("shuffle=True")
+        elif sampler is not None and not isinstance(sampler, SequentialSampler):
+            parts.append("sampler=sampler")
+        if kept.get("drop_last"):
+            parts.append("drop_last=True")
+    if collate_fn is not None and collate_fn is not default_collate:
+        parts.append("collate_fn=collate_fn")
     for key, value in setting.kwargs().items():
         parts.append(f"{key}={value!r}")
     return f"DataLoader({', '.join(parts)})"

@@ -233,4 +233,4 @@ def tune_loader(
         batch_size=source.batch_size, probe=probe, trials=trials, bound=bound_now, cores=cores,
         memory_budget_gb=budget_gb, budget_s=float(budget_s), elapsed_s=spent(),
         verdict=verdict, advice=advice,
-        code=adv.loader_line(recommended, source.batch_size, source.kept))
+        code=adv.loader_line(recommended, source.batch_size, source.kept, source.collate_fn))
