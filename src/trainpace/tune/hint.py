@@ -36,3 +36,20 @@ def advice_lines(result: TuneResult) -> list[str]:
         return [f"measured: {result.code} keeps the wait at {result.wait_pct:.1f}% of the step "
                 f"(tuned in {result.elapsed_s:.0f} s, {len(result.trials)} settings tried)"]
     return [f"measured: {result.verdict}", *result.advice]
+
+
+def tune_advice(loader: Any, *, step_s: float, budget_s: float = 30.0) -> list[str]:
+    """Tune a run's own loader and say what was measured, for the data_loading finding.
+
+    For the Meter (or ``trainpace run``), which still holds the loader at ``finish()``. It
+    never raises: a loader the tuner cannot run gives one line saying why.
+    """
+    from trainpace.errors import TrainpaceError
+    from trainpace.tune.search import tune_loader
+
+    try:
+        return advice_lines(tune_loader(loader, step_s=step_s, budget_s=budget_s))
+    except TrainpaceError as exc:
+        return [f"the DataLoader tuner could not run this loader: {exc}"]
+    except Exception as exc:  # noqa: BLE001 - the user's loader, at the end of their run
+        return [f"the DataLoader tuner could not run this loader: {type(exc).__name__}: {exc}"]
