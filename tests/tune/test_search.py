@@ -157,3 +157,10 @@ def test_an_iterable_dataset_is_tuned_too():
     assert result.reachable is True
     assert result.recommended.num_workers >= 1
     assert children() == []
+
+
+def test_a_budget_too_short_for_one_batch_says_how_long_to_give():
+    with pytest.raises(ConfigError, match=r"budget_s must leave time to load a few batches: "
+                                          r"one takes 0\.\d+ s in one process"):
+        tune_loader(Sleepy(sample_s=0.03), batch_size=16, step_s=0.01, budget_s=1)
+    assert children() == []

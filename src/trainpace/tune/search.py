@@ -107,6 +107,12 @@ def tune_loader(
     say("timing samples in this process", 0.0, budget_s)
     probe = run_probe(source, max_s=min(0.15 * budget_s, 10.0),
                       memory_budget_bytes=budget_gb * 1e9)
+    if spent() + 2 * probe.batch_s > budget_s:
+        raise ConfigError(
+            "budget_s", budget_s,
+            f"must leave time to load a few batches: one takes {probe.batch_s:.3g} s in one "
+            f"process ({probe.sample_s:.3g} s a sample); give at least "
+            f"{math.ceil(spent() + 6 * probe.batch_s)} s, or a smaller batch_size")
     cores = _usable_cpus()
     pin = torch.cuda.is_available()  # pinned memory only pays for copies to a CUDA device
     trials: list[Trial] = []
