@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from trainpace.tune import DatasetError, Setting
@@ -92,3 +94,23 @@ def test_a_loader_with_no_batch_is_an_error():
     with pytest.raises(DatasetError, match="yields no batch"):
         run_trial(source, _setting(0), step_s=0.01, max_s=1, min_batches=5, timeout_s=5,
                   batch_bytes=0)
+
+
+def test_a_broken_pipe_from_a_dead_worker_is_named_as_its_death():
+    # A worker killed while handing a batch over can surface as EOFError in this process
+    # before torch notices; the in-flight slots still say which worker and which item.
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from trainpace.tune.trial import _fault
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    loader = SimpleNamespace(dataset=SimpleNamespace(inflight=[gone.pid, 40, -1, -1]))
+    source = as_source(Killed(), batch_size=8, collate_fn=None)
+    error = _fault(source, _setting(2), loader, EOFError())
+    assert str(error).startswith(
+        "tune.loaders.Killed: a DataLoader worker died while loading item 40 (with w=2 pf=2)")
+    alive = SimpleNamespace(dataset=SimpleNamespace(inflight=[os.getpid(), 3, -1, -1]))
+    assert "loading raised EOFError" in str(_fault(source, _setting(2), alive, EOFError()))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
@@ -79,15 +80,32 @@ class _NamedBatched(_Named):
                 f"[trainpace item {first!r}..] {type(exc).__name__}: {exc}") from exc
 
 
-def killed_item(loader: Any, exc: BaseException) -> int | None:
-    """The index a worker named in torch's "worker (pid N) exited" message was loading."""
+def dead_workers(loader: Any) -> dict[int, int]:
+    """{pid: index it was loading} of the loader's workers that are no longer alive."""
     inflight = getattr(getattr(loader, "dataset", None), "inflight", None)
     if inflight is None:
-        return None
-    pids = {int(p) for p in re.findall(r"\d+", str(exc).split("exited")[0].split("signal")[0])}
+        return {}
+    dead: dict[int, int] = {}
     for slot in range(0, len(inflight), 2):
-        if inflight[slot] in pids and inflight[slot + 1] >= 0:
-            return int(inflight[slot + 1])
+        pid, index = int(inflight[slot]), int(inflight[slot + 1])
+        if pid <= 0:
+            continue
+        try:
+            alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            alive = False
+        if not alive:
+            dead[pid] = index
+    return dead
+
+
+def killed_item(loader: Any, exc: BaseException) -> int | None:
+    """The index a dead worker was loading: the one torch's message names, else any."""
+    dead = dead_workers(loader)
+    named = {int(p) for p in re.findall(r"\d+", str(exc).split("exited")[0].split("signal")[0])}
+    for pid in [*(p for p in dead if p in named), *dead]:
+        if dead[pid] >= 0:
+            return dead[pid]
     return None
 
 

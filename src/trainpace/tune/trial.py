@@ -17,7 +17,13 @@ from typing import Any
 import psutil
 
 from trainpace.tune.result import Setting, Trial
-from trainpace.tune.source import DatasetError, LoaderSource, failed_item, killed_item
+from trainpace.tune.source import (
+    DatasetError,
+    LoaderSource,
+    dead_workers,
+    failed_item,
+    killed_item,
+)
 
 
 def _children() -> dict[int, psutil.Process]:
@@ -63,7 +69,10 @@ def _fault(source: LoaderSource, setting: Setting, loader: Any, exc: Exception) 
         return DatasetError(f"{source.name}: item {item[0]} raised {item[1]} in a DataLoader "
                             f"worker ({where})")
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if "exited unexpectedly" in text or "killed by signal" in text:
+    # A worker killed while handing over a batch can also surface as a broken pipe (EOFError,
+    # ConnectionResetError) in this process, before torch notices the death.
+    if ("exited unexpectedly" in text or "killed by signal" in text
+            or (isinstance(exc, (EOFError, ConnectionError)) and dead_workers(loader))):
         index = killed_item(loader, exc)
         on = f" while loading item {index}" if index is not None else ""
         return DatasetError(f"{source.name}: a DataLoader worker died{on} ({where}): {text}; "
