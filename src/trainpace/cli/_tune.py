@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+# no percent sign: argparse %-formats a verb's help but not its description
 HELP = ("find the cheapest DataLoader settings (workers, prefetch, pinning) that keep the data "
-        "wait under 10%% of a step, or show that none can")
+        "wait under a tenth of the step, or show that none can")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
