@@ -80,3 +80,13 @@ def test_progress_off_a_terminal_is_one_line_per_setting():
         "trainpace tune-loader:   3.2/60 s  trying w=2 pf=2",
         "trainpace tune-loader:  10.0/60 s  done",
     ]
+
+
+def test_progress_on_a_terminal_is_a_bar_that_goes_away():
+    out = io.StringIO()
+    with tune_progress(out, force_terminal=True) as progress:
+        progress("trying w=4 pf=2", 30.0, 60)
+    text = out.getvalue()
+    assert "tune-loader" in text
+    assert "trying w=4 pf=2" in text
+    assert "━" in text  # the bar itself

@@ -23,6 +23,7 @@ from tune.loaders import Busy, Sleepy
 CORES = len(os.sched_getaffinity(0))
 
 
+@pytest.mark.slow
 def test_io_bound_needs_more_workers_than_cores_and_the_loop_agrees():
     dataset = Sleepy(sample_s=0.010)
     budget_s = 40.0
@@ -52,6 +53,7 @@ def test_io_bound_needs_more_workers_than_cores_and_the_loop_agrees():
     assert children() == []
 
 
+@pytest.mark.slow
 def test_cpu_bound_stops_at_the_cores_and_says_unreachable():
     # 16 samples of 1 ms CPU: 16 ms of CPU per batch; a step that asks for two cores more
     # than the machine has cannot be fed, however many workers.
@@ -69,6 +71,7 @@ def test_cpu_bound_stops_at_the_cores_and_says_unreachable():
     assert children() == []
 
 
+@pytest.mark.slow
 def test_cpu_bound_reachable_with_at_most_the_cores():
     # 8 ms of CPU per batch against a 64 ms step: one worker delivers one in time, even when
     # other processes leave it an eighth of a core.
@@ -90,6 +93,7 @@ def test_no_workers_when_loading_is_cheap():
     assert result.code == "DataLoader(dataset, batch_size=4, num_workers=0, pin_memory=False)"
 
 
+@pytest.mark.slow
 def test_without_a_step_it_finds_the_fastest_loading():
     result = tune_loader(Sleepy(sample_s=0.002), batch_size=8, budget_s=12)
     assert result.reachable is None
@@ -133,6 +137,7 @@ def test_result_json_has_the_contract_keys():
     assert data["trials"][0]["setting"]["num_workers"] == 0
 
 
+@pytest.mark.slow
 def test_the_memory_budget_caps_the_workers():
     # Each worker holds ~10 MB of its own (measured, unique memory); 3 are needed (see the
     # top), a budget of 25 MB holds at most 2 of them.
@@ -148,6 +153,7 @@ def test_the_memory_budget_caps_the_workers():
     assert children() == []
 
 
+@pytest.mark.slow
 def test_an_iterable_dataset_is_tuned_too():
     from tune.loaders import Stream
 

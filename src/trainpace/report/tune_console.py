@@ -101,11 +101,12 @@ def print_tune(result: TuneResult, stream: TextIO | None = None) -> None:
 
 
 @contextmanager
-def tune_progress(stream: TextIO | None = None) -> Iterator[ProgressCallback]:
+def tune_progress(stream: TextIO | None = None, *,
+                  force_terminal: bool | None = None) -> Iterator[ProgressCallback]:
     """A progress callback for :func:`trainpace.tune_loader`: a bar over the time budget on a
     terminal, one plain line per setting tried otherwise."""
     out = stream if stream is not None else sys.stderr
-    console = Console(file=out, highlight=False)
+    console = Console(file=out, highlight=False, force_terminal=force_terminal)
     if not console.is_terminal:
         def plain(message: str, spent: float, budget: float) -> None:
             print(f"trainpace tune-loader: {spent:5.1f}/{budget:g} s  {message}", file=out)
