@@ -174,6 +174,8 @@ def as_source(
             "multiprocessing_context": loader.multiprocessing_context,
             "generator": loader.generator,
         }
+        if hasattr(loader, "in_order"):  # torch ≥ 2.6: out-of-order delivery changes the wait
+            kept["in_order"] = loader.in_order
         size = batch_size if batch_size is not None else loader.batch_size
         iterable = isinstance(loader.dataset, IterableDataset)
         if loader.batch_size is None and batch_size is None and loader.batch_sampler is not None:
