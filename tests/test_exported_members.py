@@ -17,7 +17,8 @@ def test_public_api_is_exactly_all():
 
 # what the README's Python API section uses
 README_API = ["Meter", "read_run", "compare_runs", "diagnose", "threshold_table", "analyze_traces",
-              "Summary", "StepSeries", "RunData", "Comparison", "Thresholds", "TraceAnalysis"]
+              "Summary", "StepSeries", "RunData", "Comparison", "Thresholds", "TraceAnalysis",
+              "tune_loader"]
 
 
 @pytest.mark.parametrize("name", README_API)

@@ -30,6 +30,7 @@ if _typing.TYPE_CHECKING:
     from trainpace.runlog import RunData, read_run
     from trainpace.series import StepSeries
     from trainpace.trace import TraceAnalysis, analyze_traces
+    from trainpace.tune import tune_loader
 
 # public name -> the module that defines it (imported when the name is first used)
 _LAZY: dict[str, str] = {
@@ -43,6 +44,7 @@ _LAZY: dict[str, str] = {
     "Thresholds": "trainpace.diagnose",
     "analyze_traces": "trainpace.trace",
     "TraceAnalysis": "trainpace.trace",
+    "tune_loader": "trainpace.tune",
 }
 
 __all__ = [
@@ -66,6 +68,7 @@ __all__ = [
     "diagnose",
     "read_run",
     "threshold_table",
+    "tune_loader",
 ]
 
 
