@@ -31,12 +31,13 @@ SUMMARY_ARTIFACT = "trainpace/summary.json"
 
 
 class MlflowSink(DroppingSink):
-    """Logs into the active MLflow run, else a run it starts in ``tracking_uri`` (default:
-    MLflow's own setting, ``MLFLOW_TRACKING_URI``)."""
+    """``True``: logs into the active MLflow run, else a run it starts (in MLflow's own
+    tracking URI setting). A tracking URI: logs into a run it starts there."""
 
     label = "MLflow"
 
-    def __init__(self, tracking_uri: str | None = None, *, run_id: str | None = None) -> None:
+    def __init__(self, tracking_uri: str | bool | None = True, *,
+                 run_id: str | None = None) -> None:
         super().__init__()
         try:
             import mlflow
@@ -51,8 +52,9 @@ class MlflowSink(DroppingSink):
         self.run_id: str | None = None
         self._owned = False
         try:
-            active = mlflow.active_run() if tracking_uri is None else None
-            uri = tracking_uri if tracking_uri is not None else mlflow.get_tracking_uri()
+            given = tracking_uri if isinstance(tracking_uri, str) else None
+            active = mlflow.active_run() if given is None else None
+            uri = given if given is not None else mlflow.get_tracking_uri()
             self.client: Any = MlflowClient(tracking_uri=uri)
             if active is not None:
                 self.run_id = active.info.run_id

@@ -33,15 +33,15 @@ def sinks_from_options(
     if wandb is not None and wandb is not False:
         from trainpace.sinks.wandb import WandbSink
 
-        sinks.append(WandbSink(None if wandb is True else wandb, run_id=run_id))
+        sinks.append(WandbSink(wandb, run_id=run_id))
     if mlflow is not None and mlflow is not False:
         from trainpace.sinks.mlflow import MlflowSink
 
-        sinks.append(MlflowSink(None if mlflow is True else str(mlflow), run_id=run_id))
+        sinks.append(MlflowSink(mlflow, run_id=run_id))
     if prometheus is not None:
-        from trainpace.sinks.prometheus import DEFAULT_HOST, PrometheusSink
+        from trainpace.sinks.prometheus import PrometheusSink
 
-        sinks.append(PrometheusSink(prometheus, prometheus_host or DEFAULT_HOST))
+        sinks.append(PrometheusSink(prometheus, prometheus_host))
     return sinks
 
 

@@ -39,7 +39,7 @@ class PrometheusSink(DroppingSink):
 
     label = "the Prometheus exporter"
 
-    def __init__(self, port: int, host: str = DEFAULT_HOST) -> None:
+    def __init__(self, port: int, host: str | None = DEFAULT_HOST) -> None:
         super().__init__()
         try:
             import prometheus_client
@@ -47,7 +47,7 @@ class PrometheusSink(DroppingSink):
             raise MissingDependencyError("the Prometheus exporter", "prometheus") from exc
         self.rank = os.environ.get("RANK", "0")
         self.port = port + int(os.environ.get("LOCAL_RANK", "0") or 0) if port else 0
-        self.host = host
+        self.host = host = host or DEFAULT_HOST
         self._server: Any = None
         self._thread: Any = None
         self.registry = prometheus_client.CollectorRegistry(auto_describe=True)

@@ -29,11 +29,12 @@ DEFAULT_PROJECT = "trainpace"
 
 
 class WandbSink(DroppingSink):
-    """Logs into ``run`` (a ``wandb`` run), else the active run, else a run it starts."""
+    """Logs into ``run`` (a ``wandb`` run object; ``True``: the active run, else a run it
+    starts)."""
 
     label = "W&B"
 
-    def __init__(self, run: Any = None, *, run_id: str | None = None) -> None:
+    def __init__(self, run: Any = True, *, run_id: str | None = None) -> None:
         super().__init__()
         try:
             import wandb
@@ -43,7 +44,7 @@ class WandbSink(DroppingSink):
         self._owned = False
         self.run: Any = None
         try:
-            if run is None:
+            if run is True or run is None:
                 run = wandb.run
             if run is None:
                 # No run yet: start one, as the user's own wandb.init() would (WANDB_* settings).
