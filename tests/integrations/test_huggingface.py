@@ -169,3 +169,22 @@ def test_the_loader_is_given_back(run):
 def test_a_keyword_the_meter_does_not_take_is_a_config_error():
     with pytest.raises(trainpace.ConfigError, match=r"windw is not a trainpace\.Meter keyword"):
         TrainpaceCallback(windw=10)
+
+
+def test_without_transformers_the_error_names_the_extra(monkeypatch):
+    import builtins
+    import importlib
+    import sys
+
+    real_import = builtins.__import__
+
+    def no_transformers(name, *args, **kwargs):
+        if name.split(".")[0] == "transformers":
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "trainpace.integrations.huggingface")
+    monkeypatch.setattr(builtins, "__import__", no_transformers)
+    with pytest.raises(trainpace.MissingDependencyError,
+                       match=r"pip install 'trainpace\[huggingface\]'"):
+        importlib.import_module("trainpace.integrations.huggingface")

@@ -176,3 +176,22 @@ def test_the_loaders_are_given_back_and_a_second_fit_is_metered_afresh(tmp_path)
 def test_a_keyword_the_meter_does_not_take_is_a_config_error():
     with pytest.raises(trainpace.ConfigError, match=r"windw is not a trainpace\.Meter keyword"):
         TrainpaceCallback(windw=10)
+
+
+def test_without_lightning_the_error_names_the_extra(monkeypatch):
+    import builtins
+    import importlib
+    import sys
+
+    real_import = builtins.__import__
+
+    def no_lightning(name, *args, **kwargs):
+        if name.split(".")[0] in ("lightning", "pytorch_lightning"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "trainpace.integrations.lightning")
+    monkeypatch.setattr(builtins, "__import__", no_lightning)
+    with pytest.raises(trainpace.MissingDependencyError,
+                       match=r"pip install 'trainpace\[lightning\]'"):
+        importlib.import_module("trainpace.integrations.lightning")
