@@ -195,3 +195,22 @@ def test_without_lightning_the_error_names_the_extra(monkeypatch):
     with pytest.raises(trainpace.MissingDependencyError,
                        match=r"pip install 'trainpace\[lightning\]'"):
         importlib.import_module("trainpace.integrations.lightning")
+
+
+@pytest.mark.slow
+def test_under_ddp_each_rank_meters_itself(tmp_path):
+    from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
+
+    callback = TrainpaceCallback(tmp_path / "run", window=4, console=False, report=False,
+                                 count_flops=False)
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=1,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[callback])
+    trainer.fit(BoringModel(), DataLoader(RandomDataset(32, 64), batch_size=4))
+    for rank in (0, 1):
+        folder = tmp_path / "run" / f"rank{rank}"
+        steps = [json.loads(line) for line in (folder / "steps.jsonl").open()]
+        # DDP's sampler gives each rank half of the 64 samples: the loader was timed after
+        # Lightning put its DistributedSampler in.
+        assert [s["samples"] for s in steps] == [4] * 8
+        assert json.loads((folder / "meta.json").read_text())["run_id"] == "run"

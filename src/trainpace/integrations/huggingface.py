@@ -60,7 +60,9 @@ class TrainpaceCallback(TrainerCallback):
         self.meter_options = meter_options
         self.meter: Any = None
         self.summary: Any = None
-        self._relay = WindowRelay()
+        # Made at the start of training: a callback is pickled into the processes that
+        # ddp_spawn starts, and neither a Meter nor a queue pickles.
+        self._relay: WindowRelay | None = None
         self._pending: dict[str, float] = {}  # the last window's tags, until a log takes them
         self._step: Any = None
         self._loader: Any = None
@@ -83,6 +85,7 @@ class TrainpaceCallback(TrainerCallback):
                 options["console"] = False
                 options["report"] = False
         options.setdefault("device", args.device)
+        self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]
         self.meter = Meter(out, **options)
         loader = kwargs.get("train_dataloader")
@@ -134,7 +137,7 @@ class TrainpaceCallback(TrainerCallback):
 
     def merge_into(self, logs: dict[str, Any]) -> None:
         """Add the figures of the windows finished since the last log to ``logs``."""
-        for _step, scalars in self._relay.take():
+        for _step, scalars in self._relay.take() if self._relay is not None else []:
             self._pending = scalars  # the newest window wins: one log event, one point
         if self._pending:
             logs.update(self._pending)

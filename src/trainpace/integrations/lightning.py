@@ -62,7 +62,9 @@ class TrainpaceCallback(Callback):
         self.meter_options = meter_options
         self.meter: Any = None
         self.summary: Any = None
-        self._relay = WindowRelay()
+        # Made at the start of training: a callback is pickled into the processes that
+        # ddp_spawn starts, and neither a Meter nor a queue pickles.
+        self._relay: WindowRelay | None = None
         self._step: Any = None  # the open step's context
         self._global_step_at_open = 0
         self._global_step_at_start = 0
@@ -86,6 +88,7 @@ class TrainpaceCallback(Callback):
                 options["console"] = False
                 options["report"] = False
         options.setdefault("device", pl_module.device)
+        self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]
         self.meter = Meter(out, **options)
         self._global_step_at_start = int(trainer.global_step)
@@ -171,7 +174,7 @@ class TrainpaceCallback(Callback):
                            "is not timed (its class cannot be wrapped)")
 
     def _log_windows(self, trainer: Any) -> None:
-        windows = self._relay.take()
+        windows = self._relay.take() if self._relay is not None else []
         if not windows:
             return
         for step, scalars in windows:
