@@ -60,6 +60,7 @@ from trainpace.series import StepSeries
 from trainpace.sinks.background import BackgroundWriter
 from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.console import ConsoleSink
+from trainpace.sinks.options import sinks_from_options
 from trainpace.sinks.runfolder import RunFolderSink, fresh_run_folder
 from trainpace.summary import Device, Summary
 from trainpace.trace.capture import ProfileWindow
@@ -96,6 +97,8 @@ class Meter:
         tokens: ``batch -> int`` override of the token count.
         device: the device whose clock times the steps (default: the accelerator, else CPU).
         tensorboard: folder for TensorBoard event files (extra ``trainpace[tensorboard]``).
+        wandb, mlflow, prometheus, prometheus_host: the dashboard sinks
+            (:func:`trainpace.sinks.options.sinks_from_options`).
         console: print one line per window.
         report: print the report at :meth:`finish`.
         sample_interval_s: period of the background device and host sampler.
@@ -125,6 +128,10 @@ class Meter:
         tokens: Callable[[Any], int] | None = None,
         device: str | torch.device | None = None,
         tensorboard: str | os.PathLike[str] | None = None,
+        wandb: Any = None,
+        mlflow: bool | str | None = None,
+        prometheus: int | None = None,
+        prometheus_host: str | None = None,
         console: bool = True,
         report: bool = True,
         sample_interval_s: float = 0.1,
@@ -212,6 +219,8 @@ class Meter:
             from trainpace.sinks.tensorboard import TensorBoardSink
 
             outputs.append(TensorBoardSink(self.config.tensorboard))
+        outputs.extend(sinks_from_options(wandb=wandb, mlflow=mlflow, prometheus=prometheus,
+                                          prometheus_host=prometheus_host, run_id=self.run_id))
         outputs.extend(sinks)
         self._sink = FanOut(outputs)
         self._writer = BackgroundWriter(lambda exc: self._fault("writing the run", exc))
