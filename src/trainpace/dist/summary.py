@@ -1,0 +1,97 @@
+"""The merged run: a ``trainpace.summary/1`` of all ranks, and the run folder's meta.
+
+The figures that add up across ranks are merged (throughput, data wait); the others are
+rank 0's (device kind and name, FLOPs per step) or a median over ranks (step time). Each
+``ranks[]`` entry carries the contract's keys and, as extensions, the rank's place (local
+rank, node), its device and host signs, its scores and whether it ran to the end. The
+top-level ``dist`` key (an extension) says how the merge was made and which ranks are missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from pathlib import Path
+from typing import Any
+
+from trainpace.dist.merge import Merger
+from trainpace.dist.ranks import RankInfo, rank_folder
+from trainpace.runlog import META_SCHEMA
+from trainpace.stats import median
+from trainpace.summary import Communication, RankEntry, Summary
+
+RANK_EXTRAS = ("local_rank", "node", "windows", "last_step", "final", "pre_collective_pct",
+               "communication_pct", "util_pct", "temperature_c", "throttle_pct",
+               "process_cpu_pct", "system_cpu_pct")
+
+
+def merged_summary(merger: Merger, base: Summary, *, done: bool) -> Summary:
+    """``base`` (rank 0's own summary) with the figures of every rank merged in."""
+    states = [s.to_dict() for _, s in sorted(merger.ranks.items())]
+    rates = merger.throughput()
+    totals = [s for s in merger.ranks.values() if s.steps > 0]
+    wait_s_per_step = (sum(s.wait_s for s in totals) / sum(s.steps for s in totals)
+                       if totals else None)
+    comm = [s["communication_pct"] for s in states]
+    communication = base.communication
+    if comm and all(c is not None for c in comm):
+        communication = Communication(share_pct=sum(comm) / len(comm), overlap_pct=None,
+                                      source="ddp_comm_hook")
+    medians = [s["step_s_median"] for s in states if s["step_s_median"] is not None]
+    return dataclasses.replace(
+        base,
+        world_size=merger.world_size,
+        throughput=dataclasses.replace(base.throughput, samples_per_s=rates["samples_per_s"],
+                                       tokens_per_s=rates["tokens_per_s"],
+                                       steps_per_s=rates["steps_per_s"]),
+        time=dataclasses.replace(base.time, step_s_median=median(medians)
+                                 if medians else base.time.step_s_median),
+        data=dataclasses.replace(base.data, wait_pct=merger.wait_pct(),
+                                 wait_s_per_step=wait_s_per_step),
+        ranks=[RankEntry(rank=s["rank"], host=s["host"], samples_per_s=s["samples_per_s"],
+                         step_s_median=s["step_s_median"], wait_pct=s["wait_pct"])
+               for s in states],
+        communication=communication,
+    )
+
+
+def summary_dict(summary: Summary, merger: Merger, *, done: bool) -> dict[str, Any]:
+    """The merged summary's JSON: ``ranks[]`` entries with their extensions, and ``dist``."""
+    data = summary.to_dict()
+    states = {s.rank: s.to_dict() for s in merger.ranks.values()}
+    for entry in data["ranks"]:
+        state = states.get(entry["rank"], {})
+        scores = state.get("scores") or []
+        entry.update({key: state.get(key) for key in RANK_EXTRAS})
+        entry["relative_score"] = scores[-1][1] if scores else None
+        entry["individual_score"] = scores[-1][2] if scores else None
+    data["dist"] = {
+        "merged_ranks": len(merger.ranks),
+        "windows_scored": merger.scored_windows,
+        "score_source": merger.source,
+        "missing": merger.missing(done=done),
+    }
+    return data
+
+
+def merged_meta(merger: Merger, *, info: RankInfo, run_id: str, started_unix: float,
+                done: bool, exchange_error: str | None = None) -> dict[str, Any]:
+    """The run folder's own ``meta.json``: the job, its ranks, and the merge's state."""
+    def iso(t: float) -> str:
+        return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat()
+
+    state = merger.state(done=done)
+    state["exchange"] = "store"
+    state["exchange_error"] = exchange_error
+    return {
+        "schema": META_SCHEMA,
+        "run_id": run_id,
+        "started_at": iso(started_unix),
+        "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat() if done else None,
+        "host": info.host,
+        "world_size": info.world_size,
+        "rank": None,  # the merged run: every rank
+        "rank_folders": [rank_folder(Path(), r).name for r in range(info.world_size)],
+        "dist": state,
+    }
+
