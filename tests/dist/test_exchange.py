@@ -121,6 +121,8 @@ def test_run_folder_agreed_through_the_store(tmp_path):
     m1 = RankMonitor(RankInfo(rank=1, world_size=2), run_id="x", connect=lambda i, t: store)
     assert m0.run_folder(taken, lambda p: p.with_name("run-2")) == tmp_path / "run-2" / "rank0"
     assert m1.run_folder(taken, lambda p: p) == tmp_path / "run-2" / "rank1"
+    elsewhere = tmp_path / "node1" / "run"  # another node's out=: its own parent, the same name
+    assert m1.run_folder(elsewhere, lambda p: p) == tmp_path / "node1" / "run-2" / "rank1"
 
 
 def test_timeout_from_env():

@@ -2,7 +2,8 @@
 
 Environment: OUT (run folder), STEPS, WINDOW, DDP (0: ranks train alone, no collective),
 SLOW_RANK and DELAY_S (that rank's loader sleeps DELAY_S before each batch),
-KILL_RANK and KILL_STEP (that rank SIGKILLs itself after that step).
+KILL_RANK and KILL_STEP (that rank SIGKILLs itself after that step), STEP_SLEEP_S (every
+rank sleeps that long between steps).
 """
 
 import os
@@ -23,6 +24,7 @@ slow_rank = int(env.get("SLOW_RANK", "-1"))
 delay_s = float(env.get("DELAY_S", "0"))
 kill_rank = int(env.get("KILL_RANK", "-1"))
 kill_step = int(env.get("KILL_STEP", "0"))
+step_sleep_s = float(env.get("STEP_SLEEP_S", "0"))
 torch.manual_seed(0)
 torch.set_num_threads(1)
 
@@ -49,8 +51,8 @@ for step, (xb, yb) in enumerate(meter.loader(batches()), start=1):
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+    time.sleep(step_sleep_s)
     if rank == kill_rank and step == kill_step:
-        meter._writer.close()  # this window is in the files: the kill comes after a flush
         os.kill(os.getpid(), signal.SIGKILL)
 meter.finish()
 if ddp:

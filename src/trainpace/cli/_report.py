@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     """Read the run, recompute what is missing, diagnose, render."""
     from trainpace.cli._output import print_json
     from trainpace.diagnose import Thresholds, diagnose
+    from trainpace.dist.folders import read_distributed
     from trainpace.measure.summarize import summary_for_run
     from trainpace.report.console import print_report
     from trainpace.report.html import write_page
@@ -39,21 +40,26 @@ def run(args: argparse.Namespace) -> int:
     from trainpace.runlog import read_run
 
     thresholds = Thresholds.from_mapping(dict(args.threshold))
-    folder = read_run(args.run)
-    for name in folder.truncated:
-        print(f"trainpace report: {name}: the last line was cut off (a run killed mid-write); "
-              "it is left out", file=sys.stderr)
-    summary = summary_for_run(folder)
-    if folder.summary is None or folder.summary.steps.total < summary.steps.total:
-        print(f"trainpace report: {args.run}: summary.json is missing or behind; the figures "
-              f"are recomputed from {len(folder.steps)} steps in steps.jsonl (measured so far)",
-              file=sys.stderr)
-    diagnosis = diagnose(summary, steps=folder.steps, system=folder.system, meta=folder.meta,
-                         thresholds=thresholds)
+    ranks = read_distributed(args.run)  # a folder of rank{r}/ folders: merged
+    if ranks is not None:
+        for note in ranks.notes:
+            print(f"trainpace report: {note}", file=sys.stderr)
+        summary, steps, system, meta = ranks.summary, ranks.steps, ranks.system, ranks.meta
+    else:
+        folder = read_run(args.run)
+        for name in folder.truncated:
+            print(f"trainpace report: {name}: the last line was cut off (a run killed "
+                  "mid-write); it is left out", file=sys.stderr)
+        summary = summary_for_run(folder)
+        if folder.summary is None or folder.summary.steps.total < summary.steps.total:
+            print(f"trainpace report: {args.run}: summary.json is missing or behind; the "
+                  f"figures are recomputed from {len(folder.steps)} steps in steps.jsonl "
+                  "(measured so far)", file=sys.stderr)
+        steps, system, meta = folder.steps, folder.system, folder.meta
+    diagnosis = diagnose(summary, steps=steps, system=system, meta=meta, thresholds=thresholds)
     summary = dataclasses.replace(summary, diagnosis=diagnosis)
     if args.html:
-        page = run_page(summary, steps=folder.steps, system=folder.system, meta=folder.meta,
-                        source=str(folder.path))
+        page = run_page(summary, steps=steps, system=system, meta=meta, source=str(args.run))
         path = write_page(args.html, page)
         print(f"trainpace report: wrote {path}", file=sys.stderr)
     if args.json:

@@ -76,9 +76,10 @@ class RankMonitor:
         """The job's one run folder (rank 0 picks a fresh name, the others take it) and
         this rank's ``rank{r}/`` in it. Without the store every rank uses ``out``."""
         try:
-            chosen = fresh(out) if self.info.rank == 0 else None
-            name = self.exchange.agree("run_folder", str(chosen) if chosen else None)
-            run = Path(name)
+            # The name is agreed, not the path: on other nodes (no shared filesystem) the same
+            # out= may sit elsewhere; each rank keeps its own parent folder.
+            chosen = fresh(out).name if self.info.rank == 0 else None
+            run = out.parent / self.exchange.agree("run_folder", chosen)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._stop("agreeing on the run folder", exc)
             run = out
