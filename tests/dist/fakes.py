@@ -37,11 +37,12 @@ class MemoryStore:
 
 def record(rank, window, *, steps=10, measured_s=1.0, wait_s=0.0, samples=160, tokens=None,
            pre_s=None, comm_s=None, final=False, host="h0", t_unix=100.0, **signs) -> WindowRecord:
-    base = dict(rank=rank, local_rank=rank, node=0, host=host, window=window,
-                first_step=(window - 1) * steps + 1, last_step=window * steps, steps=steps,
-                samples=samples, tokens=tokens, measured_s=measured_s,
-                step_s_median=measured_s / steps if steps else None, wait_s=wait_s, pre_s=pre_s,
-                comm_s=comm_s, t_unix=t_unix, util_pct=None, temperature_c=None,
-                throttle_pct=None, process_cpu_pct=None, system_cpu_pct=None, final=final)
+    base = {"rank": rank, "local_rank": rank, "node": 0, "host": host, "window": window,
+            "first_step": (window - 1) * steps + 1, "last_step": window * steps, "steps": steps,
+            "samples": samples, "tokens": tokens, "measured_s": measured_s,
+            "step_s_median": measured_s / steps if steps else None, "wait_s": wait_s,
+            "pre_s": pre_s, "comm_s": comm_s, "t_unix": t_unix, "util_pct": None,
+            "temperature_c": None, "throttle_pct": None, "process_cpu_pct": None,
+            "system_cpu_pct": None, "final": final}
     base.update(signs)
     return base

@@ -3,7 +3,7 @@
 Environment: OUT (run folder), STEPS, WINDOW, DDP (0: ranks train alone, no collective),
 SLOW_RANK and DELAY_S (that rank's loader sleeps DELAY_S before each batch),
 KILL_RANK and KILL_STEP (that rank SIGKILLs itself after that step), STEP_SLEEP_S (every
-rank sleeps that long between steps).
+rank sleeps that long between steps), WATCH_DDP=1 (time the gradient exchange).
 """
 
 import os
@@ -45,6 +45,10 @@ def batches():
 
 meter = trainpace.Meter(env["OUT"], window=int(env.get("WINDOW", "5")), warmup=2, console=False,
                         report=rank == 0, count_flops=False, sample_interval_s=0.05)
+if ddp and env.get("WATCH_DDP") == "1":
+    from trainpace.dist import watch_ddp
+
+    watch_ddp(model, meter)
 for step, (xb, yb) in enumerate(meter.loader(batches()), start=1):
     with meter.step((xb, yb)):
         loss = nn.functional.mse_loss(model(xb), yb)

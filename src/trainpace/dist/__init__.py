@@ -5,6 +5,7 @@ says the process is one rank of several (``rank_info().distributed``); see the R
 "Distributed runs" section.
 """
 
+from trainpace.dist.comm import watch_ddp
 from trainpace.dist.ranks import RankInfo, rank_folder, rank_info
 
-__all__ = ["RankInfo", "rank_folder", "rank_info"]
+__all__ = ["RankInfo", "rank_folder", "rank_info", "watch_ddp"]

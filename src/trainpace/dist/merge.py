@@ -196,10 +196,11 @@ class Merger:
         state.measured_s += record["measured_s"]
         state.steps += record["steps"]
         state.wait_s += record["wait_s"]
-        state.pre_s = (None if state.pre_s is None or record["pre_s"] is None
-                       else state.pre_s + record["pre_s"])
-        state.comm_s = (None if state.comm_s is None or record["comm_s"] is None
-                        else state.comm_s + record["comm_s"])
+        if record["steps"] > 0:  # an empty (final) window says nothing of the hook
+            state.pre_s = (None if state.pre_s is None or record["pre_s"] is None
+                           else state.pre_s + record["pre_s"])
+            state.comm_s = (None if state.comm_s is None or record["comm_s"] is None
+                            else state.comm_s + record["comm_s"])
         if record["step_s_median"] is not None:
             state.step_s_medians.append(record["step_s_median"])
         if record["steps"] > 0 or state.latest is None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainpace.dist.comm import CollectiveTimer
 from trainpace.dist.exchange import Exchange, Store, tcp_store
 from trainpace.dist.merge import Merger, WindowRecord, window_record
 from trainpace.dist.ranks import RankInfo, rank_folder
@@ -62,6 +63,7 @@ class RankMonitor:
         self.exchange = Exchange(info, timeout_s=self.timeout_s, connect=connect)
         self.merger = Merger(info.world_size) if info.rank == 0 else None
         self.signs = signs
+        self.collectives: CollectiveTimer | None = None  # dist.comm.watch_ddp sets it
         self._unix = unix_clock
         self._posted = 0
         self._final_sent = False
@@ -89,8 +91,7 @@ class RankMonitor:
     # -- the writer thread -----------------------------------------------------------------
 
     def window(self, figures: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
-               *, pre_s: float | None = None, comm_s: float | None = None,
-               final: bool = False) -> None:
+               *, final: bool = False) -> None:
         """Post this window's record; at rank 0, merge what has come and publish it."""
         if self._broken is not None:
             return
@@ -106,7 +107,13 @@ class RankMonitor:
             record = window_record(
                 rank=info.rank, local_rank=info.local_rank, node=info.node, host=info.host,
                 window=self._posted, steps=records, warmup=int(figures.get("warmup_steps") or 0),
-                t_unix=self._unix(), figures=signs, pre_s=pre_s, comm_s=comm_s, final=final)
+                t_unix=self._unix(), figures=signs, final=final)
+            if self.collectives is not None:
+                # the hook's per-iteration means, over the window's measured steps
+                pre_s, comm_s, n = self.collectives.take()
+                if n and record["steps"]:
+                    record["pre_s"] = pre_s / n * record["steps"]
+                    record["comm_s"] = comm_s / n * record["steps"]
             self.exchange.post(record)
             if self.merger is not None:
                 self._merge(self.exchange.collect())

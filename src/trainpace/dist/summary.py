@@ -35,8 +35,10 @@ def merged_summary(merger: Merger, base: Summary, *, done: bool) -> Summary:
     comm = [s["communication_pct"] for s in states]
     communication = base.communication
     if comm and all(c is not None for c in comm):
-        communication = Communication(share_pct=sum(comm) / len(comm), overlap_pct=None,
-                                      source="ddp_comm_hook")
+        # The rank that waits least in the exchange shows its own cost; the others' extra
+        # time in it is waiting for a slower rank (the straggler rule's business).
+        communication = Communication(share_pct=min(comm), overlap_pct=None,
+                                      source="ddp_comm_hook (least-waiting rank)")
     medians = [s["step_s_median"] for s in states if s["step_s_median"] is not None]
     return dataclasses.replace(
         base,
