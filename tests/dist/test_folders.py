@@ -50,8 +50,8 @@ def test_a_rank_that_ended_early_and_a_rank_not_gathered(tmp_path):
     assert merged is not None
     assert merged.notes == [
         "rank2/steps.jsonl: the last line was cut off (a rank killed mid-write); it is left out",
-        "rank folders of ranks 1 are not in %s (other nodes write theirs locally: copy them "
-        "here to merge them)" % run]
+        f"rank folders of ranks 1 are not in {run} (other nodes write theirs locally: copy "
+        "them here to merge them)"]
     missing = {m["rank"]: (m["reason"], m["last_step"]) for m in merged.meta["dist"]["missing"]}
     assert missing == {1: ("never reported", 0), 2: ("ended early (no final window)", 3)}
 

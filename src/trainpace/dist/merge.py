@@ -22,6 +22,7 @@ every rank of a synchronous job, so only ``Q`` can tell which rank the others wa
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -175,9 +176,13 @@ class Merger:
         self.source: str | None = None  # what Q was measured from: "comm_hook" or "data_wait"
         self.last_window_samples_per_s: float | None = None
         self._newest = 0  # the newest window any rank has sent
+        self._ended: list[int] = []  # sorted last windows of the ranks that finished
+        self._version = 0  # records taken so far: the cache key of rank_dicts()
+        self._dicts: tuple[int, list[dict[str, Any]]] | None = None
 
     def add(self, record: WindowRecord) -> None:
         """Take one rank's window record."""
+        self._version += 1
         state = self.ranks.get(record["rank"])
         if state is None:
             state = self.ranks[record["rank"]] = RankState(rank=record["rank"])
@@ -189,6 +194,8 @@ class Merger:
         state.last_window = record["window"]
         state.last_step = max(state.last_step, record["last_step"])  # a final one may be empty
         state.last_seen_unix, state.final = record["t_unix"], record["final"]
+        if state.final:
+            bisect.insort(self._ended, state.last_window)
         state.samples += record["samples"]
         no_tokens = record["tokens"] is None and record["steps"] > 0
         state.tokens = (None if state.tokens is None or no_tokens
@@ -212,10 +219,11 @@ class Merger:
 
     def _expected(self, window: int) -> int:
         """Ranks that should send ``window``: all but those that finished before it."""
-        ended = sum(1 for s in self.ranks.values() if s.final and s.last_window < window)
-        return self.world_size - ended
+        return self.world_size - bisect.bisect_left(self._ended, window)
 
     def _score_ready(self) -> None:
+        # Called per record: only the oldest pending windows can have become ready, and
+        # the loop stops at the first that is not (a few dict lookups per record).
         for window in sorted(self._pending):
             complete = len(self._pending[window]) >= self._expected(window)
             # a rank late by STALE_WINDOWS (or gone) is left out of the window
@@ -251,6 +259,7 @@ class Merger:
         slowest_s = max(r["measured_s"] for r in records.values())
         self.last_window_samples_per_s = samples / slowest_s if slowest_s > 0 else None
         self.scored_windows += 1
+        self._version += 1
 
     # -- the merged figures -------------------------------------------------------------
 
@@ -289,6 +298,12 @@ class Merger:
                             "reason": "ended early (no final window)"})
         return out
 
+    def rank_dicts(self) -> list[dict[str, Any]]:
+        """Every rank's :meth:`RankState.to_dict`, by rank (computed once per new record)."""
+        if self._dicts is None or self._dicts[0] != self._version:
+            self._dicts = (self._version, [self.ranks[r].to_dict() for r in sorted(self.ranks)])
+        return self._dicts[1]
+
     def state(self, *, done: bool) -> dict[str, Any]:
         """The exchange's view (the merged run's ``meta.dist``): per-rank state and gaps."""
         return {
@@ -299,7 +314,7 @@ class Merger:
             "history_windows": HISTORY_WINDOWS,
             "last_window_samples_per_s": self.last_window_samples_per_s,
             "missing": self.missing(done=done),
-            "ranks": [self.ranks[r].to_dict() for r in sorted(self.ranks)],
+            "ranks": self.rank_dicts(),
         }
 
 

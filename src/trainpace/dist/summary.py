@@ -27,7 +27,7 @@ RANK_EXTRAS = ("local_rank", "node", "windows", "last_step", "final", "pre_colle
 
 def merged_summary(merger: Merger, base: Summary, *, done: bool) -> Summary:
     """``base`` (rank 0's own summary) with the figures of every rank merged in."""
-    states = [s.to_dict() for _, s in sorted(merger.ranks.items())]
+    states = merger.rank_dicts()
     rates = merger.throughput()
     totals = [s for s in merger.ranks.values() if s.steps > 0]
     wait_s_per_step = (sum(s.wait_s for s in totals) / sum(s.steps for s in totals)
@@ -60,7 +60,7 @@ def merged_summary(merger: Merger, base: Summary, *, done: bool) -> Summary:
 def summary_dict(summary: Summary, merger: Merger, *, done: bool) -> dict[str, Any]:
     """The merged summary's JSON: ``ranks[]`` entries with their extensions, and ``dist``."""
     data = summary.to_dict()
-    states = {s.rank: s.to_dict() for s in merger.ranks.values()}
+    states = {s["rank"]: s for s in merger.rank_dicts()}
     for entry in data["ranks"]:
         state = states.get(entry["rank"], {})
         scores = state.get("scores") or []
@@ -93,7 +93,7 @@ def merged_meta(merger: Merger, *, info: RankInfo, run_id: str, started_unix: fl
         "host": info.host,
         "world_size": info.world_size,
         "rank": None,  # the merged run: every rank
-        "rank_folders": [rank_folder(Path(), r).name for r in range(info.world_size)],
+        "rank_folder": rank_folder(Path(), 0).name.replace("0", "{rank}"),  # rank{rank}/
         "dist": state,
     }
 
