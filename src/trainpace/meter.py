@@ -208,9 +208,9 @@ class Meter:
             if self.config.out is not None:
                 self.path = self._dist.run_folder(self.config.out, fresh_run_folder)
                 if self._rank.rank == 0:
-                    run_sink = RunFolderSink(self._dist.run)
+                    run_sink = RunFolderSink(self.path.parent)
                     self._dist.publish = run_sink.log
-        run_folder = self._dist.run if self._dist is not None and self.path else self.path
+        run_folder = self.path.parent if self._dist is not None and self.path else self.path
         self.run_id = run_id or (run_folder.name if run_folder else self._started_at.strftime(
             "run-%Y%m%d-%H%M%S"))
         if self._dist is not None:

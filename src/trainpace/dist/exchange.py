@@ -14,8 +14,9 @@ rank whose key stops changing. So:
   window without the ranks two windows behind; at the end it waits at most ``timeout_s``
   without news before naming the ranks that never sent their last window.
 
-Keys: ``last/{rank}`` (the newest window a rank posted) and ``w/{rank}/{window % RING}`` (the
-record), so the store holds at most ``RING`` records per rank without any deletes. Rank 0
+Keys: ``agree/{key}`` (what rank 0 decided, e.g. the run folder's name), then, under the run
+folder's name, ``last/{rank}`` (the newest window a rank posted) and ``w/{rank}/{window % RING}``
+(the record), so the store holds at most ``RING`` records per rank without any deletes. Rank 0
 reads all ranks' ``last`` keys in one ``multi_get`` and the new records in a second one:
 two round trips per window, whatever the world size.
 """
@@ -72,6 +73,9 @@ class Exchange:
         self._connect = connect
         self._store: Store | None = None
         self._seen: dict[int, int] = {}  # rank 0: the newest window read from each rank
+        # The run's keys sit under its folder's name, so two Meters of one job (one run
+        # folder each) do not read each other's windows.
+        self.namespace = ""
 
     @property
     def store(self) -> Store:
@@ -84,7 +88,8 @@ class Exchange:
     def post(self, record: WindowRecord) -> None:
         """Publish this rank's window record (one round trip)."""
         rank, window = record["rank"], record["window"]
-        self.store.multi_set([f"w/{rank}/{window % RING}", f"last/{rank}"],
+        ns = self.namespace
+        self.store.multi_set([f"{ns}w/{rank}/{window % RING}", f"{ns}last/{rank}"],
                              [orjson.dumps(record), str(window)])
 
     def agree(self, key: str, value: str | None) -> str:
@@ -102,7 +107,8 @@ class Exchange:
         on a rank that has not posted: its ``last`` key is checked before it is read)."""
         store = self.store
         world = self.info.world_size
-        keys = [f"last/{r}" for r in range(world)]
+        ns = self.namespace
+        keys = [f"{ns}last/{r}" for r in range(world)]
         if store.check(keys):
             present = list(range(world))
             lasts = store.multi_get(keys)
@@ -117,7 +123,7 @@ class Exchange:
             self._seen[rank] = newest
         if not wanted:
             return []
-        values = store.multi_get([f"w/{r}/{w % RING}" for r, w in wanted])
+        values = store.multi_get([f"{ns}w/{r}/{w % RING}" for r, w in wanted])
         out: list[WindowRecord] = []
         for (_rank, window), raw in zip(wanted, values, strict=True):
             record: dict[str, Any] = orjson.loads(raw)

@@ -69,6 +69,7 @@ class RankMonitor:
         self._final_sent = False
         self._broken: str | None = None  # why the exchange stopped, once it has
         self.started_unix = unix_clock()
+        self.run: Path | None = None  # the job's run folder, once run_folder() has agreed it
 
     @property
     def broken(self) -> str | None:
@@ -81,7 +82,9 @@ class RankMonitor:
             # The name is agreed, not the path: on other nodes (no shared filesystem) the same
             # out= may sit elsewhere; each rank keeps its own parent folder.
             chosen = fresh(out).name if self.info.rank == 0 else None
-            run = out.parent / self.exchange.agree("run_folder", chosen)
+            name = self.exchange.agree(f"run_folder/{out}", chosen)
+            run = out.parent / name
+            self.exchange.namespace = f"{name}/"
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._stop("agreeing on the run folder", exc)
             run = out
