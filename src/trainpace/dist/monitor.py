@@ -29,6 +29,10 @@ logger = logging.getLogger("trainpace")
 TIMEOUT_ENV = "TRAINPACE_DIST_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 10.0
 POLL_S = 0.1
+# Rank 0's mid-run publication of the merged run takes at most this share of the time (at
+# thousands of ranks it costs a second of the writer thread: it is then made less often).
+PUBLISH_BUDGET = 0.05
+YIELD_EVERY = 256  # records merged between two yields of the GIL
 
 
 def timeout_from_env(env: Mapping[str, str] | None = None) -> float:
@@ -69,6 +73,8 @@ class RankMonitor:
         self._final_sent = False
         self._broken: str | None = None  # why the exchange stopped, once it has
         self.started_unix = unix_clock()
+        self._published_s = -float("inf")
+        self._publish_cost_s = 0.0
         self.run: Path | None = None  # the job's run folder, once run_folder() has agreed it
 
     @property
@@ -82,7 +88,7 @@ class RankMonitor:
             # The name is agreed, not the path: on other nodes (no shared filesystem) the same
             # out= may sit elsewhere; each rank keeps its own parent folder.
             chosen = fresh(out).name if self.info.rank == 0 else None
-            name = self.exchange.agree(f"run_folder/{out}", chosen)
+            name = self.exchange.agree(f"run_folder/{out.name}", chosen)
             run = out.parent / name
             self.exchange.namespace = f"{name}/"
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
@@ -120,8 +126,11 @@ class RankMonitor:
             self.exchange.post(record)
             if self.merger is not None:
                 self._merge(self.exchange.collect())
-                if not final:
+                now = time.perf_counter()
+                if not final and now - self._published_s >= self._publish_cost_s / PUBLISH_BUDGET:
                     self._publish(None, done=False)
+                    self._published_s = time.perf_counter()
+                    self._publish_cost_s = self._published_s - now
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._stop("exchanging window figures", exc)
 
@@ -150,8 +159,10 @@ class RankMonitor:
 
     def _merge(self, records: list[WindowRecord]) -> bool:
         assert self.merger is not None
-        for record in records:
+        for i, record in enumerate(records, start=1):
             self.merger.add(record)
+            if i % YIELD_EVERY == 0:
+                time.sleep(0)  # let the training thread have the GIL between chunks
         return bool(records)
 
     def _wait_for_finals(self) -> None:
