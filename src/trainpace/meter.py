@@ -197,11 +197,12 @@ class Meter:
         self._profile_begun = 0  # the last step whose profile span was opened
         self._profile_path: Path | None = None
         self._started_at = _dt.datetime.now(_dt.timezone.utc)
-        self.path: Path | None = fresh_run_folder(self.config.out) if self.config.out else None
         # One rank of several: rank{r}/ in the job's run folder, the window exchange.
         self._rank = rank_info()
         self._dist: RankMonitor | None = None
         run_sink: RunFolderSink | None = None
+        self.path: Path | None = (fresh_run_folder(self.config.out)
+                                  if self.config.out and not self._rank.distributed else None)
         if self._rank.distributed:
             self._dist = RankMonitor(self._rank, run_id=run_id or "",
                                      signs=vitals_signs(lambda: self._vitals))

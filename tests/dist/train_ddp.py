@@ -3,7 +3,8 @@
 Environment: OUT (run folder), STEPS, WINDOW, DDP (0: ranks train alone, no collective),
 SLOW_RANK and DELAY_S (that rank's loader sleeps DELAY_S before each batch),
 KILL_RANK and KILL_STEP (that rank SIGKILLs itself after that step), STEP_SLEEP_S (every
-rank sleeps that long between steps), WATCH_DDP=1 (time the gradient exchange).
+rank sleeps that long between steps), WATCH_DDP=1 (time the gradient exchange),
+IGNORE_SIGTERM=1 (the launcher's stop after a failed worker does not cut the loop short).
 """
 
 import os
@@ -27,6 +28,8 @@ kill_step = int(env.get("KILL_STEP", "0"))
 step_sleep_s = float(env.get("STEP_SLEEP_S", "0"))
 torch.manual_seed(0)
 torch.set_num_threads(1)
+if env.get("IGNORE_SIGTERM") == "1":  # as a script that checkpoints on SIGTERM: it ends its loop
+    signal.signal(signal.SIGTERM, lambda *_: None)
 
 model: nn.Module = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
 if ddp:
