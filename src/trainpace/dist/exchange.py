@@ -109,12 +109,11 @@ class Exchange:
         world = self.info.world_size
         ns = self.namespace
         keys = [f"{ns}last/{r}" for r in range(world)]
-        if store.check(keys):
+        if len(self._seen) == world or store.check(keys):
             present = list(range(world))
-            lasts = store.multi_get(keys)
-        else:  # some ranks have not posted yet (or never will): ask one by one
-            present = [r for r in range(world) if store.check([keys[r]])]
-            lasts = store.multi_get([keys[r] for r in present]) if present else []
+        else:  # some ranks have not posted yet (or never will): ask for those one by one
+            present = [r for r in range(world) if r in self._seen or store.check([keys[r]])]
+        lasts = store.multi_get([keys[r] for r in present]) if present else []
         wanted: list[tuple[int, int]] = []
         for rank, raw in zip(present, lasts, strict=True):
             newest = int(raw)
