@@ -69,8 +69,8 @@ def test_two_monitors_merge_and_rank0_publishes_the_merged_run():
     assert [(r.rank, r.host) for r in merged.ranks] == [(0, "a"), (1, "b")]
     assert merged.ranks[1].wait_pct == pytest.approx(50.0)
     kinds = [r.kind for r in published]
-    assert kinds[-2:] == ["meta", "summary"]
-    meta, summary = published[-2].data, published[-1].data
+    assert kinds[-2:] == ["summary", "meta"]
+    summary, meta = published[-2].data, published[-1].data
     assert meta["world_size"] == 2 and meta["rank"] is None and meta["finished_at"]
     assert meta["dist"]["missing"] == []
     assert summary["ranks"][1]["relative_score"] == pytest.approx(1 - 0.05 / 0.1)

@@ -3,9 +3,11 @@
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,6 +106,31 @@ def test_a_rank_killed_with_sigkill_is_named_and_the_folder_reads(tmp_path, caps
     assert json.loads((out / "rank0" / "meta.json").read_text())["finished_at"] is not None
     read = report_json(out, capsys)
     assert findings(read)["ranks_missing"]["evidence"]["missing"][0]["rank"] == 1
+
+
+def test_a_hung_rank_does_not_hang_rank0s_monitoring(tmp_path):
+    out = tmp_path / "run"
+    full = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1",
+            "TRAINPACE_DIST_TIMEOUT_S": "3", "OUT": str(out), "STEPS": "30", "DDP": "0",
+            "HANG_RANK": "1", "HANG_STEP": "12", "STEP_SLEEP_S": "0.02"}
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            "--nproc-per-node=2", str(SCRIPT)], env=full, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 150
+        merged_meta = out / "meta.json"  # the merged run's: finished once rank 0 gave up waiting
+        while time.monotonic() < deadline:
+            if merged_meta.exists() and json.loads(merged_meta.read_text()).get("finished_at"):
+                break
+            time.sleep(0.5)
+        merged = json.loads((out / "summary.json").read_text())
+        [gone] = merged["dist"]["missing"]
+        assert (gone["rank"], gone["last_step"]) == (1, 10)
+        assert measured(out / "rank0")[2] == 30
+        assert job.poll() is None  # rank 1 still hangs; rank 0 finished without it
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=30)
 
 
 def test_two_nodes_each_write_their_own_folder(tmp_path, capsys):

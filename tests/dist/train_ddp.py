@@ -4,7 +4,8 @@ Environment: OUT (run folder), STEPS, WINDOW, DDP (0: ranks train alone, no coll
 SLOW_RANK and DELAY_S (that rank's loader sleeps DELAY_S before each batch),
 KILL_RANK and KILL_STEP (that rank SIGKILLs itself after that step), STEP_SLEEP_S (every
 rank sleeps that long between steps), WATCH_DDP=1 (time the gradient exchange),
-IGNORE_SIGTERM=1 (the launcher's stop after a failed worker does not cut the loop short).
+IGNORE_SIGTERM=1 (the launcher's stop after a failed worker does not cut the loop short),
+HANG_RANK and HANG_STEP (that rank hangs after that step).
 """
 
 import os
@@ -26,6 +27,8 @@ delay_s = float(env.get("DELAY_S", "0"))
 kill_rank = int(env.get("KILL_RANK", "-1"))
 kill_step = int(env.get("KILL_STEP", "0"))
 step_sleep_s = float(env.get("STEP_SLEEP_S", "0"))
+hang_rank = int(env.get("HANG_RANK", "-1"))
+hang_step = int(env.get("HANG_STEP", "0"))
 torch.manual_seed(0)
 torch.set_num_threads(1)
 if env.get("IGNORE_SIGTERM") == "1":  # as a script that checkpoints on SIGTERM: it ends its loop
@@ -61,6 +64,8 @@ for step, (xb, yb) in enumerate(meter.loader(batches()), start=1):
     time.sleep(step_sleep_s)
     if rank == kill_rank and step == kill_step:
         os.kill(os.getpid(), signal.SIGKILL)
+    if rank == hang_rank and step == hang_step:
+        time.sleep(3600)  # hung: the test ends it
 meter.finish()
 if ddp:
     dist.destroy_process_group()

@@ -190,9 +190,9 @@ class RankMonitor:
         merged = merged_summary(self.merger, summary or Summary(run_id=self.run_id), done=done)
         if diagnose is not None:
             merged = diagnose(merged, meta)
-        if self.publish is not None:
-            self.publish(Record("meta", meta))
+        if self.publish is not None:  # the summary first: a finished meta means a final summary
             self.publish(Record("summary", summary_dict(merged, self.merger, done=done)))
+            self.publish(Record("meta", meta))
         return merged
 
     def _stop(self, where: str, exc: BaseException) -> None:
