@@ -76,6 +76,24 @@ def test_two_ranks_one_slowed_by_its_data_is_the_straggler(tmp_path, capsys):
     assert findings(again)["straggler"]["evidence"]["rank"] == 1
 
 
+def test_a_rank_slow_in_compute_is_seen_through_the_comm_hook(tmp_path):
+    out = tmp_path / "run"
+    done = torchrun("--standalone", "--nproc-per-node=2",
+                    env={"OUT": str(out), "STEPS": "30", "COMPUTE_RANK": "0", "COMPUTE_S": "0.03",
+                         "WATCH_DDP": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads((out / "summary.json").read_text())
+    r0, r1 = merged["ranks"]
+    # the all-reduce made their step times equal; the time before it did not
+    assert r0["step_s_median"] == pytest.approx(r1["step_s_median"], rel=0.25)
+    assert r0["pre_collective_pct"] > r1["pre_collective_pct"] + 30
+    assert r1["communication_pct"] > r0["communication_pct"]  # rank 1 waits in the exchange
+    e = findings(merged)["straggler"]["evidence"]
+    assert (e["rank"], e["cause"], e["score_source"]) == (0, "compute", "comm_hook")
+    assert merged["communication"]["source"] == "ddp_comm_hook (least-waiting rank)"
+    assert merged["communication"]["share_pct"] == pytest.approx(r0["communication_pct"])
+
+
 def test_four_balanced_ranks_name_no_straggler(tmp_path):
     out = tmp_path / "run"
     done = torchrun("--standalone", "--nproc-per-node=4", env={"OUT": str(out), "STEPS": "25"})

@@ -5,7 +5,8 @@ SLOW_RANK and DELAY_S (that rank's loader sleeps DELAY_S before each batch),
 KILL_RANK and KILL_STEP (that rank SIGKILLs itself after that step), STEP_SLEEP_S (every
 rank sleeps that long between steps), WATCH_DDP=1 (time the gradient exchange),
 IGNORE_SIGTERM=1 (the launcher's stop after a failed worker does not cut the loop short),
-HANG_RANK and HANG_STEP (that rank hangs after that step).
+HANG_RANK and HANG_STEP (that rank hangs after that step), COMPUTE_RANK and COMPUTE_S
+(that rank's forward takes COMPUTE_S longer).
 """
 
 import os
@@ -27,6 +28,8 @@ delay_s = float(env.get("DELAY_S", "0"))
 kill_rank = int(env.get("KILL_RANK", "-1"))
 kill_step = int(env.get("KILL_STEP", "0"))
 step_sleep_s = float(env.get("STEP_SLEEP_S", "0"))
+compute_rank = int(env.get("COMPUTE_RANK", "-1"))
+compute_s = float(env.get("COMPUTE_S", "0"))
 hang_rank = int(env.get("HANG_RANK", "-1"))
 hang_step = int(env.get("HANG_STEP", "0"))
 torch.manual_seed(0)
@@ -57,6 +60,8 @@ if ddp and env.get("WATCH_DDP") == "1":
     watch_ddp(model, meter)
 for step, (xb, yb) in enumerate(meter.loader(batches()), start=1):
     with meter.step((xb, yb)):
+        if rank == compute_rank:
+            time.sleep(compute_s)  # a slower device: more time before the gradient exchange
         loss = nn.functional.mse_loss(model(xb), yb)
         loss.backward()
         optimizer.step()
