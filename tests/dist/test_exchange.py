@@ -129,3 +129,14 @@ def test_timeout_from_env():
     assert timeout_from_env({"TRAINPACE_DIST_TIMEOUT_S": "2.5"}) == 2.5
     assert timeout_from_env({"TRAINPACE_DIST_TIMEOUT_S": "soon"}) == 10.0
     assert timeout_from_env({}) == 10.0
+
+
+def test_without_rank0s_answer_a_rank_keeps_out_and_its_exchange(tmp_path, caplog):
+    store = MemoryStore()
+    m1 = RankMonitor(RankInfo(rank=1, world_size=2), run_id="x", connect=lambda i, t: store)
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        assert m1.run_folder(tmp_path / "run", lambda p: p) == tmp_path / "run" / "rank1"
+    assert "agreeing on the run folder failed (TimeoutError" in caplog.text
+    assert m1.broken is None
+    m1.window({}, [{"step": 1, "step_s": 0.1, "wait_s": 0.0, "samples": 1, "tokens": None}])
+    assert "run/last/1" in store.data  # posted under the run's name

@@ -83,17 +83,20 @@ class RankMonitor:
 
     def run_folder(self, out: Path, fresh: Callable[[Path], Path]) -> Path:
         """The job's one run folder (rank 0 picks a fresh name, the others take it) and
-        this rank's ``rank{r}/`` in it. Without the store every rank uses ``out``."""
+        this rank's ``rank{r}/`` in it. Without an answer a rank uses the name it would pick."""
+        # The name is agreed, not the path: on other nodes (no shared filesystem) the same
+        # out= may sit elsewhere; each rank keeps its own parent folder.
+        name = fresh(out).name if self.info.rank == 0 else out.name
         try:
-            # The name is agreed, not the path: on other nodes (no shared filesystem) the same
-            # out= may sit elsewhere; each rank keeps its own parent folder.
-            chosen = fresh(out).name if self.info.rank == 0 else None
-            name = self.exchange.agree(f"run_folder/{out.name}", chosen)
-            run = out.parent / name
-            self.exchange.namespace = f"{name}/"
+            name = self.exchange.agree(f"run_folder/{out.name}", name if self.info.rank == 0
+                                       else None)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._stop("agreeing on the run folder", exc)
-            run = out
+            # Rank 0 slow to start, or no store: the exchange may still work later (its
+            # first post says); the folder is out= as given.
+            logger.warning("trainpace: agreeing on the run folder failed (%s: %s); this "
+                           "rank writes under %s", type(exc).__name__, exc, out.parent / name)
+        run = out.parent / name
+        self.exchange.namespace = f"{name}/"
         self.run = run
         return rank_folder(run, self.info.rank)
 
