@@ -11,13 +11,16 @@ A straggler is named only when it is behind in most of its recent windows, at le
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trainpace.diagnose import advice as adv
 from trainpace.diagnose._context import Context, Outcome, Verdict, banded, verdict
+from trainpace.diagnose.thresholds import Thresholds
 from trainpace.stats import median
+from trainpace.summary import Diagnosis
 
 STRAGGLER_WINDOWS = 3  # "persistently": behind in at least this many windows, and in most
 HOT_DELTA_C = 10.0  # a device this much hotter than the others' median is "hot"
@@ -233,3 +236,48 @@ def _step_skew(ctx: Context) -> Outcome:
         bottleneck="straggler",
         lost_pct=skew_pct,
     )
+
+
+def attribute_rank_wait(diagnosis: Diagnosis, thresholds: Thresholds | None = None) -> Diagnosis:
+    """A data wait that one straggler explains: the straggler is the bottleneck, and the
+    ``data_wait`` finding says the wait is concentrated on that rank.
+
+    The merged data wait is the mean over ranks: one rank that waits for its batch raises it
+    past the threshold while the others barely wait, and the fix is that rank's input
+    pipeline (the straggler's advice), not more workers everywhere. It applies when the
+    straggler waits for data at least ``data_wait_warning_pct`` more than the others and the
+    others alone stay under it.
+    """
+    t = thresholds or Thresholds()
+    by_id = {f.id: f for f in diagnosis.findings}
+    straggler, wait = by_id.get("straggler"), by_id.get("data_wait")
+    if straggler is None or wait is None:
+        return diagnosis
+    e = straggler.evidence
+    rank = e.get("rank", e.get("slowest_rank"))
+    own = e.get("wait_pct")
+    others = e.get("others_wait_pct", e.get("ranks_wait_pct_median"))
+    if not isinstance(own, (int, float)) or not isinstance(others, (int, float)):
+        return diagnosis
+    if own - others < t.data_wait_warning_pct or others >= t.data_wait_warning_pct:
+        return diagnosis
+    host = e.get("host")
+    where = f"rank {rank}" + (f" on {host}" if host else "")
+    explained = dataclasses.replace(
+        wait,
+        title=f"{wait.title} — concentrated on {where} (it waits {own:.0f}%, the other "
+              f"ranks {others:.0f}%): the straggler finding",
+        evidence={**wait.evidence, "concentrated_on_rank": rank, "rank_wait_pct": own,
+                  "others_wait_pct": others, "explained_by": "straggler"},
+        advice=[f"{where}'s input pipeline, not the others' (see the straggler finding)",
+                *wait.advice])
+    findings = []
+    for f in diagnosis.findings:
+        if f is wait:
+            f = explained
+        elif f.id == "checks":
+            f = dataclasses.replace(
+                f, title="Bottleneck: straggler (straggler)", advice=[],
+                evidence={**f.evidence, "bottleneck_finding": "straggler"})
+        findings.append(f)
+    return Diagnosis(bottleneck="straggler", findings=findings)

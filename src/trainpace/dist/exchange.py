@@ -18,13 +18,17 @@ Keys: ``agree/{key}`` (what rank 0 decided, e.g. the run folder's name), then, u
 folder's name, ``last/{rank}`` (the newest window a rank posted) and ``w/{rank}/{window % RING}``
 (the record), so the store holds at most ``RING`` records per rank without any deletes. Rank 0
 reads all ranks' ``last`` keys in one ``multi_get`` and the new records in a second one:
-two round trips per window, whatever the world size.
+two round trips per window, whatever the world size. Past
+:data:`~trainpace.dist.tree.FLAT_MAX_RANKS` ranks the merge has two levels
+(:mod:`trainpace.dist.tree`): each node's leader reads its node's ranks the same way and
+posts a node record (``node/last/{node}``, ``node/w/{node}/{seq % RING}``) and, now and
+then, its ranks' entries (``view/{node}``); rank 0 reads the node records.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -72,7 +76,8 @@ class Exchange:
         self.timeout_s = timeout_s
         self._connect = connect
         self._store: Store | None = None
-        self._seen: dict[int, int] = {}  # rank 0: the newest window read from each rank
+        self._seen: dict[int, int] = {}  # the newest window read from each rank
+        self._seen_nodes: dict[int, int] = {}  # rank 0: the newest record of each node
         # The run's keys sit under its folder's name, so two Meters of one job (one run
         # folder each) do not read each other's windows.
         self.namespace = ""
@@ -100,32 +105,64 @@ class Exchange:
             return value
         return self.store.get(f"agree/{key}").decode()
 
-    # -- rank 0 ----------------------------------------------------------------------------
+    # -- readers: rank 0 (flat), a node's leader, rank 0 (of the node records) ------------
 
     def collect(self) -> list[WindowRecord]:
         """The records posted since the last call, every rank (rank 0's job; never blocks
         on a rank that has not posted: its ``last`` key is checked before it is read)."""
-        store = self.store
-        world = self.info.world_size
+        return self.collect_ranks(range(self.info.world_size))
+
+    def collect_ranks(self, ranks: Sequence[int]) -> list[WindowRecord]:
+        """The records of ``ranks`` posted since the last call (a node's leader: its node)."""
+        return self._read("", ranks, self._seen)  # type: ignore[return-value]
+
+    def post_node(self, record: Mapping[str, Any]) -> None:
+        """A leader's node record (keyed like a rank's, under ``node/``)."""
+        node, seq = record["rank"], record["window"]
         ns = self.namespace
-        keys = [f"{ns}last/{r}" for r in range(world)]
-        if len(self._seen) == world or store.check(keys):
-            present = list(range(world))
-        else:  # some ranks have not posted yet (or never will): ask for those one by one
-            present = [r for r in range(world) if r in self._seen or store.check([keys[r]])]
-        lasts = store.multi_get([keys[r] for r in present]) if present else []
+        self.store.multi_set([f"{ns}node/w/{node}/{seq % RING}", f"{ns}node/last/{node}"],
+                             [orjson.dumps(record), str(seq)])
+
+    def collect_nodes(self, nodes: Sequence[int]) -> list[dict[str, Any]]:
+        """The node records posted since the last call (rank 0, two round trips)."""
+        return self._read("node/", nodes, self._seen_nodes)
+
+    def post_view(self, node: int, entries: Sequence[Mapping[str, Any]]) -> None:
+        """A leader's rank entries of its node (read by rank 0 when it publishes)."""
+        self.store.set(f"{self.namespace}view/{node}", orjson.dumps(list(entries)))
+
+    def views(self, nodes: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+        """The newest view of each node that has posted one (one or two round trips)."""
+        keys = [f"{self.namespace}view/{n}" for n in nodes]
+        store = self.store
+        present = (list(nodes) if store.check(keys)
+                   else [n for n, k in zip(nodes, keys, strict=True) if store.check([k])])
+        if not present:
+            return {}
+        raw = store.multi_get([f"{self.namespace}view/{n}" for n in present])
+        return {n: orjson.loads(v) for n, v in zip(present, raw, strict=True)}
+
+    def _read(self, kind: str, ids: Sequence[int], seen: dict[int, int]) -> list[dict[str, Any]]:
+        store = self.store
+        ns = f"{self.namespace}{kind}"
+        keys = {i: f"{ns}last/{i}" for i in ids}
+        if all(i in seen for i in ids) or store.check(list(keys.values())):
+            present = list(ids)
+        else:  # some have not posted yet (or never will): ask for those one by one
+            present = [i for i in ids if i in seen or store.check([keys[i]])]
+        lasts = store.multi_get([keys[i] for i in present]) if present else []
         wanted: list[tuple[int, int]] = []
-        for rank, raw in zip(present, lasts, strict=True):
+        for i, raw in zip(present, lasts, strict=True):
             newest = int(raw)
-            first = max(self._seen.get(rank, 0) + 1, newest - RING + 1)
-            wanted.extend((rank, w) for w in range(first, newest + 1))
-            self._seen[rank] = newest
+            first = max(seen.get(i, 0) + 1, newest - RING + 1)
+            wanted.extend((i, w) for w in range(first, newest + 1))
+            seen[i] = newest
         if not wanted:
             return []
-        values = store.multi_get([f"{ns}w/{r}/{w % RING}" for r, w in wanted])
-        out: list[WindowRecord] = []
-        for (_rank, window), raw in zip(wanted, values, strict=True):
+        values = store.multi_get([f"{ns}w/{i}/{w % RING}" for i, w in wanted])
+        out: list[dict[str, Any]] = []
+        for (_i, window), raw in zip(wanted, values, strict=True):
             record: dict[str, Any] = orjson.loads(raw)
             if record.get("window") == window:  # not overwritten by a newer lap of the ring
-                out.append(record)  # type: ignore[arg-type]
+                out.append(record)
         return out

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -109,6 +109,18 @@ def _num(value: Any) -> float | None:
     return float(value)
 
 
+class ScoredWindow(TypedDict):
+    """One window as a node's leader scored it (its ranks' raw times, for rank 0)."""
+
+    window: int
+    samples: int
+    slowest_s: float
+    source: str | None
+    per_step: dict[int, tuple[float, float]]  # rank -> (Q, S) per step
+    s_median: float
+    individual: dict[int, float]  # rank -> its individual score this window
+
+
 @dataclass
 class RankState:
     """What the merge keeps about one rank: totals, its latest figures, its recent scores."""
@@ -168,8 +180,13 @@ class Merger:
     later window of this merge is complete (a rank that is late or gone is left out of it).
     """
 
-    def __init__(self, world_size: int) -> None:
+    def __init__(self, world_size: int, *, ids: Sequence[int] | None = None,
+                 keep_scored: bool = False) -> None:
         self.world_size = world_size
+        # the ranks this merge is for: every rank (rank 0), or one node's (its leader)
+        self.ids: Sequence[int] = range(world_size) if ids is None else ids
+        # a node's leader hands each scored window on to rank 0 (dist.tree.node_record)
+        self.scored_log: list[ScoredWindow] | None = [] if keep_scored else None
         self.ranks: dict[int, RankState] = {}
         self._pending: dict[int, dict[int, WindowRecord]] = {}  # window -> rank -> record
         self.scored_windows = 0
@@ -219,7 +236,7 @@ class Merger:
 
     def _expected(self, window: int) -> int:
         """Ranks that should send ``window``: all but those that finished before it."""
-        return self.world_size - bisect.bisect_left(self._ended, window)
+        return len(self.ids) - bisect.bisect_left(self._ended, window)
 
     def _score_ready(self) -> None:
         # Called per record: only the oldest pending windows can have become ready, and
@@ -258,6 +275,13 @@ class Merger:
         samples = sum(r["samples"] for r in records.values())
         slowest_s = max(r["measured_s"] for r in records.values())
         self.last_window_samples_per_s = samples / slowest_s if slowest_s > 0 else None
+        if self.scored_log is not None:
+            window = next(iter(records.values()))["window"]
+            self.scored_log.append(ScoredWindow(
+                window=window, samples=samples, slowest_s=slowest_s, source=self.source,
+                per_step=per_step, s_median=s_median,
+                individual={rank: state.scores[-1][2] for rank in per_step
+                            if (state := self.ranks[rank]).scores}))
         self.scored_windows += 1
         self._version += 1
 
@@ -268,7 +292,7 @@ class Merger:
         states = [s for s in self.ranks.values() if s.measured_s > 0]
         if not states:
             return {"samples_per_s": None, "tokens_per_s": None, "steps_per_s": None}
-        slowest = max(states, key=lambda s: s.measured_s)
+        slowest = max(states, key=lambda s: (s.measured_s, -s.rank))  # ties: the lowest rank
         tokens = [s.tokens for s in states]
         return {
             "samples_per_s": sum(s.samples for s in states) / slowest.measured_s,
@@ -276,6 +300,18 @@ class Merger:
                              if all(t is not None for t in tokens) and any(tokens) else None),
             "steps_per_s": slowest.steps / slowest.measured_s,
         }
+
+    def wait_s_per_step(self) -> float | None:
+        steps = sum(s.steps for s in self.ranks.values())
+        return sum(s.wait_s for s in self.ranks.values()) / steps if steps else None
+
+    def ranks_reporting(self) -> int:
+        return len(self.ranks)
+
+    def all_final(self) -> bool:
+        """Every rank of this merge has sent its final window."""
+        return (len(self.ranks) >= len(self.ids)
+                and all(s.final for s in self.ranks.values()))
 
     def wait_pct(self) -> float | None:
         measured = sum(s.measured_s for s in self.ranks.values())
@@ -286,7 +322,7 @@ class Merger:
     def missing(self, *, done: bool) -> list[dict[str, Any]]:
         """Ranks not heard from (never, or not to their end when ``done``), since when."""
         out: list[dict[str, Any]] = []
-        for rank in range(self.world_size):
+        for rank in self.ids:
             state = self.ranks.get(rank)
             if state is None:
                 out.append({"rank": rank, "host": None, "last_window": 0, "last_step": 0,
@@ -315,6 +351,7 @@ class Merger:
             "last_window_samples_per_s": self.last_window_samples_per_s,
             "missing": self.missing(done=done),
             "ranks": self.rank_dicts(),
+            "merge": {"levels": 1},
         }
 
 

@@ -9,6 +9,7 @@ training thread except :meth:`run_folder`, once, at construction.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -16,17 +17,27 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainpace.diagnose.distributed import attribute_rank_wait
 from trainpace.dist.comm import CollectiveTimer
 from trainpace.dist.exchange import Exchange, Store, tcp_store
-from trainpace.dist.merge import Merger, WindowRecord, window_record
+from trainpace.dist.merge import Merger, window_record
 from trainpace.dist.ranks import RankInfo, rank_folder
-from trainpace.dist.summary import merged_meta, merged_summary, summary_dict
+from trainpace.dist.summary import Merged, merged_meta, merged_summary, summary_dict
+from trainpace.dist.tree import (
+    FLAT_MAX_RANKS,
+    VIEW_EVERY,
+    NodeRecord,
+    TreeMerger,
+    node_ranks,
+    node_record,
+)
 from trainpace.runlog import Record
 from trainpace.summary import Summary
 
 logger = logging.getLogger("trainpace")
 
 TIMEOUT_ENV = "TRAINPACE_DIST_TIMEOUT_S"
+FLAT_MAX_ENV = "TRAINPACE_DIST_FLAT_MAX_RANKS"  # more ranks than this: node leaders merge first
 DEFAULT_TIMEOUT_S = 10.0
 POLL_S = 0.1
 # Rank 0's mid-run publication of the merged run takes at most this share of the time (at
@@ -46,6 +57,12 @@ def timeout_from_env(env: Mapping[str, str] | None = None) -> float:
     return value if value > 0 else DEFAULT_TIMEOUT_S
 
 
+def flat_max_from_env(env: Mapping[str, str] | None = None) -> int:
+    """``TRAINPACE_DIST_FLAT_MAX_RANKS``: the largest job rank 0 merges alone."""
+    raw = (os.environ if env is None else env).get(FLAT_MAX_ENV, "")
+    return int(raw) if raw.strip().isdigit() else FLAT_MAX_RANKS
+
+
 class RankMonitor:
     """This rank's end of the exchange, and at rank 0 the merge of all ranks."""
 
@@ -59,13 +76,25 @@ class RankMonitor:
         connect: Callable[[RankInfo, float], Store] = tcp_store,
         unix_clock: Callable[[], float] = time.time,
         signs: Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any]] | None = None,
+        flat_max_ranks: int | None = None,
     ) -> None:
         self.info = info
         self.run_id = run_id
         self.publish = publish
         self.timeout_s = timeout_s if timeout_s is not None else timeout_from_env()
         self.exchange = Exchange(info, timeout_s=self.timeout_s, connect=connect)
-        self.merger = Merger(info.world_size) if info.rank == 0 else None
+        flat_max = flat_max_ranks if flat_max_ranks is not None else flat_max_from_env()
+        # Past flat_max ranks, two levels: each node's local rank 0 merges its node first.
+        self.nodes = (node_ranks(info.world_size, info.local_world_size)
+                      if info.world_size > flat_max else None)
+        self.node = info.rank // info.local_world_size if self.nodes else 0
+        self.node_merger = (Merger(info.world_size, ids=self.nodes[self.node], keep_scored=True)
+                            if self.nodes and info.local_rank == 0 else None)
+        self._node_posts = 0
+        self.merger: Merger | TreeMerger | None = None
+        if info.rank == 0:
+            self.merger = (TreeMerger(info.world_size, self.nodes) if self.nodes
+                           else Merger(info.world_size))
         self.signs = signs
         self.collectives: CollectiveTimer | None = None  # dist.comm.watch_ddp sets it
         self._unix = unix_clock
@@ -127,8 +156,12 @@ class RankMonitor:
                     record["pre_s"] = pre_s / n * record["steps"]
                     record["comm_s"] = comm_s / n * record["steps"]
             self.exchange.post(record)
+            if self.node_merger is not None and self.nodes is not None:
+                self._merge(self.node_merger,
+                            self.exchange.collect_ranks(self.nodes[self.node]))
+                self._post_node(final=False)
             if self.merger is not None:
-                self._merge(self.exchange.collect())
+                self._merge(self.merger, self._collect())
                 now = time.perf_counter()
                 if not final and now - self._published_s >= self._publish_cost_s / PUBLISH_BUDGET:
                     self._publish(None, done=False)
@@ -144,11 +177,22 @@ class RankMonitor:
         merged summary (diagnosed by ``diagnose`` when given) and return it. Never raises."""
         if not self._final_sent:
             self.window({}, [], final=True)
+        if self.node_merger is not None and self.nodes is not None:
+            try:  # a leader: its node's last windows first, then its final node record
+                if self._broken is None:
+                    node = self.nodes[self.node]
+                    self._wait_for_finals(self.node_merger,
+                                          lambda: self.exchange.collect_ranks(node))
+                self.node_merger.flush()
+                if self._broken is None:
+                    self._post_node(final=True)
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._stop("merging this node's ranks", exc)
         if self.merger is None:
             return None
         try:
             if self._broken is None:
-                self._wait_for_finals()
+                self._wait_for_finals(self.merger, self._collect)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._stop("waiting for the other ranks", exc)
         try:
@@ -160,23 +204,42 @@ class RankMonitor:
 
     # -- rank 0 ----------------------------------------------------------------------------
 
-    def _merge(self, records: list[WindowRecord]) -> bool:
-        assert self.merger is not None
+    def _collect(self) -> list[Any]:
+        """Rank 0's read: every rank's records (flat), or every node's record."""
+        if self.nodes is not None:
+            return self.exchange.collect_nodes(list(self.nodes))
+        return self.exchange.collect()
+
+    def _merge(self, merger: Merger | TreeMerger, records: Sequence[Any]) -> bool:
         for i, record in enumerate(records, start=1):
-            self.merger.add(record)
+            merger.add(record)
             if i % YIELD_EVERY == 0:
                 time.sleep(0)  # let the training thread have the GIL between chunks
         return bool(records)
 
-    def _wait_for_finals(self) -> None:
-        """Read until every rank has sent its final window, or ``timeout_s`` without news."""
-        assert self.merger is not None
+    def _post_node(self, *, final: bool) -> None:
+        """A leader posts its node's record when windows were scored (and at the end), and
+        its ranks' entries every VIEW_EVERY records."""
+        merger = self.node_merger
+        if merger is None or (not final and not merger.scored_log):
+            return
+        self._node_posts += 1
+        record: NodeRecord = node_record(merger, node=self.node, leader=self.info.rank,
+                                         seq=self._node_posts, final=final, t_unix=self._unix())
+        self.exchange.post_node(record)
+        if final or self._node_posts % VIEW_EVERY == 1:
+            # the node's own scores stay here: rank 0 scores against every node
+            self.exchange.post_view(self.node, [{k: v for k, v in d.items() if k != "scores"}
+                                                for d in merger.rank_dicts()])
+
+    def _wait_for_finals(self, merger: Merger | TreeMerger,
+                         collect: Callable[[], Sequence[Any]]) -> None:
+        """Read until everyone has sent a final record, or ``timeout_s`` without news."""
         quiet_since = self._unix()
         while True:
-            ranks = self.merger.ranks
-            if len(ranks) >= self.info.world_size and all(s.final for s in ranks.values()):
+            if merger.all_final():
                 return
-            if self._merge(self.exchange.collect()):
+            if self._merge(merger, collect()):
                 quiet_since = self._unix()
             elif self._unix() - quiet_since >= self.timeout_s:
                 return
@@ -187,14 +250,25 @@ class RankMonitor:
                  ) -> Summary | None:
         if self.merger is None:
             return None
-        meta = merged_meta(self.merger, info=self.info, run_id=self.run_id,
+        if isinstance(self.merger, TreeMerger) and self.nodes is not None:
+            # the rank entries: read only here (publication is budgeted), newest per node
+            try:
+                for node, entries in self.exchange.views(list(self.nodes)).items():
+                    self.merger.set_view(node, entries)
+            except Exception as exc:  # noqa: BLE001 - publish the totals without them
+                logger.warning("trainpace: reading the nodes' rank entries failed (%s: %s)",
+                               type(exc).__name__, exc)
+        merged_of: Merged = self.merger
+        meta = merged_meta(merged_of, info=self.info, run_id=self.run_id,
                            started_unix=self.started_unix, done=done,
                            exchange_error=self._broken)
-        merged = merged_summary(self.merger, summary or Summary(run_id=self.run_id), done=done)
+        merged = merged_summary(merged_of, summary or Summary(run_id=self.run_id), done=done)
         if diagnose is not None:
             merged = diagnose(merged, meta)
+            merged = dataclasses.replace(
+                merged, diagnosis=attribute_rank_wait(merged.diagnosis))
         if self.publish is not None:  # the summary first: a finished meta means a final summary
-            self.publish(Record("summary", summary_dict(merged, self.merger, done=done)))
+            self.publish(Record("summary", summary_dict(merged, merged_of, done=done)))
             self.publish(Record("meta", meta))
         return merged
 

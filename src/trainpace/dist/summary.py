@@ -12,9 +12,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from trainpace.dist.merge import Merger
 from trainpace.dist.ranks import RankInfo, rank_folder
 from trainpace.runlog import META_SCHEMA
 from trainpace.stats import median
@@ -25,13 +24,34 @@ RANK_EXTRAS = ("local_rank", "node", "windows", "last_step", "final", "pre_colle
                "process_cpu_pct", "system_cpu_pct")
 
 
-def merged_summary(merger: Merger, base: Summary, *, done: bool) -> Summary:
+class Merged(Protocol):
+    """What the summary needs of a merge: the flat :class:`~trainpace.dist.merge.Merger`
+    of every rank, or rank 0's :class:`~trainpace.dist.tree.TreeMerger` of node records."""
+
+    world_size: int
+    scored_windows: int
+    source: str | None
+
+    def rank_dicts(self) -> list[dict[str, Any]]: ...
+
+    def throughput(self) -> dict[str, float | None]: ...
+
+    def wait_pct(self) -> float | None: ...
+
+    def wait_s_per_step(self) -> float | None: ...
+
+    def ranks_reporting(self) -> int: ...
+
+    def missing(self, *, done: bool) -> list[dict[str, Any]]: ...
+
+    def state(self, *, done: bool) -> dict[str, Any]: ...
+
+
+def merged_summary(merger: Merged, base: Summary, *, done: bool) -> Summary:
     """``base`` (rank 0's own summary) with the figures of every rank merged in."""
     states = merger.rank_dicts()
     rates = merger.throughput()
-    totals = [s for s in merger.ranks.values() if s.steps > 0]
-    wait_s_per_step = (sum(s.wait_s for s in totals) / sum(s.steps for s in totals)
-                       if totals else None)
+    wait_s_per_step = merger.wait_s_per_step()
     comm = [s["communication_pct"] for s in states]
     communication = base.communication
     if comm and all(c is not None for c in comm):
@@ -57,7 +77,7 @@ def merged_summary(merger: Merger, base: Summary, *, done: bool) -> Summary:
     )
 
 
-def summary_dict(summary: Summary, merger: Merger, *, done: bool) -> dict[str, Any]:
+def summary_dict(summary: Summary, merger: Merged, *, done: bool) -> dict[str, Any]:
     """The merged summary's JSON: ``ranks[]`` entries with their extensions, and ``dist``."""
     data = summary.to_dict()
     states = {s["rank"]: s for s in merger.rank_dicts()}
@@ -68,7 +88,7 @@ def summary_dict(summary: Summary, merger: Merger, *, done: bool) -> dict[str, A
         entry["relative_score"] = scores[-1][1] if scores else None
         entry["individual_score"] = scores[-1][2] if scores else None
     data["dist"] = {
-        "merged_ranks": len(merger.ranks),
+        "merged_ranks": merger.ranks_reporting(),
         "windows_scored": merger.scored_windows,
         "score_source": merger.source,
         "missing": merger.missing(done=done),
@@ -76,7 +96,7 @@ def summary_dict(summary: Summary, merger: Merger, *, done: bool) -> dict[str, A
     return data
 
 
-def merged_meta(merger: Merger, *, info: RankInfo, run_id: str, started_unix: float,
+def merged_meta(merger: Merged, *, info: RankInfo, run_id: str, started_unix: float,
                 done: bool, exchange_error: str | None = None) -> dict[str, Any]:
     """The run folder's own ``meta.json``: the job, its ranks, and the merge's state."""
     def iso(t: float) -> str:
