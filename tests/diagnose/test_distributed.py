@@ -126,3 +126,43 @@ def test_the_straggler_is_the_bottleneck_when_it_dominates():
     meta = dist_state(rank_entry(0, [1.0] * 5, wait_pct=0.0), rank_entry(1, [0.3] * 5, wait_pct=70.0))
     d = diagnose(Summary(world_size=2), meta=meta)
     assert d.bottleneck == "straggler"
+
+
+# ---- a data wait that one straggler explains ------------------------------------------------
+
+def _merged_diagnosis(others_wait_s):
+    from dist.fakes import record
+    from trainpace.diagnose import diagnose
+    from trainpace.dist.merge import Merger
+    from trainpace.dist.ranks import RankInfo
+    from trainpace.dist.summary import merged_meta, merged_summary
+    from trainpace.summary import Steps
+
+    m = Merger(2)
+    for w in range(1, 6):
+        m.add(record(0, w, steps=20, measured_s=2.0, wait_s=others_wait_s, host="a", final=w == 5))
+        m.add(record(1, w, steps=20, measured_s=2.0, wait_s=1.25, host="b", final=w == 5))
+    base = Summary(run_id="j", steps=Steps(total=100, warmup=0, measured=100))
+    summary = merged_summary(m, base, done=True)
+    meta = merged_meta(m, info=RankInfo(world_size=2), run_id="j", started_unix=0.0, done=True)
+    return diagnose(summary, meta=meta)
+
+
+def test_a_data_wait_concentrated_on_the_straggler_says_so():
+    before = _merged_diagnosis(0.0625)  # rank 0 waits 3%, rank 1 62%: the mean is 33%
+    after = distributed.attribute_rank_wait(before)
+    wait = {f.id: f for f in after.findings}["data_wait"]
+    assert wait.title == ("The step waits for data 33% of the time, concentrated on rank 1 on b "
+                          "(62% against 3% on the other ranks): see the straggler finding")
+    assert (wait.evidence["concentrated_on_rank"], wait.evidence["explained_by"]) == (1, "straggler")
+    assert wait.advice[0] == "rank 1 on b's input pipeline, not the others' (see the straggler finding)"
+    assert after.bottleneck == "straggler"
+    checks = {f.id: f for f in after.findings}["checks"]
+    assert checks.evidence["bottleneck_finding"] == "straggler"
+    assert [f.id for f in after.findings] == [f.id for f in before.findings]
+
+
+def test_a_data_wait_shared_by_every_rank_is_left_alone():
+    before = _merged_diagnosis(0.375)  # rank 0 waits 19% too: the wait is everyone's
+    assert {f.id for f in before.findings} >= {"data_wait", "straggler"}
+    assert distributed.attribute_rank_wait(before) is before

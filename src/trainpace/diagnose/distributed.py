@@ -265,8 +265,8 @@ def attribute_rank_wait(diagnosis: Diagnosis, thresholds: Thresholds | None = No
     where = f"rank {rank}" + (f" on {host}" if host else "")
     explained = dataclasses.replace(
         wait,
-        title=f"{wait.title} — concentrated on {where} (it waits {own:.0f}%, the other "
-              f"ranks {others:.0f}%): the straggler finding",
+        title=f"{wait.title}, concentrated on {where} ({own:.0f}% against {others:.0f}% on "
+              "the other ranks): see the straggler finding",
         evidence={**wait.evidence, "concentrated_on_rank": rank, "rank_wait_pct": own,
                   "others_wait_pct": others, "explained_by": "straggler"},
         advice=[f"{where}'s input pipeline, not the others' (see the straggler finding)",

@@ -139,6 +139,8 @@ class TreeMerger:
         self.last_window_samples_per_s: float | None = None
         self._version = 0
         self._dicts: tuple[int, list[dict[str, Any]]] | None = None
+        self._base: list[dict[str, Any]] | None = None  # the views' entries, by rank
+        self._index: dict[int, int] = {}  # rank -> its place in _base
 
     def add(self, record: NodeRecord) -> None:
         node = record["rank"]
@@ -158,6 +160,7 @@ class TreeMerger:
     def set_view(self, node: int, entries: list[dict[str, Any]]) -> None:
         """The node's rank entries (its leader's ``Merger.rank_dicts()``)."""
         self.views[node] = entries
+        self._base = None
         self._version += 1
 
     def _score_ready(self) -> None:
@@ -269,12 +272,16 @@ class TreeMerger:
     def rank_dicts(self) -> list[dict[str, Any]]:
         """Every rank's entry from the newest views, with rank 0's score histories."""
         if self._dicts is None or self._dicts[0] != self._version:
-            entries = []
-            for node in sorted(self.views):
-                for entry in self.views[node]:
-                    history = self.tracked.get(int(entry["rank"]))
-                    entries.append({**entry, "scores": [list(s) for s in history or ()]})
-            self._dicts = (self._version, sorted(entries, key=lambda e: int(e["rank"])))
+            if self._base is None:  # rebuilt when a view comes, not every window
+                base = sorted(({**e, "scores": []} for v in self.views.values() for e in v),
+                              key=lambda e: int(e["rank"]))
+                self._base, self._index = base, {int(e["rank"]): i for i, e in enumerate(base)}
+            entries = list(self._base)
+            for rank, history in self.tracked.items():  # only the tracked ranks change
+                if rank in self._index:
+                    i = self._index[rank]
+                    entries[i] = {**entries[i], "scores": [list(s) for s in history]}
+            self._dicts = (self._version, entries)
         return self._dicts[1]
 
     def state(self, *, done: bool) -> dict[str, Any]:
