@@ -151,28 +151,33 @@ def test_a_hung_rank_does_not_hang_rank0s_monitoring(tmp_path):
         job.wait(timeout=30)
 
 
-def test_two_nodes_each_write_their_own_folder(tmp_path, capsys):
+def test_two_nodes_each_write_their_own_folder_and_merge_through_their_leaders(tmp_path, capsys):
+    # 2 nodes × 2 ranks, the two-level merge forced (it starts past 64 ranks): rank 2 leads node 1
     port = free_port()
-    common = ["--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+    common = ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
               f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=tp-two-nodes"]
     full = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1",
-            "TRAINPACE_DIST_TIMEOUT_S": "3", "STEPS": "20"}
+            "TRAINPACE_DIST_TIMEOUT_S": "3", "STEPS": "20", "TRAINPACE_DIST_FLAT_MAX_RANKS": "2"}
     agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *common,
                                 f"--node-rank={node}", str(SCRIPT)],
                                env={**full, "OUT": str(tmp_path / f"node{node}" / "run")},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for node in (0, 1)]
-    results = [a.communicate(timeout=180) for a in agents]
+    results = [a.communicate(timeout=240) for a in agents]
     assert [a.returncode for a in agents] == [0, 0], [err[-2000:] for _, err in results]
     node0, node1 = tmp_path / "node0" / "run", tmp_path / "node1" / "run"
-    assert [p.name for p in node0.iterdir() if p.is_dir()] == ["rank0"]
-    assert [p.name for p in node1.iterdir() if p.is_dir()] == ["rank1"]
-    meta1 = json.loads((node1 / "rank1" / "meta.json").read_text())
-    assert (meta1["rank"], meta1["node"], meta1["world_size"]) == (1, 1, 2)
+    assert sorted(p.name for p in node0.iterdir() if p.is_dir()) == ["rank0", "rank1"]
+    assert sorted(p.name for p in node1.iterdir() if p.is_dir()) == ["rank2", "rank3"]
+    meta2 = json.loads((node1 / "rank2" / "meta.json").read_text())
+    assert (meta2["rank"], meta2["node"], meta2["world_size"]) == (2, 1, 4)
     merged = json.loads((node0 / "summary.json").read_text())  # rank 0 merged both nodes live
-    assert [(r["rank"], r["node"]) for r in merged["ranks"]] == [(0, 0), (1, 1)]
-    (s0, t0, _), (s1, t1, _) = measured(node0 / "rank0"), measured(node1 / "rank1")
-    assert merged["throughput"]["samples_per_s"] == pytest.approx((s0 + s1) / max(t0, t1), rel=1e-9)
+    assert [(r["rank"], r["node"]) for r in merged["ranks"]] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    totals = [measured(folder / f"rank{r}") for folder, r in
+              ((node0, 0), (node0, 1), (node1, 2), (node1, 3))]
+    assert merged["throughput"]["samples_per_s"] == pytest.approx(
+        sum(s for s, _, _ in totals) / max(t for _, t, _ in totals), rel=1e-9)
+    meta = json.loads((node0 / "meta.json").read_text())
+    assert meta["dist"]["merge"]["levels"] == 2 and meta["dist"]["missing"] == []
     # the report of node 0's folder alone says which rank folders are elsewhere
     alone = report_json(node0, capsys)
-    assert alone["world_size"] == 2 and len(alone["ranks"]) == 2
+    assert alone["world_size"] == 4 and len(alone["ranks"]) == 4
