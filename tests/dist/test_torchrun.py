@@ -68,6 +68,8 @@ def test_two_ranks_one_slowed_by_its_data_is_the_straggler(tmp_path, capsys):
     assert e["relative_score"] < 0.9
     assert [r["rank"] for r in merged["ranks"]] == [0, 1]
     assert merged["ranks"][1]["wait_pct"] > merged["ranks"][0]["wait_pct"] + 10
+    wait = findings(merged).get("data_wait")  # the mean wait: rank 1's, and it says so
+    assert wait is None or wait["evidence"]["concentrated_on_rank"] == 1
     # the same, merged afterwards from the rank folders alone
     shutil.copytree(out / "rank0", tmp_path / "gathered" / "rank0")
     shutil.copytree(out / "rank1", tmp_path / "gathered" / "rank1")
