@@ -172,3 +172,30 @@ def test_four_monitors_on_two_nodes_publish_the_exact_merge():
     assert meta["dist"]["merge"]["tracked_ranks"] == [3]
     assert summary["ranks"][3]["relative_score"] == pytest.approx(1 - 0.125 / 0.25)
     assert store.data["node/last/1"] == b"5"  # 4 windows' records and the final one
+
+
+def test_a_leader_that_dies_has_its_node_named_after_the_bounded_wait():
+    store = MemoryStore()
+    t = [0.0]
+
+    def clock():
+        t[0] += 0.5
+        return t[0]
+
+    mons = [RankMonitor(RankInfo(rank=r, world_size=4, local_rank=r % 2, local_world_size=2,
+                                 node=r // 2), run_id="job", timeout_s=2.0,
+                        connect=lambda i, _: store, unix_clock=clock, flat_max_ranks=2)
+            for r in range(4)]
+    steps = [{"step": 1, "step_s": 0.5, "wait_s": 0.0, "samples": 8, "tokens": None}]
+    for r in (1, 3, 2, 0):
+        mons[r].window({}, steps)
+    mons[2].window({}, [dict(steps[0], step=2)])  # node 1's leader posts window 1, then dies
+    mons[1].finish(Summary())
+    mons[3].finish(Summary())
+    merged = mons[0].finish(Summary())
+    assert merged is not None
+    gone = mons[0].merger.missing(done=True)
+    assert [(m["rank"], m["reason"]) for m in gone] == [
+        (2, "ended early (node 1's leader sent no final record)"),
+        (3, "ended early (node 1's leader sent no final record)")]
+    assert merged.throughput.samples_per_s == 4 * 8 / 0.5  # window 1 of every rank
