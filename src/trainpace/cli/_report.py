@@ -38,32 +38,43 @@ def run(args: argparse.Namespace) -> int:
     """
     from trainpace.cli._output import print_json
     from trainpace.diagnose import Thresholds, diagnose
+    from trainpace.diagnose.distributed import attribute_rank_wait
+    from trainpace.dist.folders import read_distributed
     from trainpace.measure.summarize import summary_for_run
     from trainpace.report.console import print_report
     from trainpace.report.html import write_page
     from trainpace.report.run_html import run_page
     from trainpace.runlog import read_run
+    from trainpace.series import StepSeries
 
     thresholds = Thresholds.from_mapping(dict(args.threshold))
-    folder = read_run(args.run)
-    notes = [f"{name}: the last line was cut off (a run killed mid-write); it is left out"
-             for name in folder.truncated] + folder.notes
-    summary = summary_for_run(folder)
-    if folder.summary is None or folder.summary.steps.total < summary.steps.total:
-        notes.append(f"{args.run}: summary.json is missing or behind; the figures are "
-                     f"recomputed from {len(folder.series)} steps in steps.jsonl "
-                     "(measured so far)")
+    ranks = read_distributed(args.run)  # a folder of rank{r}/ folders: merged
+    if ranks is not None:
+        notes = list(ranks.notes)
+        summary, system, meta = ranks.summary, ranks.system, ranks.meta
+        series = StepSeries.from_records(ranks.steps)
+        source = str(args.run)
+    else:
+        folder = read_run(args.run)
+        notes = [f"{name}: the last line was cut off (a run killed mid-write); it is left out"
+                 for name in folder.truncated] + folder.notes
+        summary = summary_for_run(folder)
+        if folder.summary is None or folder.summary.steps.total < summary.steps.total:
+            notes.append(f"{args.run}: summary.json is missing or behind; the figures are "
+                         f"recomputed from {len(folder.series)} steps in steps.jsonl "
+                         "(measured so far)")
+        series, system, meta, source = folder.series, folder.system, folder.meta, str(folder.path)
     for note in notes:
         print(f"trainpace report: {note}", file=sys.stderr)
-    # The steps as columns: the diagnosis reads them as such (a diagnosis that only knows
-    # records iterates the series, a record at a time, never a list of the whole run).
-    steps: Any = folder.series
-    diagnosis = diagnose(summary, steps=steps, system=folder.system, meta=folder.meta,
-                         thresholds=thresholds)
+    # The steps as columns: the diagnosis reads them as such, never a list of the whole run.
+    steps: Any = series
+    diagnosis = diagnose(summary, steps=steps, system=system, meta=meta, thresholds=thresholds)
+    if ranks is not None:  # a straggler's data wait is said on the data_wait finding
+        diagnosis = attribute_rank_wait(diagnosis, thresholds)
     summary = dataclasses.replace(summary, diagnosis=diagnosis)
     if args.html:
-        page = run_page(summary, series=folder.series, system=folder.system, meta=folder.meta,
-                        source=str(folder.path), notes=notes)
+        page = run_page(summary, series=series, system=system, meta=meta, source=source,
+                        notes=notes)
         path = write_page(args.html, page)
         print(path, file=sys.stderr if args.json else sys.stdout)
     if args.json:
