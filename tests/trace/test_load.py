@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
-from tracekit import HANDMADE, RESNET_NW0, SAMPLED, handmade
+from tracekit import HANDMADE, KEYS_AFTER, RESNET_NW0, SAMPLED, handmade
 
 from trainpace.errors import TraceFormatError
 from trainpace.trace import stream
@@ -44,6 +44,33 @@ def test_piece_size_does_not_change_the_columns(chunk: int) -> None:
     assert _names(pieces) == _names(whole)
     for column in ("ts", "dur", "stream", "correlation", "external_id"):
         assert np.array_equal(getattr(pieces, column), getattr(whole, column))
+
+
+@pytest.mark.parametrize("chunk", [64, 100, 200, 1000, 1 << 20])
+@pytest.mark.parametrize("compress", [False, True])
+def test_keys_after_the_events_are_read_as_the_stdlib_reads_them(
+        write_trace: WriteTrace, chunk: int, compress: bool) -> None:
+    # deviceProperties after the events: its "}]" is a cut point past the end of the array
+    data = KEYS_AFTER.read_bytes()
+    path = write_trace(gzip.compress(data) if compress else data, "after.json.gz")
+    cols = load_trace(path, chunk_bytes=chunk)
+    whole = load_trace(HANDMADE)
+    assert _names(cols) == _names(whole) and cols.skipped == whole.skipped
+    for column in ("ts", "dur", "stream", "correlation", "external_id", "device"):
+        assert np.array_equal(getattr(cols, column), getattr(whole, column))
+    expected = json.loads(data)
+    del expected["traceEvents"]
+    assert cols.meta == expected
+    assert cols.meta["deviceProperties"][0]["name"] == "Handmade GPU"
+
+
+def test_array_closing_inside_a_piece_with_a_non_ascii_name(write_trace: WriteTrace) -> None:
+    trace = json.loads(KEYS_AFTER.read_text())
+    trace["traceEvents"][-1]["name"] = "Profilér ✓ (0)"  # bytes and characters differ
+    trace["extra"] = [{"a": "}, ]"}, {"b": [{}]}]
+    cols = load_trace(write_trace(json.dumps(trace, ensure_ascii=False).encode()))
+    assert len(cols) == 23 and cols.meta["extra"] == trace["extra"]
+    assert "Profilér ✓ (0)" in cols.names
 
 
 def test_orjson_path_gives_the_same_columns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,6 +194,10 @@ def test_corrupted_gzip(write_trace: WriteTrace) -> None:
         (b'{"traceEvents": [{"ph": "X", "cat": "k", "name": "a", "ts": 1 "dur": 1}, {}]}',
          "not valid JSON at byte 62"),
         (b'{"traceEvents": []} trailing', "unexpected data after traceEvents"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "k", "name": "a", "ts": 1, "dur": 1}], '
+         b'"deviceProperties": [{"id": 0}] oops}', "not valid JSON after traceEvents"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "k", "name": "\xff", "ts": 1, "dur": 1}]}',
+         "not valid JSON after byte 16"),
     ],
 )
 def test_bad_input_is_one_clear_error(write_trace: WriteTrace, content: bytes,

@@ -12,6 +12,8 @@ from trainpace.trace.prepare import Prepared, prepare
 
 TRACES = Path(__file__).resolve().parent.parent / "data" / "traces"
 HANDMADE = TRACES / "handmade_steps.json"
+# The same events, with deviceProperties and more keys after traceEvents (as some exporters write)
+KEYS_AFTER = TRACES / "handmade_keys_after_events.json"
 RESNET_NW0 = TRACES / "resnet50_num_workers_0.pt.trace.json.gz"
 RESNET_NW4 = TRACES / "resnet50_num_workers_4.pt.trace.json.gz"
 SAMPLED = [TRACES / "sampled_rank-0.json.gz", TRACES / "sampled_rank-1.json.gz"]

@@ -31,6 +31,7 @@ _WS = b" \t\r\n"
 _KEY = b'"traceEvents"'
 _COMMA, _BRACKET = ord(","), ord("]")
 _HEADER_LIMIT = 64 << 20
+_TRAILING = "unexpected content after document"  # orjson's message for it
 
 _MISSING_TIME = float("nan")  # JSON has no NaN: a time still NaN after decoding was absent
 
@@ -249,31 +250,46 @@ class Stream:
             buf[start], buf[k] = ord("["), _BRACKET
             try:
                 with memoryview(buf) as whole, whole[start:k + 1] as text:
-                    done = self._decode(text)
+                    used = self._decode(text)
             finally:
                 buf[start], buf[k] = before, separator
-            if done:
-                self.pos = k + 1
-                return separator == _BRACKET
+            if used is None:
+                continue
+            if used < k + 1 - start:  # the array closed inside the piece: keys follow it
+                self.pos = start + used
+                return True
+            self.pos = k + 1
+            return separator == _BRACKET
         return None
 
-    def _decode(self, text: memoryview) -> bool:
-        """Hand the events of ``text`` (a JSON array) to the sink; False if the cut was bad."""
+    def _decode(self, text: memoryview) -> int | None:
+        """Hand the events of ``text`` (a JSON array) to the sink; return how many bytes of it
+        they took, or None if the cut was bad.
+
+        Fewer bytes than ``text`` means the events array itself ended inside the piece: the cut
+        fell after it, in keys that follow ``traceEvents`` (``"deviceProperties": [{..}]``).
+        """
         try:
             self.sink.add_records(_DECODER.decode(text))
-            return True
+            return len(text)
         except msgspec.DecodeError:
             pass  # orjson says what is wrong, or takes what msgspec would not type
         try:
             events = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            decoded = bytes(text).decode("utf-8", errors="replace")
-            if exc.pos < len(decoded) - 1:
-                at = self.offset + self.pos + len(decoded[1:exc.pos].encode())
-                raise self._fail(f"not valid JSON at byte {at}: {exc.msg}") from exc
-            return False  # the cut was inside a string or a nested object
+            if not exc.doc:  # not UTF-8: damage (a cut, at an ASCII '}', cannot split a character)
+                raise self._fail(f"not valid JSON after byte {self.offset + self.pos - 1}: "
+                                 f"{exc.msg}") from exc
+            at = len(exc.doc[:exc.pos].encode())  # orjson counts characters, the buffer bytes
+            if exc.msg == _TRAILING:  # a whole array, then what follows traceEvents
+                return self._decode(text[:at])
+            if exc.pos < len(exc.doc) - 1:
+                raise self._fail(
+                    f"not valid JSON at byte {self.offset + self.pos - 1 + at}: {exc.msg}"
+                ) from exc
+            return None  # the cut was inside a string or a nested object
         self.sink.add(events)
-        return True
+        return len(text)
 
     def _cuts(self) -> Iterator[tuple[int, int]]:
         """Cut points ``(j, k)``: a ``}`` at j whose next non-space byte, at k, is , or ]."""
