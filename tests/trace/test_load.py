@@ -152,7 +152,7 @@ def test_malformed_events_are_counted_and_skipped(write_trace: WriteTrace) -> No
         "malformed: name or cat missing or not a string": 1,
         "no cat (HTA drops these too)": 1,
         "not a JSON object": 1,
-        "malformed: negative or infinite ts/dur": 1,
+        "malformed: ts or dur negative, infinite or out of range": 1,
     }
 
 
@@ -262,3 +262,47 @@ def test_typed_path_skips_each_event_for_its_first_fault(write_trace: WriteTrace
         "malformed: name or cat missing or not a string": 1,
         "malformed: ts or dur missing or not a number": 1,
     }
+
+
+def test_absurd_times_are_malformed_and_skipped(write_trace: WriteTrace) -> None:
+    # 1e308 is a finite float: kept, it overflowed ts + dur (a numpy warning, which the
+    # suite turns into an error) and gave a 300-digit launch median
+    trace = handmade()
+    good = load_trace(write_trace(trace, "good.json"))
+    absurd = [
+        {"ph": "X", "cat": "kernel", "name": "huge ts", "ts": 1e308, "dur": 1,
+         "args": {"stream": 7, "correlation": 11}},
+        {"ph": "X", "cat": "kernel", "name": "huge dur", "ts": 30, "dur": 1e308,
+         "args": {"stream": 7, "correlation": 12}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": -1e300, "dur": 5,
+         "args": {"correlation": 13}},
+        {"ph": "X", "cat": "cpu_op", "name": "a day too long", "ts": 1, "dur": 1.1e12},
+    ]
+    trace["traceEvents"].extend(absurd)
+    cols = load_trace(write_trace(trace, "absurd.json"))
+    assert _names(cols) == _names(good)
+    assert cols.skipped == {**good.skipped,
+                            "malformed: ts or dur negative, infinite or out of range": 4}
+
+
+def test_a_fifo_is_read_once(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    data = gzip.compress(HANDMADE.read_bytes())
+    fifo = tmp_path / "trace.json.gz"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    result: list[object] = []
+    reader = threading.Thread(target=lambda: result.append(load_trace(fifo)), daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    assert not reader.is_alive(), "reading the FIFO hung"
+    writer.join(timeout=5)
+    assert result and _names(result[0]) == _names(load_trace(HANDMADE))

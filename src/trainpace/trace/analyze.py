@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import sys
 import warnings
 from collections import Counter
 from collections.abc import Sequence
@@ -26,8 +25,8 @@ from trainpace.trace.load import (
     available_memory,
     check_memory,
     json_bytes,
-    load_trace,
     memory_needed,
+    read_trace,
     trace_files,
 )
 from trainpace.trace.prepare import Prepared, prepare
@@ -123,7 +122,7 @@ def analyze_columns(
 
 
 def _analyze_file(path: str, gap_threshold_us: float, top: int) -> RankAnalysis:
-    cols = load_trace(path, memory_available=sys.maxsize)  # checked before the pool started
+    cols = read_trace(path)  # its memory was checked before the pool started
     rank = _declared_rank(cols.meta)
     return analyze_columns(cols, rank=-1 if rank is None else rank,
                            gap_threshold_us=gap_threshold_us, top=top)
@@ -131,16 +130,18 @@ def _analyze_file(path: str, gap_threshold_us: float, top: int) -> RankAnalysis:
 
 def _workers(files: list[str], workers: int | None) -> int:
     """Processes to use: one per file, within the CPUs and the memory available; by default
-    one in all when the traces are small (starting processes would cost more than it saves)."""
-    needs = [memory_needed(f) for f in files]
+    one in all when the traces are small (starting processes would cost more than it saves).
+    Each file's size is read from its metadata (a FIFO's is unknown: it is not opened here)."""
     free = available_memory()
-    for f in files:
-        check_memory(f, free)
-    if workers is None and sum(json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
+    sizes = {f: json_bytes(f) for f in files}
+    for f, size in sizes.items():
+        check_memory(f, free, size=size)
+    if workers is None and sum(size or 0 for size in sizes.values()) < PARALLEL_MIN_BYTES:
         return 1
     limit = workers if workers is not None else (os.cpu_count() or 1)
     if free is not None:
-        limit = min(limit, max(1, int(free // max(needs))))
+        need = max(memory_needed(f, size=size) for f, size in sizes.items())
+        limit = min(limit, max(1, int(free // need)))
     return max(1, min(limit, len(files)))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress, repeat
@@ -30,6 +31,12 @@ CHUNK_BYTES = 1 << 18
 # parsed Python objects of one piece per byte of it; measured on real traces, kept generous.
 _COLUMN_BYTES_PER_JSON_BYTE = 0.5
 _OBJECT_BYTES_PER_JSON_BYTE = 8.0
+# Times a profiler can write, in µs: a timestamp within ~300 years of its clock's origin (the
+# epoch, or boot), a span under ~11 days. Beyond them a value is damage, not a measurement,
+# and it would overflow the sums and differences of the analysis.
+MAX_TS_US = 1e16
+MAX_DUR_US = 1e12
+OUT_OF_RANGE = "malformed: ts or dur negative, infinite or out of range"
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,12 @@ def load_trace(
     """
     name = os.fspath(path)
     check_memory(name, memory_available)
+    return read_trace(name, chunk_bytes=chunk_bytes)
+
+
+def read_trace(name: str, *, chunk_bytes: int = CHUNK_BYTES) -> TraceColumns:
+    """:func:`load_trace` without the memory check (done once, before): the file is opened
+    and read once, so a FIFO works."""
     columns = _Columns()
     try:
         with Source(name) as source:
@@ -97,11 +110,16 @@ def load_trace(
 # ---- memory ---------------------------------------------------------------------------------
 
 
-def json_bytes(path: str) -> int:
+def json_bytes(path: str) -> int | None:
     """The size of the trace's JSON: the file size, or for gzip the smallest size consistent
-    with its trailer (which stores the size modulo 4 GiB)."""
+    with its trailer (which stores the size modulo 4 GiB); None when the input is not a regular
+    file (a FIFO, a device): its size is not known before it is read, and it can be read once.
+    """
     try:
-        size = os.path.getsize(path)
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        size = info.st_size
         with open(path, "rb") as fh:
             if fh.read(2) != b"\x1f\x8b" or size < 18:
                 return size
@@ -113,9 +131,12 @@ def json_bytes(path: str) -> int:
     return stored + wraps * 2**32
 
 
-def memory_needed(path: str, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """Bytes of memory the analysis of one trace needs, estimated from its JSON size."""
-    return int(json_bytes(path) * _COLUMN_BYTES_PER_JSON_BYTE
+def memory_needed(path: str, chunk_bytes: int = CHUNK_BYTES, *,
+                  size: int | None = None) -> int:
+    """Bytes of memory the analysis of one trace needs, estimated from its JSON size (``size``
+    when known, else read; for an input of unknown size, what one piece needs)."""
+    json_size = size if size is not None else json_bytes(path)
+    return int((json_size or 0) * _COLUMN_BYTES_PER_JSON_BYTE
                + 2 * chunk_bytes * _OBJECT_BYTES_PER_JSON_BYTE) + (32 << 20)
 
 
@@ -140,13 +161,18 @@ def available_memory() -> int | None:
         return None
 
 
-def check_memory(path: str, memory_available: int | None = None) -> None:
-    """Refuse a trace whose analysis would not fit in memory, before reading it."""
+def check_memory(path: str, memory_available: int | None = None, *,
+                 size: int | None = None) -> None:
+    """Refuse a trace whose analysis would not fit in memory, before reading it (``size``:
+    its :func:`json_bytes`, when already known)."""
+    json_size = size if size is not None else json_bytes(path)
+    if json_size is None:  # a stream: nothing to check before reading it
+        return
     free = available_memory() if memory_available is None else memory_available
-    need = memory_needed(path)
+    need = memory_needed(path, size=json_size)
     if free is not None and need > free:
         raise TraceFormatError(
-            f"{path}: too large for the memory available: its {_size(json_bytes(path))} of JSON "
+            f"{path}: too large for the memory available: its {_size(json_size)} of JSON "
             f"need about {_size(need)} to analyze and {_size(free)} is free; analyze it on a "
             "machine with more memory or record fewer steps (torch.profiler.schedule(active=...))"
         )
@@ -322,11 +348,12 @@ class _Columns:
         columns = self._joined()
         self.pieces = []
         ts, dur = columns["ts"], columns["dur"]
-        valid = (dur >= 0) & np.isfinite(ts) & np.isfinite(dur)
+        # NaN fails every comparison, so this also drops what is not a number
+        valid = (dur >= 0) & (dur <= MAX_DUR_US) & (np.abs(ts) <= MAX_TS_US)
         skipped = {k: v for k, v in self.skipped.items() if v}
         everything = bool(valid.all())
         if not everything:
-            skipped["malformed: negative or infinite ts/dur"] = int((~valid).sum())
+            skipped[OUT_OF_RANGE] = int((~valid).sum())
 
         def col(column: str) -> np.ndarray:
             return columns[column] if everything else columns[column][valid]

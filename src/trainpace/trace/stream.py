@@ -73,22 +73,49 @@ class Sink(Protocol):
     def add_records(self, events: list[Event]) -> None: ...
 
 
+class _Rejoined:
+    """A file whose first bytes were already read (to see whether it is gzip), put back in
+    front: a FIFO or a pipe cannot seek back, and is opened only once."""
+
+    def __init__(self, head: bytes, raw: IO[bytes]) -> None:
+        self.head, self.raw = head, raw
+
+    def read(self, size: int = -1) -> bytes:
+        if not self.head:
+            return self.raw.read(size)
+        head, self.head = self.head, b""
+        if size < 0:
+            return head + self.raw.read()
+        if size <= len(head):
+            self.head = head[size:]
+            return head[:size]
+        return head + self.raw.read(size - len(head))
+
+    def seek(self, offset: int, /) -> int:
+        """Reading is forward only (gzip seeks only to rewind, which the analysis never does)."""
+        raise OSError(f"cannot seek back in a trace that is read once (to {offset})")
+
+    def close(self) -> None:
+        """The file itself is closed by its owner."""
+
+
 class Source:
-    """The decompressed bytes of a trace file; every read error is a TraceFormatError."""
+    """The decompressed bytes of a trace file, which is opened and read once (it may be a
+    FIFO); every read error is a TraceFormatError."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._raw: IO[bytes] | None = None
-        self._stream: IO[bytes] | gzip.GzipFile | None = None
+        self._stream: _Rejoined | gzip.GzipFile | None = None
 
     def __enter__(self) -> Source:
         try:
             self._raw = open(self.path, "rb")  # closed in __exit__
-            gz = self._raw.read(2) == b"\x1f\x8b"
-            self._raw.seek(0)
+            head = self._raw.read(2)  # a buffered read: two bytes unless the file is shorter
         except OSError as exc:
             raise TraceFormatError(f"{self.path}: cannot read it ({exc.strerror or exc})") from exc
-        self._stream = gzip.GzipFile(fileobj=self._raw) if gz else self._raw
+        rejoined = _Rejoined(head, self._raw)
+        self._stream = gzip.GzipFile(fileobj=rejoined) if head == b"\x1f\x8b" else rejoined
         return self
 
     def __exit__(self, *exc: object) -> None:
