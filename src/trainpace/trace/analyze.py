@@ -18,6 +18,7 @@ from trainpace.errors import ConfigError
 from trainpace.stats import median
 from trainpace.trace import breakdown as bd
 from trainpace.trace.evidence import build_summary
+from trainpace.trace.host import host_breakdown
 from trainpace.trace.idle import GAP_THRESHOLD_US, TOP_GAPS, idle_breakdown
 from trainpace.trace.kernels import TOP_KERNELS, hta_steps, kernel_breakdown
 from trainpace.trace.load import (
@@ -31,6 +32,7 @@ from trainpace.trace.load import (
 )
 from trainpace.trace.prepare import Prepared, prepare
 from trainpace.trace.result import CrossRank, RankAnalysis, TraceAnalysis
+from trainpace.trace.runmeta import find_run_meta
 
 logger = logging.getLogger(__name__)
 PARALLEL_MIN_BYTES = 32 << 20  # of JSON in all: below it, ranks are read one after the other
@@ -62,9 +64,9 @@ def _notes(p: Prepared, t: bd.Temporal | None) -> list[str]:
         if bad:
             notes.append("skipped events: " + ", ".join(f"{v} {k}" for k, v in bad.items()))
     if t is None:
-        notes.append("no device events (kernels, copies): recorded without "
-                     "ProfilerActivity.CUDA or on a CPU-only run; the device breakdown, idle "
-                     "causes and kernel statistics are not computed")
+        notes.append("no device events (kernels, copies): a CPU run, or recorded without "
+                     "ProfilerActivity.CUDA; analyzed as a CPU trace (operators by self time, "
+                     "data loading, Python between operators)")
     if not len(p.steps):
         notes.append("no ProfilerStep#N spans (call prof.step() once per step): no per-step "
                      "breakdown, step times or DataLoader share")
@@ -106,6 +108,7 @@ def analyze_columns(
         rank=rank,
         path=cols.path,
         device_name=_device_name(p),
+        device_listed=bool(cols.meta.get("deviceProperties")),
         events=cols.events_total,
         device_events=int(p.device.sum()),
         skipped=dict(cols.skipped),
@@ -115,6 +118,7 @@ def analyze_columns(
         idle=idle_breakdown(p, busy, gap_threshold_us=gap_threshold_us, top=TOP_GAPS)
         if t is not None else None,
         kernels=kernel_breakdown(p, top=top),
+        host=host_breakdown(p, top=top) if t is None else None,
         distributed=info if isinstance(info, dict) else None,
         notes=_notes(p, t),
         **figures,
@@ -224,6 +228,9 @@ def analyze_traces(
 ) -> TraceAnalysis:
     """Analyze profiler traces (files, or folders of them), one per rank.
 
+    A trace inside a trainpace run folder (``<run>/profile/``) is read with the run's
+    ``meta.json``, so the findings know its DataLoader settings and CPU count.
+
     Raises:
         TraceFormatError: a file that cannot be read as a trace (the message names it).
         ConfigError: a bad option.
@@ -238,8 +245,14 @@ def analyze_traces(
     notes: list[str] = []
     ranks = _assign_ranks(_map(files, _workers(files, workers), gap_threshold_us, top), notes)
     cross = cross_rank(ranks)
-    return TraceAnalysis(ranks=ranks, cross_rank=cross, summary=build_summary(ranks),
-                         notes=notes)
+    meta_path, meta, problem = find_run_meta(files[0])
+    if problem:
+        notes.append(problem)
+    elif meta_path:
+        notes.append(f"the run's {meta_path} read: its DataLoader settings, CPU count and "
+                     "device inform the advice")
+    return TraceAnalysis(ranks=ranks, cross_rank=cross, summary=build_summary(ranks, meta),
+                         notes=notes, run_meta=meta_path if not problem else None)
 
 
 __all__ = ["analyze_columns", "analyze_traces", "cross_rank"]

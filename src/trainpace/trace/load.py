@@ -44,7 +44,8 @@ class TraceColumns:
     """The complete events of one trace, as columns. Times are µs, as in the file.
 
     ``name`` and ``cat`` are indices into ``names`` and ``cats``;
-    ``stream``, ``correlation``, ``external_id`` and ``device`` are -1 where the event has none.
+    ``stream``, ``correlation``, ``external_id`` and ``device`` are -1 where the event has none;
+    ``thread`` is the tid (a negative number stands for a tid written as a string).
     When the trace has fractional (ns-resolution) timestamps, starts are rounded up and ends
     down to whole µs, as Holistic Trace Analysis does, so back-to-back kernels do not overlap.
     """
@@ -62,6 +63,7 @@ class TraceColumns:
     correlation: np.ndarray
     external_id: np.ndarray
     device: np.ndarray
+    thread: np.ndarray
     events_total: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     rounded_to_us: bool = False
@@ -209,15 +211,15 @@ def _number(value: Any) -> float | None:
 
 # A decoded piece is read field by field: each field of every event at once, through C-level
 # iteration (map over attrgetter) into numpy, so no Python code runs per event.
-_PH, _CAT, _NAME, _TS, _DUR, _ARGS = (
-    attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "args")
+_PH, _CAT, _NAME, _TS, _DUR, _TID, _ARGS = (
+    attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "tid", "args")
 )
 _ARG_FIELDS = tuple(
     attrgetter(f) for f in ("stream", "correlation", "external_id", "external_id_old", "device")
 )
 _COLUMNS = (("name", np.int32), ("cat", np.int32), ("ts", np.float64), ("dur", np.float64),
             ("stream", np.int64), ("correlation", np.int64), ("external_id", np.int64),
-            ("device", np.int64))
+            ("device", np.int64), ("thread", np.int64))
 
 
 def _kept(mask: list[bool], *lists: list[Any]) -> tuple[list[Any], ...]:
@@ -240,6 +242,7 @@ class _Columns:
         self.events_total = 0
         self.skipped: Counter[str] = Counter()
         self.float_ts = False
+        self.thread_names: dict[str, int] = {}
 
     def add(self, events: list[Any]) -> None:
         """Events parsed by orjson (dicts): typed like msgspec's, else checked one by one."""
@@ -288,6 +291,7 @@ class _Columns:
             events, cats, names = _kept(timed.tolist(), events, cats, names)
             ts, dur = ts[timed], dur[timed]
             m = len(events)
+        thread = self._threads(events, m)
         args = list(map(_ARGS, events))
         stream, correlation, external_id, external_id_old, device = (
             np.fromiter(map(getter, args), dtype=np.int64, count=m) for getter in _ARG_FIELDS
@@ -296,10 +300,25 @@ class _Columns:
             "name": _intern(self.names, names), "cat": _intern(self.cats, cats),
             "ts": ts, "dur": dur, "stream": stream, "correlation": correlation,
             "external_id": np.where(external_id != -1, external_id, external_id_old),
-            "device": device,
+            "device": device, "thread": thread,
         })
         if not self.float_ts and bool((ts != np.floor(ts)).any()):
             self.float_ts = True  # ns resolution (an integral value written as 5.0 is not)
+
+    def _threads(self, events: list[Event], m: int) -> np.ndarray:
+        """Each event's thread as a number: its tid, or for a tid written as a string (old
+        traces: "stream 7"), a negative number standing for that string."""
+        try:
+            return np.fromiter(map(_TID, events), dtype=np.int64, count=m)
+        except (TypeError, ValueError, OverflowError):
+            return np.fromiter(map(self._thread, map(_TID, events)), dtype=np.int64, count=m)
+
+    def _thread(self, tid: Any) -> int:
+        if isinstance(tid, int) and not isinstance(tid, bool) and -(2**63) <= tid < 2**63:
+            return tid
+        if not isinstance(tid, str):
+            return -1
+        return -2 - self.thread_names.setdefault(tid, len(self.thread_names))
 
     def _careful(self, events: list[Any]) -> None:
         """Event by event, checking every field; bad events are counted and skipped."""
@@ -331,7 +350,7 @@ class _Columns:
                    self.cats.setdefault(cat, len(self.cats)), ts_us, dur_us,
                    _as_int(args.get("stream", -1)), _as_int(args.get("correlation", -1)),
                    _as_int(args.get("external id", -1) if ext is None else ext),
-                   _as_int(args.get("device", -1)))
+                   _as_int(args.get("device", -1)), self._thread(e.get("tid")))
             for (column, _), value in zip(_COLUMNS, row, strict=True):
                 columns[column].append(value)
         self.pieces.append({column: np.array(columns[column], dtype=dtype)
@@ -380,6 +399,7 @@ class _Columns:
             correlation=col("correlation"),
             external_id=col("external_id"),
             device=col("device"),
+            thread=col("thread"),
             events_total=self.events_total,
             skipped=skipped,
             rounded_to_us=self.float_ts,

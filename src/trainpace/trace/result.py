@@ -139,6 +139,55 @@ class KernelBreakdown:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OperatorRow:
+    """One host operator (by name): its self time is its span less the spans nested in it."""
+
+    name: str
+    count: int
+    self_us: float
+    total_us: float  # the spans summed (an operator nested in one of its own name counts twice)
+    self_pct: float | None  # of the host time analyzed (HostBreakdown.window_us)
+    in_dataloader_us: float  # of its self time, inside the DataLoader's __next__
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostStepRow:
+    """One ``ProfilerStep#N`` on the host, split as :class:`HostBreakdown` splits the whole."""
+
+    name: str
+    duration_us: float
+    dataloader_us: float
+    operators_us: float
+    python_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostBreakdown:
+    """Where the host's time went, for a trace with no device work (a CPU run).
+
+    On the threads that ran the steps, each moment of the window counts once, in this order:
+    *data loading* (inside the DataLoader's ``__next__``, the ops it runs included), then
+    *operators* (inside an ATen op or autograd node), then *Python*: the rest, the
+    interpreter running the loop, module calls and the optimizer between operators.
+    """
+
+    window: str  # what the window is: the ProfilerStep spans, or the main thread's span
+    window_us: float
+    steps: int
+    dataloader_us: float
+    dataloader_pct: float | None
+    operators_us: float
+    operators_pct: float | None
+    python_us: float
+    python_pct: float | None
+    threads: int  # threads with host events in the window
+    operator_events: int
+    python_function_events: int  # recorded with with_stack=True
+    top: list[OperatorRow]
+    rows: list[HostStepRow]
+
+
+@dataclass(frozen=True, kw_only=True)
 class RankAnalysis:
     """One trace (one rank). The temporal breakdown uses HTA 0.5's definitions: the window
     runs from the first to the last device event, the last ProfilerStep is left out when
@@ -147,6 +196,7 @@ class RankAnalysis:
     rank: int
     path: str
     device_name: str | None = None
+    device_listed: bool = False  # the trace's deviceProperties names a device
     events: int = 0
     device_events: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
@@ -165,6 +215,7 @@ class RankAnalysis:
     steps: StepsBreakdown = field(default_factory=StepsBreakdown)
     idle: IdleBreakdown | None = None
     kernels: KernelBreakdown | None = None
+    host: HostBreakdown | None = None  # traces with no device events (CPU runs)
     distributed: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -193,6 +244,7 @@ class TraceAnalysis:
     cross_rank: CrossRank
     summary: Summary
     notes: list[str] = field(default_factory=list)
+    run_meta: str | None = None  # the run folder's meta.json read with the traces
 
     @property
     def findings(self) -> list[Finding]:
@@ -217,5 +269,6 @@ class TraceAnalysis:
             "bottleneck": self.bottleneck,
             "findings": [dataclasses.asdict(f) for f in self.findings],
             "summary": self.summary.to_dict(),
+            "run_meta": self.run_meta,
             "notes": list(self.notes),
         }

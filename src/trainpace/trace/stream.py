@@ -59,6 +59,7 @@ class Event(msgspec.Struct, gc=False):
     name: str | None = None
     ts: float = _MISSING_TIME  # msgspec takes a JSON integer too, as a float
     dur: float = _MISSING_TIME
+    tid: int | str = -1  # the thread (host events) or stream (device events); old traces: str
     args: EventArgs = msgspec.field(default_factory=EventArgs)
 
 
