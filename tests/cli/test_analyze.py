@@ -110,3 +110,30 @@ def test_absurd_times_are_skipped_without_a_warning(tmp_path: Path,
     assert "skipped events: 2 malformed: ts or dur negative, infinite or out of range" in out
     assert "52.4%" in out  # the figures of the trace without them
     assert not any(len(word) > 40 and word[:1].isdigit() for word in out.split())
+
+
+def test_cpu_trace_json_has_the_host_view(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(TRACES / "handmade_cpu.json"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rank = data["ranks"][0]
+    assert rank["window_us"] is None and rank["idle"] is None and rank["kernels"] is None
+    host = rank["host"]
+    assert (host["dataloader_pct"], host["operators_pct"], host["python_pct"]) == \
+        (40.0, 28.5, 31.5)
+    assert [o["name"] for o in host["top"]][:3] == ["aten::pin_memory", "aten::addmm",
+                                                     "aten::stack"]
+    assert data["summary"]["device"]["kind"] == "cpu"
+    assert data["summary"]["device"]["util_pct"] is None
+
+
+def test_meter_run_trace_console_and_html(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    trace = TRACES / "cpu_run" / "profile" / "profile_rank0.pt.trace.json.gz"
+    page = tmp_path / "cpu.html"
+    assert main(["analyze", str(trace), "--html", str(page)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Where the host time went in the profiled steps" in out
+    assert "meta.json read" in out and "meter.loader" not in out
+    assert "GPU util" not in out
+    html = page.read_text()
+    assert "GPU util" not in html and "device idle" not in html and "on device" not in html

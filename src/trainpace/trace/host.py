@@ -72,17 +72,20 @@ def _parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return np.where(found, candidates[at], -1)
 
 
-def _window(p: Prepared) -> tuple[iv.IntervalSet, str]:
-    """The host time to split: the ProfilerStep spans, else the busiest thread's span."""
-    s = p.steps
+def _window(p: Prepared) -> tuple[iv.IntervalSet, str, np.ndarray]:
+    """The host time to split and the threads it is split on: the ProfilerStep spans and
+    their threads, else the busiest thread's span."""
+    c, s = p.cols, p.steps
     if len(s):
-        return iv.union(s.start, s.end), "the ProfilerStep spans"
-    c = p.cols
+        step = p.cpu_op & cl.matches(c.names, cl.PROFILER_STEP)[c.name]
+        return iv.union(s.start, s.end), "the ProfilerStep spans", distinct(c.thread[step])
     host = np.flatnonzero(p.host)
     threads, which = distinct_inverse(c.thread[host])
-    main = host[which == int(np.bincount(which).argmax())]
+    busiest = int(np.bincount(which).argmax())
+    main = host[which == busiest]
     span = (np.array([c.ts[main].min()]), np.array([c.end[main].max()]))
-    return span, f"thread {int(threads[np.bincount(which).argmax()])}'s span (no ProfilerStep)"
+    thread = threads[busiest : busiest + 1]
+    return span, f"thread {int(thread[0])}'s span (no ProfilerStep)", thread
 
 
 def host_breakdown(p: Prepared, *, top: int = TOP_OPERATORS) -> HostBreakdown | None:
@@ -90,14 +93,12 @@ def host_breakdown(p: Prepared, *, top: int = TOP_OPERATORS) -> HostBreakdown | 
     c = p.cols
     if not p.host.any():
         return None
-    window, what = _window(p)
+    window, what, threads = _window(p)
     lo, hi = float(window[0][0]), float(window[1][-1])
     window_us = iv.measure(window)
     in_window = p.host & (c.ts >= lo) & (c.ts < hi)
     step_rows = p.steps
-    step_threads = (distinct(c.thread[p.cpu_op & cl.matches(c.names, cl.PROFILER_STEP)[c.name]])
-                    if len(step_rows) else distinct(c.thread[in_window]))
-    main = in_window & among(c.thread, step_threads)
+    main = in_window & among(c.thread, threads)
     operator = cl.lower_in(c.cats, cl.OPERATOR_CATS)[c.cat] | p.runtime
     loading = iv.intersect(iv.union(c.ts[p.dataloader & main], c.end[p.dataloader & main]),
                            window)
