@@ -1,6 +1,7 @@
 """The bytes of a trace file, cut into pieces of whole events and decoded.
 
-The file is streamed: gzip is decompressed in blocks, the ``traceEvents`` array is cut at
+The file is streamed: gzip is decompressed in blocks (in a thread beside the parse,
+:mod:`.source`), the ``traceEvents`` array is cut at
 event boundaries into pieces of about a MB, and each piece is decoded and handed to a sink,
 then dropped. Cutting is safe without a JSON tokenizer: a piece ends at a ``}`` followed by
 ``,`` or ``]``. If that ``}`` was inside a string or a nested object, the piece does not parse
@@ -17,15 +18,14 @@ checks field by field, and orjson's error position tells a bad cut from damage.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from collections.abc import Iterator
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 import orjson
 
 from trainpace.errors import TraceFormatError
+from trainpace.trace.source import Source
 
 _WS = b" \t\r\n"
 _KEY = b'"traceEvents"'
@@ -72,69 +72,6 @@ class Sink(Protocol):
     def add(self, events: list[Any]) -> None: ...  # dicts from orjson
 
     def add_records(self, events: list[Event]) -> None: ...
-
-
-class _Rejoined:
-    """A file whose first bytes were already read (to see whether it is gzip), put back in
-    front: a FIFO or a pipe cannot seek back, and is opened only once."""
-
-    def __init__(self, head: bytes, raw: IO[bytes]) -> None:
-        self.head, self.raw = head, raw
-
-    def read(self, size: int = -1) -> bytes:
-        if not self.head:
-            return self.raw.read(size)
-        head, self.head = self.head, b""
-        if size < 0:
-            return head + self.raw.read()
-        if size <= len(head):
-            self.head = head[size:]
-            return head[:size]
-        return head + self.raw.read(size - len(head))
-
-    def seek(self, offset: int, /) -> int:
-        """Reading is forward only (gzip seeks only to rewind, which the analysis never does)."""
-        raise OSError(f"cannot seek back in a trace that is read once (to {offset})")
-
-    def close(self) -> None:
-        """The file itself is closed by its owner."""
-
-
-class Source:
-    """The decompressed bytes of a trace file, which is opened and read once (it may be a
-    FIFO); every read error is a TraceFormatError."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._raw: IO[bytes] | None = None
-        self._stream: _Rejoined | gzip.GzipFile | None = None
-
-    def __enter__(self) -> Source:
-        try:
-            self._raw = open(self.path, "rb")  # closed in __exit__
-            head = self._raw.read(2)  # a buffered read: two bytes unless the file is shorter
-        except OSError as exc:
-            raise TraceFormatError(f"{self.path}: cannot read it ({exc.strerror or exc})") from exc
-        rejoined = _Rejoined(head, self._raw)
-        self._stream = gzip.GzipFile(fileobj=rejoined) if head == b"\x1f\x8b" else rejoined
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for stream in (self._stream, self._raw):
-            if stream is not None:
-                stream.close()
-
-    def read(self, size: int) -> bytes:
-        assert self._stream is not None
-        try:
-            return self._stream.read(size)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise TraceFormatError(
-                f"{self.path}: the gzip stream is damaged or truncated ({exc}); "
-                "the profiler may have been killed while writing it"
-            ) from exc
-        except OSError as exc:
-            raise TraceFormatError(f"{self.path}: cannot read it ({exc})") from exc
 
 
 class Stream:
