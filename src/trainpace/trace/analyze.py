@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -152,6 +150,10 @@ def _workers(files: list[str], workers: int | None) -> int:
 def _map(files: list[str], n: int, gap_threshold_us: float, top: int) -> list[RankAnalysis]:
     if n <= 1:
         return [_analyze_file(f, gap_threshold_us, top) for f in files]
+    # imported here: a process pool's modules cost as much as analyzing a small trace
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     # fork: the worker only reads files and numpy arrays, and needs no re-import of __main__
     # (spawn would re-run an unguarded user script); spawn only where fork does not exist.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
