@@ -12,7 +12,8 @@ from tracekit import HANDMADE, KEYS_AFTER, RESNET_NW0, SAMPLED, handmade
 
 from trainpace.errors import TraceFormatError
 from trainpace.trace import stream
-from trainpace.trace.load import json_bytes, load_trace, memory_needed, trace_files
+from trainpace.trace.load import load_trace, trace_files
+from trainpace.trace.memory import json_bytes, memory_needed
 
 WriteTrace = Callable[..., Path]
 

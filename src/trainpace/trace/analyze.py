@@ -19,15 +19,8 @@ from trainpace.trace.evidence import build_summary
 from trainpace.trace.host import host_breakdown
 from trainpace.trace.idle import GAP_THRESHOLD_US, TOP_GAPS, idle_breakdown
 from trainpace.trace.kernels import TOP_KERNELS, hta_steps, kernel_breakdown
-from trainpace.trace.load import (
-    TraceColumns,
-    available_memory,
-    check_memory,
-    json_bytes,
-    memory_needed,
-    read_trace,
-    trace_files,
-)
+from trainpace.trace.load import TraceColumns, read_trace, trace_files
+from trainpace.trace.memory import available_memory, check_memory, json_bytes, memory_needed
 from trainpace.trace.prepare import Prepared, prepare
 from trainpace.trace.result import CrossRank, RankAnalysis, TraceAnalysis
 from trainpace.trace.runmeta import find_run_meta
