@@ -7,9 +7,9 @@ import os
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from trainpace.errors import ConfigError
@@ -166,7 +166,7 @@ def _assign_ranks(ranks: list[RankAnalysis], notes: list[str]) -> list[RankAnaly
         why = f"rank {dup[0]} is declared by more than one trace" if dup else \
             "some traces have no distributedInfo.rank"
         notes.append(f"{why}: ranks numbered in the order the files were given")
-    return [replace(r, rank=i) for i, r in enumerate(ranks)]
+    return [msgspec.structs.replace(r, rank=i) for i, r in enumerate(ranks)]
 
 
 def cross_rank(ranks: Sequence[RankAnalysis]) -> CrossRank:
