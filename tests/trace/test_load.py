@@ -307,3 +307,13 @@ def test_a_fifo_is_read_once(tmp_path: Path) -> None:
     assert not reader.is_alive(), "reading the FIFO hung"
     writer.join(timeout=5)
     assert result and _names(result[0]) == _names(load_trace(HANDMADE))
+
+
+def test_gzip_in_several_members_and_zero_padding(write_trace: WriteTrace) -> None:
+    # gzip allows members back to back and zero bytes after the last (gzip.open reads both)
+    data = HANDMADE.read_bytes()
+    cut = len(data) // 3
+    packed = gzip.compress(data[:cut]) + gzip.compress(data[cut:]) + b"\0" * 7
+    cols = load_trace(write_trace(packed, "members.json.gz"))
+    assert _names(cols) == _names(load_trace(HANDMADE))
+    assert "damaged or truncated" in _error(write_trace(packed[:-20], "cut.json.gz"))

@@ -108,7 +108,11 @@ class Source:
     def __exit__(self, *exc: object) -> None:
         if self._gunzip is not None:
             self._gunzip.stop.set()
-            self._gunzip.join()
+            self._gunzip.join(timeout=1.0)
+            if self._gunzip.is_alive():
+                # Blocked reading a stream whose writer went quiet (a FIFO): closing the file
+                # under it would wait on its lock. The daemon thread ends with the writer.
+                return
         if self._raw is not None:
             self._raw.close()
 
