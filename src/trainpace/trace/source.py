@@ -17,8 +17,8 @@ from typing import IO
 from trainpace.errors import TraceFormatError
 
 _GZIP_MAGIC = b"\x1f\x8b"
-_IN_BYTES = 1 << 16  # compressed bytes per read: ~1-2 MB of trace JSON
-_OUT_BYTES = 1 << 20  # decompressed bytes per block handed to the parser
+_IN_BYTES = 1 << 14  # compressed bytes per read: ~0.3-0.5 MB of trace JSON
+_OUT_BYTES = 1 << 18  # decompressed bytes per block handed to the parser (one piece)
 _QUEUE_BLOCKS = 4
 _GZIP = 16 + zlib.MAX_WBITS  # zlib's window bits for a gzip header and trailer
 
