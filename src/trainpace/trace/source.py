@@ -1,17 +1,20 @@
 """The decompressed bytes of a trace file, read once, gunzipped beside the parse.
 
-A trace is opened once and never sought back (it may be a FIFO). A gzip trace is decompressed
-in a thread of its own: zlib releases the GIL while it inflates, so on two cores the next
-block is decompressed while the parser works on this one, and the parse costs the time of the
-slower of the two rather than of both. The blocks go through a small bounded queue, so memory
-stays a few MB whatever the file's size.
+A trace is opened once and never sought back (it may be a FIFO). A large gzip trace is
+decompressed in a thread of its own: zlib releases the GIL while it inflates, so on two cores
+the next block is decompressed while the parser works on this one, and the parse costs the
+time of the slower of the two rather than of both. The blocks go through a small bounded
+queue, so memory stays about a MB whatever the file's size. A small one is decompressed inline.
 """
 
 from __future__ import annotations
 
+import os
 import queue
+import stat
 import threading
 import zlib
+from collections.abc import Iterator
 from typing import IO
 
 from trainpace.errors import TraceFormatError
@@ -20,6 +23,10 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _IN_BYTES = 1 << 14  # compressed bytes per read: ~0.3-0.5 MB of trace JSON
 _OUT_BYTES = 1 << 18  # decompressed bytes per block handed to the parser (one piece)
 _QUEUE_BLOCKS = 4
+# Below this compressed size the decompression takes a few ms: done inline, as the parse asks
+# for it; above it in a thread (on a loaded machine each hand-off between threads can wait for
+# the scheduler, which only pays when there is much to decompress).
+_THREAD_MIN_BYTES = 1 << 19
 _GZIP = 16 + zlib.MAX_WBITS  # zlib's window bits for a gzip header and trailer
 
 
@@ -27,13 +34,40 @@ class _DamagedError(Exception):
     """The gzip stream ends too early or does not inflate."""
 
 
-class _Gunzip(threading.Thread):
-    """Reads and decompresses a gzip file (all its members) into a queue of blocks; ends the
-    queue with None, or with the exception that stopped it."""
+def _inflated(head: bytes, raw: IO[bytes]) -> Iterator[bytes]:
+    """The decompressed blocks of a gzip file, all its members; raises _DamagedError if the
+    stream ends inside a member."""
+    inflater = zlib.decompressobj(_GZIP)
+    pending = head
+    while True:
+        data = pending or raw.read(_IN_BYTES)
+        pending = b""
+        if not data:
+            break
+        if inflater.eof:  # another member may follow; gzip allows zero padding
+            data = data.lstrip(b"\x00")
+            if not data:
+                continue
+            inflater = zlib.decompressobj(_GZIP)
+        while data:
+            out = inflater.decompress(data, _OUT_BYTES)
+            if out:
+                yield out
+            if inflater.eof:
+                pending = inflater.unused_data
+                break
+            data = inflater.unconsumed_tail
+    if not inflater.eof:
+        raise _DamagedError("the stream ends before its last member does")
 
-    def __init__(self, head: bytes, raw: IO[bytes]) -> None:
+
+class _Gunzip(threading.Thread):
+    """Decompresses a gzip file into a queue of blocks; ends the queue with None, or with the
+    exception that stopped it."""
+
+    def __init__(self, blocks: Iterator[bytes]) -> None:
         super().__init__(name="trainpace-gunzip", daemon=True)
-        self.head, self.raw = head, raw
+        self.source = blocks
         self.blocks: queue.Queue[bytes | BaseException | None] = queue.Queue(_QUEUE_BLOCKS)
         self.stop = threading.Event()
 
@@ -48,35 +82,16 @@ class _Gunzip(threading.Thread):
 
     def run(self) -> None:
         try:
-            self._inflate()
+            for block in self.source:
+                if not self._put(block):
+                    return
         except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
             self._put(exc)
         else:
             self._put(None)
 
-    def _inflate(self) -> None:
-        inflater = zlib.decompressobj(_GZIP)
-        pending = self.head
-        while not self.stop.is_set():
-            data = pending or self.raw.read(_IN_BYTES)
-            pending = b""
-            if not data:
-                break
-            if inflater.eof:  # another member may follow; gzip allows zero padding
-                data = data.lstrip(b"\x00")
-                if not data:
-                    continue
-                inflater = zlib.decompressobj(_GZIP)
-            while data:
-                out = inflater.decompress(data, _OUT_BYTES)
-                if out and not self._put(out):
-                    return
-                if inflater.eof:
-                    pending = inflater.unused_data
-                    break
-                data = inflater.unconsumed_tail
-        if not inflater.eof and not self.stop.is_set():
-            raise _DamagedError("the stream ends before its last member does")
+    def next(self) -> bytes | BaseException | None:
+        return self.blocks.get()
 
 
 class Source:
@@ -91,6 +106,7 @@ class Source:
         self._raw: IO[bytes] | None = None
         self._head = b""
         self._gunzip: _Gunzip | None = None
+        self._inline: Iterator[bytes] | None = None
         self._done = False
 
     def __enter__(self) -> Source:
@@ -100,9 +116,13 @@ class Source:
         except OSError as exc:
             raise TraceFormatError(f"{self.path}: cannot read it ({exc.strerror or exc})") from exc
         if self._head == _GZIP_MAGIC:
-            self._gunzip = _Gunzip(self._head, self._raw)
+            blocks = _inflated(self._head, self._raw)
             self._head = b""
-            self._gunzip.start()
+            if _size(self._raw) < _THREAD_MIN_BYTES:
+                self._inline = blocks  # a few ms of zlib: not worth a thread's hand-offs
+            else:
+                self._gunzip = _Gunzip(blocks)
+                self._gunzip.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -121,7 +141,7 @@ class Source:
         assert self._raw is not None
         if self._done:
             return b""
-        if self._gunzip is None:
+        if self._gunzip is None and self._inline is None:
             head, self._head = self._head, b""
             try:
                 block = head + self._raw.read(max(size - len(head), 0)) if size > len(head) \
@@ -130,7 +150,7 @@ class Source:
                 raise TraceFormatError(f"{self.path}: cannot read it ({exc})") from exc
             self._done = not block
             return block
-        item = self._gunzip.blocks.get()
+        item = self._next()
         if item is None:
             self._done = True
             return b""
@@ -145,3 +165,21 @@ class Source:
         if isinstance(item, OSError):
             raise TraceFormatError(f"{self.path}: cannot read it ({item})") from item
         raise item
+
+    def _next(self) -> bytes | BaseException | None:
+        if self._gunzip is not None:
+            return self._gunzip.next()
+        assert self._inline is not None
+        try:
+            return next(self._inline, None)
+        except (_DamagedError, zlib.error, EOFError, OSError) as exc:
+            return exc
+
+
+def _size(raw: IO[bytes]) -> int:
+    """The file's size; a stream's (a FIFO) counts as large: how much will come is unknown."""
+    try:
+        info = os.fstat(raw.fileno())
+    except (OSError, ValueError):
+        return _THREAD_MIN_BYTES
+    return info.st_size if stat.S_ISREG(info.st_mode) else _THREAD_MIN_BYTES
