@@ -162,9 +162,9 @@ def test_the_hottest_reading_counts():
 
 def test_bandwidth_bound_roofline_names_the_families_moving_the_bytes():
     f = Flops(roofline="bandwidth_bound", intensity_flop_per_byte=0.25, ridge_flop_per_byte=12.0,
-              by_family=[{"family": "elementwise", "flops": 1e6, "bytes": 3e6, "intensity": 0.33,
+              by_family=[{"family": "elementwise", "flops": 1e6, "bytes": 3e6, "intensity_flop_per_byte": 0.33,
                           "roofline": "bandwidth_bound"},
-                         {"family": "matmul", "flops": 9e6, "bytes": 1e6, "intensity": 9.0,
+                         {"family": "matmul", "flops": 9e6, "bytes": 1e6, "intensity_flop_per_byte": 9.0,
                           "roofline": "compute_bound"}])
     v = only(rules.hardware(ctx(Summary(flops=f))))
     assert v.bottleneck == "memory_bandwidth"
