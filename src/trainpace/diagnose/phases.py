@@ -232,10 +232,9 @@ def find_phases(ctx: Context) -> list[Phase]:
     inside = np.zeros(line.step_s.size, dtype=bool)
     for a, b in found:
         inside[a:b + 1] = True
-    # the steady baseline: the time of the steps outside every phase
-    outside = [(float(e - s), float(e)) for e, s in
-               zip(line.end_s[~inside][-MAX_SPANS:], line.step_s[~inside][-MAX_SPANS:],
-                   strict=True)]
+    # the steady baseline: the stretches of steps outside every phase
+    outside = [(float(line.end_s[a] - line.step_s[a]), float(line.end_s[b]))
+               for a, b in _runs(~inside)]
     steady = host_signs(ctx, outside) if found else None
     phases = []
     for (a, b), (start, stop) in zip(found, spans, strict=True):
