@@ -260,3 +260,35 @@ def test_samples_per_step_for_advice():
     assert "(now 64 samples per step)" in v.finding.advice[0]
 
 
+
+
+def test_a_figure_over_its_peak_is_a_wrong_peak_finding_never_a_figure():
+    from trainpace.devices.specs import Peak, Peaks
+    from trainpace.measure.flops import FamilyCount, StepCount
+    from trainpace.measure.roofline import step_figures
+
+    count = StepCount(flops=1e9, bytes=1e8, ops=1, flops_by_dtype={"torch.float32": 1e9},
+                      families=(FamilyCount(family="matmul", flops=1e9, bytes=1e8, ops=1),))
+    # the case: a quick ceiling 84× too low made "MFU 3760%"
+    flops, _ = step_figures(count, peaks=Peaks(tflops={"float32": Peak(0.0024, "ceilings")}),
+                            step_s=0.011)
+    assert flops.mfu_pct is None and "exceeds 100%" in flops.error
+    outcome = rules.hardware(ctx(Summary(flops=flops)))
+    wrong = outcome.verdicts[0].finding
+    assert wrong.id == "peak_wrong"
+    assert wrong.evidence["mfu_pct"] is None
+    assert "MFU 3788% exceeds 100%" in wrong.title
+    assert "`trainpace ceilings`" in wrong.advice[0]
+
+
+def test_the_producers_family_figures_reach_the_bandwidth_advice():
+    from trainpace.devices.specs import Peak, Peaks
+    from trainpace.measure.flops import FamilyCount, StepCount
+    from trainpace.measure.roofline import step_figures
+
+    count = StepCount(flops=2e6, bytes=8e6, ops=3, flops_by_dtype={"torch.float32": 2e6},
+                      families=(FamilyCount(family="elementwise", flops=2e6, bytes=8e6, ops=3),))
+    flops, _ = step_figures(count, peaks=Peaks(tflops={"float32": Peak(1.0, "t")},
+                                               bandwidth_gb_s=Peak(100.0, "t")), step_s=0.01)
+    v = only(rules.hardware(ctx(Summary(flops=flops))))
+    assert v.finding.advice[0] == "elementwise ops move 100% of the bytes at 0.25 FLOP/byte"

@@ -39,6 +39,28 @@ def _bandwidth_families(ctx: Context) -> list[str]:
 
 
 def hardware(ctx: Context) -> Outcome:
+    """The roofline verdict and the bandwidth reading; a figure above its peak is named as a
+    wrong peak (or count) instead of being shown."""
+    outcome = _roofline(ctx)
+    f, b = ctx.summary.flops, ctx.summary.bandwidth
+    errors = [e for e in (f.error, b.error) if e]
+    if not errors:
+        return outcome
+    wrong = Verdict(Finding(
+        id="peak_wrong", severity="warning",
+        title="A figure exceeds its peak, so it is not shown: " + errors[0],
+        evidence={"flops_error": f.error, "bandwidth_error": b.error,
+                  "peak_tflops": f.peak_tflops, "peak_source": f.peak_source,
+                  "peak_gb_s": b.peak_gb_s, "bandwidth_peak_source": b.peak_source,
+                  "mfu_pct": f.mfu_pct, "bandwidth_util_pct": b.util_pct},
+        advice=["MFU over 100% is not a measurement: the peak (or the FLOP count) is wrong; "
+                "measure this machine's ceilings in full (`trainpace ceilings`, with the run's "
+                "--threads on a CPU) or pass the right one (Meter(peaks={...}))"]))
+    return Outcome(verdicts=(wrong, *outcome.verdicts), checked=outcome.checked,
+                   skipped=None if outcome.verdicts else outcome.skipped)
+
+
+def _roofline(ctx: Context) -> Outcome:
     """The roofline verdict and the bandwidth reading: compute-bound or bandwidth-bound."""
     s, t = ctx.summary, ctx.t
     f, b, d = s.flops, s.bandwidth, s.device
@@ -106,8 +128,10 @@ def hardware(ctx: Context) -> Outcome:
         # FLOPs counted but no peak known (a CPU before `trainpace ceilings`), or not counted.
         if f.per_step is not None:
             missing = f"no peak known for the {d.kind or 'device'}"
-            fix = ("run `trainpace ceilings` once on this machine (or pass Meter(peaks=...)) "
-                   "to get the roofline verdict")
+            threads = ctx.summary.host.cpu_threads
+            flag = f" --threads {threads}" if d.kind == "cpu" and threads else ""
+            fix = (f"run `trainpace ceilings{flag}` once on this machine (or pass "
+                   "Meter(peaks=...)) to get the roofline verdict")
         else:
             missing = "no FLOP count"
             fix = "count FLOPs (the Meter does on its first step) to get the roofline verdict"
