@@ -52,7 +52,8 @@ def workers_needed(
     waits on I/O may run more workers than there are cores (at most :data:`IO_WORKERS_MAX`).
     ``capped`` says the cap bit.
     """
-    needed = max(2, math.ceil(headroom * batch_load_s / compute_s))
+    raw = math.ceil(headroom * batch_load_s / compute_s)
+    needed = max(2, raw)  # two at least: one loads while the other's batch is consumed
     fraction = 1.0 if cpu_fraction is None else min(max(cpu_fraction, 0.0), 1.0)
     cap = IO_WORKERS_MAX
     if cpu_count is not None and cpu_count > 1:
@@ -61,7 +62,7 @@ def workers_needed(
     elif fraction > 0:
         cap = IO_WORKERS_MAX if cpu_count is None else 1
     if needed > cap:
-        return max(1, cap), True
+        return max(1, cap), raw > cap
     return needed, False
 
 
