@@ -7,6 +7,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import trainpace
+from trainpace.diagnose import diagnose
+from trainpace.runlog import read_run
 
 
 class SleepDataset(Dataset):
@@ -40,7 +42,8 @@ class CpuDataset(Dataset):
 
 
 def run(out, dataset, *, batch_size, matmuls, **loader_settings):
-    """Steps of ``matmuls`` 256² products over ``dataset``; the Meter's summary."""
+    """Steps of ``matmuls`` 256² products over ``dataset``; the run folder's diagnosis
+    (what ``trainpace report`` shows)."""
     torch.set_num_threads(1)
     a = torch.randn(256, 256)
     loader = DataLoader(dataset, batch_size=batch_size, **loader_settings)
@@ -49,8 +52,11 @@ def run(out, dataset, *, batch_size, matmuls, **loader_settings):
         with meter.step(batch):
             for _ in range(matmuls):
                 a @ a
-    return meter.finish()
+    meter.finish()
+    folder = read_run(out)
+    return folder.summary, diagnose(folder.summary, steps=folder.steps, system=folder.system,
+                                    meta=folder.meta)
 
 
-def data_wait(summary):
-    return next((f for f in summary.diagnosis.findings if f.id == "data_wait"), None)
+def data_wait(diagnosis):
+    return next((f for f in diagnosis.findings if f.id == "data_wait"), None)

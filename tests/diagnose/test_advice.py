@@ -108,7 +108,16 @@ def test_loading_cpu_from_the_workers_and_from_the_main_process():
     # 4 workers, the tree 60% of a core over the main's 20%: each worker 10% busy → I/O
     cpu = loading_cpu(workers=4, wait_s=0.05, step_s=0.1, main_cpu_pct=20.0,
                       process_cpu_pct=60.0, device_kind="cuda", threads=None)
-    assert (cpu.fraction, cpu.source, cpu.bound) == (pytest.approx(0.1), "workers", "io")
+    assert (cpu.fraction, cpu.source, cpu.bound) == (pytest.approx(0.1), "workers' CPU time", "io")
+    # their demand (CPU time + time waiting for a core) says more on a crowded machine
+    cpu = loading_cpu(workers=4, wait_s=0.05, step_s=0.1, main_cpu_pct=20.0,
+                      process_cpu_pct=60.0, device_kind="cuda", threads=None,
+                      workers_demand_pct=360.0)
+    assert (cpu.fraction, cpu.source, cpu.bound) == (pytest.approx(0.9), "workers' CPU demand", "cpu")
+    # no workers: the loop thread wanted a core 95% of the 0.1 s step, 0.04 s of it compute
+    cpu = loading_cpu(workers=0, wait_s=0.06, step_s=0.1, main_cpu_pct=25.0,
+                      process_cpu_pct=25.0, device_kind="cpu", threads=1, main_demand_pct=95.0)
+    assert (cpu.fraction, cpu.source) == (pytest.approx(0.55 / 0.6), "loop thread's CPU demand")
     # no workers, CPU run on 1 thread: 0.1 s steps, 0.06 s waiting; the main process used
     # 0.1 s of CPU a step: at most 0.04 s went to compute, so 0.06 s to loading → CPU-bound
     cpu = loading_cpu(workers=0, wait_s=0.06, step_s=0.1, main_cpu_pct=100.0,
@@ -128,14 +137,15 @@ def test_io_bound_advice_goes_past_the_cores_and_carries_the_settings():
         device_kind="cpu", cpu_count=2, bursty=False, headroom=1.2,
         main_cpu_pct=20.0, process_cpu_pct=20.0, threads=1,
     )
-    # a batch takes 80 ms, one is needed every 20 ms: ceil(1.2 × 4) = 5 workers on 2 cores
-    assert found.recommended == {"num_workers": 5, "prefetch_factor": 2, "pin_memory": False,
+    # a batch takes 80 ms, one is needed every 20 ms; I/O gets twice the headroom:
+    # ceil(2 × 4) = 8 workers on 2 cores
+    assert found.recommended == {"num_workers": 8, "prefetch_factor": 2, "pin_memory": False,
                                  "persistent_workers": True}
     assert found.advice[0] == (
         "data wait is 80% of the step with `num_workers=0`; try "
-        "`DataLoader(num_workers=5, persistent_workers=True)` — expected gain up to 5×")
+        "`DataLoader(num_workers=8, persistent_workers=True)` — expected gain up to 5×")
     assert found.advice[1] == ("loading waits on I/O: it keeps a core 0% busy while it loads "
-                               "(measured in the main process) — more workers than cores can help")
+                               "(from the main process's CPU time) — more workers than cores can help")
     assert found.loading["bound"] == "io"
 
 

@@ -221,7 +221,7 @@ class Context:
     def host_rows(self) -> dict[str, np.ndarray]:
         """The sampler rows' host readings as columns (``t_s`` and each ``host.*`` key)."""
         keys = ("system_cpu_pct", "process_cpu_pct", "main_cpu_pct", "memory_used_pct",
-                "available_gb")
+                "available_gb", "main_demand_pct", "workers_demand_pct", "workers")
         rows = [r for r in self.system or () if number(r.get("t_s")) is not None]
         out = {"t_s": np.array([float(r["t_s"]) for r in rows], dtype=np.float64)}
         for key in keys:
@@ -236,6 +236,22 @@ class Context:
             dtype=np.float64)
         out["throttled"] = np.array([_throttled(r) for r in rows], dtype=np.float64)
         return out
+
+    def measured_mean(self, key: str) -> float | None:
+        """A host reading's time-weighted mean over the measured steps (None unknown)."""
+        rows, times = self.host_rows, self.times
+        t = rows["t_s"]
+        if t.size < 2 or len(times) == 0 or not np.isfinite(times.t_s).any():
+            return None
+        ends = times.t_s[np.isfinite(times.t_s)]
+        start, stop = float(ends[0] - times.step_s[0]), float(ends[-1])
+        begin = np.concatenate(([t[0] - (t[1] - t[0])], t[:-1]))
+        weights = np.clip(np.minimum(t, stop) - np.maximum(begin, start), 0.0, None)
+        values = rows[key]
+        known = np.isfinite(values) & (weights > 0)
+        if not known.any():
+            return None
+        return float((values[known] * weights[known]).sum() / weights[known].sum())
 
     @cached_property
     def phases(self) -> list[Any]:

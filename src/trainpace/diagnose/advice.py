@@ -36,6 +36,7 @@ def _call(settings: Mapping[str, Any]) -> str:
 
 IO_WORKERS_MAX = 32  # past this, threads in the Dataset or async reads beat more processes
 IO_BOUND_CPU = 0.3  # loading that keeps a worker's core busy under 30% of the time waits on I/O
+IO_HEADROOM = 2.0  # I/O latency has long tails and an idle worker costs memory, not a core
 CPU_BOUND_CPU = 0.7
 
 
@@ -80,25 +81,35 @@ class LoadingCpu:
 
 def loading_cpu(*, workers: int, wait_s: float, step_s: float, main_cpu_pct: float | None,
                 process_cpu_pct: float | None, device_kind: str | None,
-                threads: int | None) -> LoadingCpu:
+                threads: int | None, main_demand_pct: float | None = None,
+                workers_demand_pct: float | None = None) -> LoadingCpu:
     """The loading's CPU use, from what the sampler measured.
 
-    With workers, their CPU (the process tree's less the main process's) over the time they
-    had (``workers`` × the wall time: a loader-bound loop keeps every worker loading). Without,
-    the loop loads the batch itself during its wait: the main process's CPU per step less
-    the most the step's compute can have used (``threads`` cores on a CPU device, one host
-    thread driving an accelerator), over the wait.
+    Best, CPU *demand* (time on a core plus time waiting for one; see
+    :mod:`trainpace.sampling.host`), which other processes crowding the machine do not
+    shrink: with workers, theirs over the time they had (``workers`` × the wall time: a
+    loader-bound loop keeps every worker loading); without, the loop thread's demand per
+    step less the step's compute (during which it wants its core), over the wait. Else CPU
+    time, the same way (the compute's share bounded by ``threads`` cores on a CPU device):
+    on a crowded machine it reads CPU-bound loading as partly I/O.
     """
     fraction: float | None = None
     source = "none"
-    if workers > 0 and process_cpu_pct is not None and main_cpu_pct is not None:
+    compute_s = step_s - wait_s
+    if workers > 0 and workers_demand_pct is not None:
+        fraction = workers_demand_pct / (100.0 * workers)
+        source = "workers' CPU demand"
+    elif workers == 0 and main_demand_pct is not None and wait_s > 0:
+        fraction = max(0.0, main_demand_pct / 100.0 * step_s - compute_s) / wait_s
+        source = "loop thread's CPU demand"
+    elif workers > 0 and process_cpu_pct is not None and main_cpu_pct is not None:
         fraction = max(0.0, process_cpu_pct - main_cpu_pct) / (100.0 * workers)
-        source = "workers"
+        source = "workers' CPU time"
     elif workers == 0 and main_cpu_pct is not None and wait_s > 0:
         compute_cores = (threads or 1) if device_kind == "cpu" else 1
         main_cpu_s = main_cpu_pct / 100.0 * step_s
-        fraction = max(0.0, main_cpu_s - compute_cores * (step_s - wait_s)) / wait_s
-        source = "main process"
+        fraction = max(0.0, main_cpu_s - compute_cores * compute_s) / wait_s
+        source = "main process's CPU time"
     if fraction is None:
         return LoadingCpu(None, source, "unknown")
     fraction = min(fraction, 1.0)
@@ -133,6 +144,8 @@ def loader_advice(
     main_cpu_pct: float | None = None,
     process_cpu_pct: float | None = None,
     threads: int | None = None,
+    main_demand_pct: float | None = None,
+    workers_demand_pct: float | None = None,
 ) -> LoaderAdvice:
     """What to change in the DataLoader, computed from the measured wait, step time and CPU.
 
@@ -148,7 +161,8 @@ def loader_advice(
     cuda = device_kind == "cuda"
     workers = int((loader or {}).get("num_workers") or 0)
     cpu = loading_cpu(workers=workers, wait_s=wait_s, step_s=step_s, main_cpu_pct=main_cpu_pct,
-                      process_cpu_pct=process_cpu_pct, device_kind=device_kind, threads=threads)
+                      process_cpu_pct=process_cpu_pct, device_kind=device_kind, threads=threads,
+                      main_demand_pct=main_demand_pct, workers_demand_pct=workers_demand_pct)
     spare = None
     if cpu_count is not None and device_kind == "cpu" and threads:
         spare = max(1, cpu_count - threads)  # the model's own threads hold cores on a CPU run
@@ -156,7 +170,8 @@ def loader_advice(
     needed, capped = workers, False
     if compute_s > 0:
         needed, capped = workers_needed(
-            batch_load_s=batch_load_s, compute_s=compute_s, headroom=headroom,
+            batch_load_s=batch_load_s, compute_s=compute_s,
+            headroom=max(headroom, IO_HEADROOM) if cpu.bound == "io" else headroom,
             cpu_count=cpu_count, cpu_fraction=cpu.fraction, spare_cores=spare)
     settings = dict(loader or {})
     new_workers = max(needed, workers)
@@ -209,7 +224,7 @@ def loader_advice(
                   and new_workers > (cpu_count or new_workers) else "")
         lines.append(
             f"loading {kind[cpu.bound]}: it keeps a core {100.0 * cpu.fraction:.0f}% busy while "
-            f"it loads (measured in the {cpu.source}){beyond}"
+            f"it loads (from the {cpu.source}){beyond}"
         )
     if capped:
         cores = f"{cpu_count} CPU cores" if cpu_count else "the CPU cores"

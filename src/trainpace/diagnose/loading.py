@@ -49,6 +49,8 @@ def data_wait(ctx: Context) -> Outcome:
                 device_kind=s.device.kind, cpu_count=ctx.cpu_count, bursty=bursty,
                 headroom=t.loader_headroom, main_cpu_pct=s.host.main_process_cpu_pct,
                 process_cpu_pct=s.host.process_cpu_pct, threads=s.host.cpu_threads,
+                main_demand_pct=ctx.measured_mean("main_demand_pct"),
+                workers_demand_pct=ctx.measured_mean("workers_demand_pct"),
             )
             advice = found.advice
             evidence["recommended"] = found.recommended
