@@ -382,7 +382,7 @@ def outside_steps(ctx: Context) -> Outcome:
             seconds = float(outside[known].sum())
             pct = 100.0 * seconds / time_.wall_s
     if pct is None:
-        return Outcome(skipped="time outside the steps not measured (time.outside_steps_pct)")
+        return Outcome(skipped="no figure for the time between steps (time.outside_steps_pct)")
     text = f"{pct:.1f}% of the wall time outside training steps"
     if pct < ctx.t.outside_steps_info_pct:
         return Outcome(checked=text)
