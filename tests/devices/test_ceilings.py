@@ -257,3 +257,22 @@ def test_the_first_run_measures_for_real_within_its_budget(tmp_path):
     assert found.seconds == pytest.approx(elapsed, abs=0.05)
     # about 2 s; a loaded 2-core machine stretches it, but not by an order of magnitude
     assert elapsed < 10.0
+
+
+def test_a_first_run_never_overwrites_a_full_measurement_and_says_so(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    with thread_count(1):
+        kind, name, threads = device_identity("cpu")
+    full = _measured(bandwidth=12.5, tflops=10.0, kind=kind, name=name, threads=threads)
+    store_ceilings(full, env)
+
+    def quick_fp16(device, **kwargs):
+        return Ceilings(kind=kind, name=name, threads=threads, bandwidth_gb_s=0.1,
+                        matmul_tflops={"float16": 0.1}, method={"quick": True})
+
+    # float16 is not in the full measurement: the first run measures it, quick
+    found = ensure_ceilings("cpu", threads=1, dtype="fp16", env=env, measure=quick_fp16)
+    assert found.status == "rejected"
+    assert "a quick measurement does not replace the full one" in found.note
+    with thread_count(1):
+        assert load_ceilings("cpu", env) == full

@@ -93,6 +93,11 @@ def test_cpu_threads_starved_by_other_processes_is_contention():
     assert v.finding.id == "cpu_contention"
     assert v.finding.title == "Other processes take the CPU: it is 90% busy while this run's threads get 48% of their time"
     assert v.bottleneck == "host_overhead"
+    s = Summary(device=Device(kind="cpu", util_pct=48.0), data=Data(wait_pct=0.0),
+                host=Host(system_cpu_pct=100.0, process_cpu_pct=96.0, cpu_threads=2))
+    v = only(rules.device_util(ctx(s, meta={"cpu_count": 4})))
+    assert v.finding.title.endswith("get 48% of their time; this process had 24% of the machine")
+    assert v.finding.evidence["process_share_pct"] == 24.0
     s = Summary(device=Device(kind="cpu", util_pct=48.0), host=Host(system_cpu_pct=79.0, cpu_threads=2))
     assert only(rules.device_util(ctx(s))).finding.id == "device_idle"
 

@@ -177,8 +177,13 @@ def device_util(ctx: Context) -> Outcome:
     finding_id = "device_idle"
     if d.kind == "cpu" and system_cpu is not None and system_cpu >= t.cpu_contention_system_pct:
         finding_id = "cpu_contention"
+        process, cores = s.host.process_cpu_pct, ctx.cpu_count
+        share = (f"; this process had {min(100.0, process / cores):.0f}% of the machine"
+                 if process is not None and cores else "")
+        evidence["process_share_pct"] = (min(100.0, process / cores)
+                                         if process is not None and cores else None)
         title = (f"Other processes take the CPU: it is {system_cpu:.0f}% busy while this run's "
-                 f"threads get {d.util_pct:.0f}% of their time")
+                 f"threads get {d.util_pct:.0f}% of their time{share}")
         advice = [
             "run where the cores are free, or use fewer threads than the cores left "
             f"(torch.set_num_threads; now {s.host.cpu_threads or 'unknown'}) — "
