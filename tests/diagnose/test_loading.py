@@ -7,7 +7,11 @@ of receiving a batch from a worker (a few ms when the machine is crowded) stays 
 
 import warnings
 
+import pytest
+
 from diagnose.loops import CpuDataset, SleepDataset, data_wait, run
+
+pytestmark = pytest.mark.slow
 
 
 def follow(tmp_path, dataset, **sizes):

@@ -164,6 +164,7 @@ def stop(pids):
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_other_processes_holding_the_cpu_early_are_named_as_a_slow_phase(tmp_path):
     """Busy processes hold the CPU for the loop's first ~4 s; the phase, its steps, seconds
     and cause must match what this test saw in the same run."""
