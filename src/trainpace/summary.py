@@ -191,6 +191,8 @@ class Host:
     process_cpu_pct_max: float | None = None
     memory_total_gb: float | None = None  # the cgroup limit when lower than the machine's
     memory_used_pct: float | None = None
+    python_pct: float | None = None  # CPU trace: share of the steps' host time in Python
+    # between operators
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,7 +232,7 @@ class Finding:
 class Diagnosis:
     """The bottleneck (one of :data:`BOTTLENECKS`, None before diagnosis) and the findings."""
 
-    bottleneck: str | None = None
+    bottleneck: Bottleneck | None = None
     findings: list[Finding] = field(default_factory=list)
 
 

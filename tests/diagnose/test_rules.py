@@ -297,3 +297,14 @@ def test_the_producers_family_figures_reach_the_bandwidth_advice():
                                                bandwidth_gb_s=Peak(100.0, "t")), step_s=0.01)
     v = only(rules.hardware(ctx(Summary(flops=flops))))
     assert v.finding.advice[0] == "elementwise ops move 100% of the bytes at 0.25 FLOP/byte"
+
+
+def test_python_between_operators_is_host_overhead():
+    from trainpace.diagnose import diagnose
+    from trainpace.summary import Host, Summary
+
+    summary = Summary(host=Host(python_pct=42.0))
+    found = {f.id: f for f in diagnose(summary).findings}
+    assert found["python_overhead"].severity == "warning"
+    assert found["python_overhead"].evidence["python_pct"] == 42.0
+    assert diagnose(Summary(host=Host(python_pct=12.0))).findings[0].id != "python_overhead"

@@ -19,7 +19,8 @@ from trainpace.diagnose.thresholds import Thresholds
 from trainpace.records import STEP_FIELDS
 from trainpace.series import StepSeries
 from trainpace.stats import median
-from trainpace.summary import Finding, Severity, Summary
+from trainpace.summary import Bottleneck, Finding, Severity, Summary
+from trainpace.units import number_or_none
 
 
 class StepColumns(Protocol):
@@ -41,7 +42,7 @@ class Verdict:
     """
 
     finding: Finding
-    bottleneck: str | None = None
+    bottleneck: Bottleneck | None = None
     lost_pct: float | None = None
 
 
@@ -61,7 +62,7 @@ def verdict(
     evidence: dict[str, Any],
     advice: Sequence[str],
     *,
-    bottleneck: str | None = None,
+    bottleneck: Bottleneck | None = None,
     lost_pct: float | None = None,
 ) -> Outcome:
     """An outcome holding one finding."""
@@ -75,13 +76,6 @@ def banded(value: float, warning: float, critical: float) -> Severity:
     return "critical" if value >= critical else "warning" if value >= warning else "info"
 
 
-def number(value: Any) -> float | None:
-    """A finite int or float as a float (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _record_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
     """Records → columns. The column store's fast path; a record with a value of the wrong
     type (hand-made input, a trace's records) goes through the slow, forgiving one."""
@@ -91,7 +85,7 @@ def _record_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarra
     except (TypeError, ValueError, OverflowError):
         out = {}
         for name in STEP_FIELDS:
-            values = (number(r.get(name)) for r in records)
+            values = (number_or_none(r.get(name)) for r in records)
             out[name] = np.array([math.nan if v is None else v for v in values], dtype=np.float64)
         return out
 
@@ -214,7 +208,7 @@ class Context:
 
     def system_values(self, key: str) -> list[float]:
         """The sampler rows' readings of a top-level key, in time order, unknowns dropped."""
-        values = (number(row.get(key)) for row in self.system or ())
+        values = (number_or_none(row.get(key)) for row in self.system or ())
         return [v for v in values if v is not None]
 
     @cached_property
@@ -222,17 +216,18 @@ class Context:
         """The sampler rows' host readings as columns (``t_s`` and each ``host.*`` key)."""
         keys = ("system_cpu_pct", "process_cpu_pct", "main_cpu_pct", "memory_used_pct",
                 "available_gb", "main_demand_pct", "workers_demand_pct", "workers")
-        rows = [r for r in self.system or () if number(r.get("t_s")) is not None]
+        rows = [r for r in self.system or () if number_or_none(r.get("t_s")) is not None]
         out = {"t_s": np.array([float(r["t_s"]) for r in rows], dtype=np.float64)}
         for key in keys:
             values = []
             for r in rows:  # system.jsonl nests them under "host"; a flat row has them too
                 host = r.get("host")
-                v = number(host.get(key) if isinstance(host, Mapping) else r.get(key))
+                v = number_or_none(host.get(key) if isinstance(host, Mapping) else r.get(key))
                 values.append(math.nan if v is None else v)
             out[key] = np.array(values, dtype=np.float64)
         out["temperature_c"] = np.array(
-            [math.nan if (v := number(r.get("temperature_c"))) is None else v for r in rows],
+            [math.nan if (v := number_or_none(r.get("temperature_c"))) is None else v
+             for r in rows],
             dtype=np.float64)
         out["throttled"] = np.array([_throttled(r) for r in rows], dtype=np.float64)
         return out
@@ -272,7 +267,7 @@ class Context:
 
 def _throttled(row: Mapping[str, Any]) -> float:
     """100 when the row's (first) GPU reported a throttle reason, 0 when not, NaN unknown."""
-    flat = number(row.get("throttled_pct"))
+    flat = number_or_none(row.get("throttled_pct"))
     if flat is not None:
         return flat
     gpus = row.get("gpus")

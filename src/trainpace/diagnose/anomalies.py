@@ -20,6 +20,7 @@ from trainpace.diagnose._context import Context, Outcome, Verdict, banded, verdi
 from trainpace.diagnose.phases import HostSigns, host_signs
 from trainpace.diagnose.thresholds import Thresholds
 from trainpace.stats import median
+from trainpace.summary import Bottleneck
 from trainpace.units import format_duration as duration
 
 PERIOD_COVERAGE = 0.8  # a period holds when the slow steps fill 80% of its places in the run
@@ -187,7 +188,8 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
             advice = ("the stalls are outside the loader" + measured + ": garbage collection "
                       "(gc.freeze() after setup), host memory swapping, or a synchronizing "
                       f"call (.item(), .cpu()) behind queued work — {gain}")
-    category = None if severity == "info" else "data_loading" if in_loader else "host_overhead"
+    category: Bottleneck | None = (None if severity == "info" else
+                                   "data_loading" if in_loader else "host_overhead")
     outcome = verdict("periodic_stall" if period else "stalls", severity, title, evidence,
                       [advice], bottleneck=category, lost_pct=lost_pct)
     return outcome.verdicts[0]

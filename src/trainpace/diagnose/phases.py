@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from trainpace.diagnose import advice as adv
-from trainpace.diagnose._context import Context, Outcome, Verdict, banded, number
+from trainpace.diagnose._context import Context, Outcome, Verdict, banded
 from trainpace.diagnose.thresholds import Thresholds
 from trainpace.stats import median
-from trainpace.summary import Finding
+from trainpace.summary import Bottleneck, Finding
 from trainpace.units import format_duration as duration
+from trainpace.units import number_or_none
 
 MAX_SPANS = 200  # host signs over at most this many spans (the longest): bounded work
 
@@ -266,7 +267,7 @@ _CAUSE_TEXT = {
     "unknown": "none of the recorded signs (data wait, host CPU, memory, throttling) "
                "explains it",
 }
-_CATEGORY = {"data_wait": "data_loading", "cpu_contention": "host_overhead",
+_CATEGORY: dict[str, Bottleneck] = {"data_wait": "data_loading", "cpu_contention": "host_overhead",
              "throttling": "thermal", "memory_pressure": "memory_capacity"}
 _ADVICE = {
     "data_wait": "the loader is slower during it (a cold file cache, workers starting): "
@@ -356,7 +357,7 @@ def _long_warmup(ctx: Context, line: Timeline) -> Verdict | None:
     why = (f"{wall_pct:.0f}% of the wall time" if too_long else
            f"{warmup_s / compile_s:.1f}× what compile warm-up ({compile_n} steps) and steady "
            "steps would take")
-    measured_s = number(s.time.measured_s)
+    measured_s = number_or_none(s.time.measured_s)
     covered = (f"the figures cover the other {s.steps.measured} steps"
                + (f" ({duration(measured_s)})" if measured_s is not None else ""))
     return Verdict(Finding(
@@ -373,8 +374,8 @@ def _long_warmup(ctx: Context, line: Timeline) -> Verdict | None:
 def outside_steps(ctx: Context) -> Outcome:
     """Time between steps (evaluation, checkpointing, logging): its own figure, never a stall."""
     time_ = ctx.summary.time
-    pct = number(getattr(time_, "outside_steps_pct", None))
-    seconds = number(getattr(time_, "outside_steps_s", None))
+    pct = number_or_none(getattr(time_, "outside_steps_pct", None))
+    seconds = number_or_none(getattr(time_, "outside_steps_s", None))
     if pct is None and ctx.all_steps is not None:
         outside = ctx.all_steps.column("outside_s")
         known = np.isfinite(outside)

@@ -331,14 +331,26 @@ def host_overhead(ctx: Context) -> Outcome:
                     "training loop for the CPU: fewer workers doing cheaper work, or move "
                     "preprocessing offline"]),
             "host_overhead", None))
+    py = h.python_pct
+    if py is not None and py >= t.python_overhead_warning_pct:
+        verdicts.append(Verdict(Finding(
+            id="python_overhead", severity="warning",
+            title=f"Python between operators takes {py:.0f}% of the step",
+            evidence={"python_pct": py, "source": "trace"},
+            advice=["torch.compile fuses the step's ops and removes the Python between them; "
+                    "a larger batch makes each op longer against the same Python; move "
+                    "per-step Python (logging, metrics, .item()) out of the step or to every "
+                    "N steps"]),
+            "host_overhead", py))
     if verdicts:
         return Outcome(verdicts=tuple(verdicts))
-    if k.short_pct is None and h.system_cpu_pct is None:
+    if k.short_pct is None and h.system_cpu_pct is None and h.python_pct is None:
         return Outcome(skipped="no kernel statistics (profiler trace) and no host CPU reading")
     deep = (f" but the launch queue is deep (median launch-to-start lag "
             f"{k.launch_lag_us:.0f} µs): not launch-bound" if queue_deep else "")
     parts = [f"{k.short_pct:.0f}% short kernels{deep}" if k.short_pct is not None else None,
-             f"host CPU {h.system_cpu_pct:.0f}%" if h.system_cpu_pct is not None else None]
+             f"host CPU {h.system_cpu_pct:.0f}%" if h.system_cpu_pct is not None else None,
+             f"Python {h.python_pct:.0f}% of the step" if h.python_pct is not None else None]
     return Outcome(checked=", ".join(p for p in parts if p))
 
 

@@ -55,6 +55,7 @@ class Thresholds:
     short_kernel_warning_pct: float = 50.0
     launch_lag_starved_us: float = 100.0
     host_cpu_saturated_pct: float = 90.0
+    python_overhead_warning_pct: float = 30.0
     cpu_contention_system_pct: float = 80.0
     cpu_others_pct: float = 30.0
     # distributed
@@ -158,6 +159,9 @@ SOURCES: Mapping[str, str] = {
     "kernel that starts within ~100 µs of its launch found the device queue empty; a longer "
     "lag means the host runs ahead, so short kernels do not make the step launch-bound",
     "host_cpu_saturated_pct": "inferred: a CPU near 100% busy cannot feed the device on time",
+    "python_overhead_warning_pct": "inferred: with a third of a CPU step in Python outside any "
+    "operator, removing it (torch.compile, a larger batch) is the largest gain left after "
+    "loading",
     "cpu_contention_system_pct": "inferred: with under a fifth of the CPU idle, a CPU run whose "
     "threads are idle half the time is being crowded out by other processes",
     "communication_warning_pct": "torch-tb-profiler: communication / step > 0.10 → gradient "
