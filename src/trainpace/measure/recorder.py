@@ -23,6 +23,7 @@ import torch
 
 from trainpace.measure.batch import TokenCount, count_samples, count_tokens
 from trainpace.measure.clock import DeviceTimer, Marker
+from trainpace.records import StepRecord
 
 Clock = Callable[[], float]
 _TENSOR = torch.Tensor
@@ -35,11 +36,12 @@ class _Row:
     """
 
     __slots__ = ("batches", "cycle_s", "emitted", "end_marker", "end_s", "fetched_since_micro",
-                 "h2d_markers", "h2d_s", "losses", "metrics", "micro_done", "record", "samples",
-                 "start_marker", "step", "tokens", "wait_markers", "wait_s")
+                 "h2d_markers", "h2d_s", "losses", "metrics", "micro_done", "outside_s", "record",
+                 "samples", "start_marker", "step", "tokens", "wait_markers", "wait_s")
 
     def __init__(self) -> None:
         self.wait_s = 0.0
+        self.outside_s = 0.0  # between the previous step's end and this step's first fetch
         self.h2d_s: float | None = None
         self.samples = 0
         self.tokens: list[TokenCount] = []
@@ -55,7 +57,7 @@ class _Row:
         self.cycle_s = 0.0  # host cycle time
         self.start_marker: Marker | None = None
         self.end_marker: Marker | None = None
-        self.record: dict[str, Any] | None = None  # resolved, waiting for device values
+        self.record: StepRecord | None = None  # resolved, waiting for device values
         self.emitted = False  # handed out by take_records()
 
 
@@ -97,7 +99,12 @@ class StepRecorder:
         self._spare_rows: list[_Row] = []
         self._plain_batches = samples is None and tokens is None
         self._tensors_layout: tuple[type, ...] | None = None  # see _count
-        self.fault: tuple[str, Exception] | None = None  # a failure in fetch(), to report
+        self.fault: tuple[str, Exception] | None = None  # a failure of ours, to report
+        # Time outside the steps (evaluation, checkpoints between steps) is measured only on
+        # loops that pull their batches through the metered loader: without it, the time
+        # between two steps may be the loop's own data loading, which belongs to the step.
+        self._metered = False
+        self._idle_since: float | None = None  # a step ended (or the loader ran out) here
 
     # -- the loop's side ------------------------------------------------------------------
 
@@ -139,7 +146,13 @@ class StepRecorder:
         if self.t0 is None:
             self.touch()
         marker = self.timer.mark() if self.timer is not None else None
-        return self.clock(), marker
+        now = self.clock()
+        idle = self._idle_since
+        if idle is not None:
+            self._cur.outside_s += now - idle
+            self._idle_since = None
+        self._metered = True
+        return now, marker
 
     def fetch_done(self, started: tuple[float, Marker | None], batch: Any = None,
                    got_batch: bool = True) -> None:
@@ -153,6 +166,8 @@ class StepRecorder:
         if got_batch:
             row.fetched_since_micro += 1
             self._count(row, batch)  # last: a failing user counter leaves the timing intact
+        elif not self.in_step:
+            self._idle_since = now  # the loader ran out: what follows is outside the steps
 
     def copy_started(self) -> tuple[float, Marker | None]:
         """Call right before moving a batch to the device."""
@@ -173,12 +188,17 @@ class StepRecorder:
             self.touch()
         if self.in_step:
             return False
+        idle = self._idle_since
+        if idle is not None:  # no fetch since the last step: what passed is outside
+            self._cur.outside_s += self.clock() - idle
+            self._idle_since = None
         self.in_step = True
         self._accumulate = accumulate
         return True
 
     def exit(self, batch: Any, failed: bool) -> bool:
-        """A ``meter.step()`` block ended; True when it closed an optimizer step.
+        """A ``meter.step()`` block ended; True when it closed an optimizer step. Never
+        raises: a failure to count the batch is kept in :attr:`fault` (the step is kept).
 
         Kept to few operations on purpose: it runs right after the step's own work, when
         little of trainpace is still in the CPU's caches.
@@ -188,23 +208,22 @@ class StepRecorder:
         if failed:
             # The step raised: it never finished, so it is not a step. Start afresh.
             self._cur = _Row()
-            self._prev_end_s = self.clock()
+            self._prev_end_s = now = self.clock()
+            if self._metered:
+                self._idle_since = now
             if self.timer is not None:
                 self._next_start_marker = self.timer.mark()
             return False
-        count_error: Exception | None = None
         if row.fetched_since_micro:
             row.fetched_since_micro = 0
         elif batch is not None:
             try:  # no loader batch for this micro-step: count the argument
                 self._count(row, batch)
-            except Exception as exc:  # noqa: BLE001 - re-raised once the step is recorded
-                count_error = exc
+            except Exception as exc:  # noqa: BLE001 - reported by the caller
+                self.fault = ("counting a batch", exc)
         if self._accumulate != 1:
             row.micro_done += 1
             if row.micro_done < self._accumulate:
-                if count_error is not None:
-                    raise count_error
                 return False
         now = self.clock()
         steps = self.steps_closed = self.steps_closed + 1
@@ -220,8 +239,8 @@ class StepRecorder:
         self.last_closed = row
         spare = self._spare_rows
         self._cur = spare.pop() if spare else _Row()
-        if count_error is not None:
-            raise count_error
+        if self._metered:
+            self._idle_since = now
         return True
 
     def observe(self, loss: Any = None, metric: Any = None) -> None:
@@ -240,6 +259,8 @@ class StepRecorder:
         self.overhead_s += seconds
         if self._prev_end_s is not None:
             self._prev_end_s += seconds
+        if self._idle_since is not None:
+            self._idle_since += seconds
 
     @property
     def open_samples(self) -> int:
@@ -288,7 +309,7 @@ class StepRecorder:
 
     # -- the window boundary's side -------------------------------------------------------
 
-    def take_records(self, *, final: bool = False) -> list[dict[str, Any]]:
+    def take_records(self, *, final: bool = False) -> list[StepRecord]:
         """Finished ``steps.jsonl`` records, oldest first (those whose values can be read now).
 
         Without ``final`` it never blocks: a step whose device events have not completed, or
@@ -297,7 +318,7 @@ class StepRecorder:
         """
         return self.take_ready(final=final)()
 
-    def take_ready(self, *, final: bool = False) -> Callable[[], list[dict[str, Any]]]:
+    def take_ready(self, *, final: bool = False) -> Callable[[], list[StepRecord]]:
         """:meth:`take_records`, with the making of the records left to the caller of the
         function returned (another thread may call it): on the host clock the steps are
         handed over as they are, which keeps the training thread's share of a window short.
@@ -311,10 +332,10 @@ class StepRecorder:
         records = self._device_records(final)
         return lambda: records
 
-    def _host_records(self, rows: list[_Row]) -> list[dict[str, Any]]:
+    def _host_records(self, rows: list[_Row]) -> list[StepRecord]:
         return [self._host_record(row) for row in rows]
 
-    def _device_records(self, final: bool) -> list[dict[str, Any]]:
+    def _device_records(self, final: bool) -> list[StepRecord]:
         timer = self.timer
         assert timer is not None
         ready: list[_Row] = []
@@ -332,24 +353,27 @@ class StepRecorder:
         self._start_readback(ready)
         return self._finish_readback(final)
 
-    def _host_record(self, row: _Row) -> dict[str, Any]:
+    def _host_record(self, row: _Row) -> StepRecord:
         assert self.t0 is not None
         row.emitted = True
+        loss, nonfinite = _loss(row.losses)
         return {
             "step": row.step,
             "t_s": row.end_s - self.t0,
-            "step_s": row.cycle_s,
+            "step_s": row.cycle_s - row.outside_s,
             "wait_s": row.wait_s,
             "exposed_wait_s": None,
             "h2d_s": row.h2d_s,
             "samples": row.samples,
             "tokens": int(sum(row.tokens)) if row.tokens else None,
             "micro_batches": row.batches,
-            "loss": _mean(row.losses) if row.losses else None,
+            "loss": loss,
             "metric": _mean(row.metrics) if row.metrics else None,
+            "outside_s": row.outside_s if self._metered else None,
+            "loss_nonfinite": nonfinite,
         }
 
-    def _resolve_times(self, row: _Row) -> dict[str, Any]:
+    def _resolve_times(self, row: _Row) -> StepRecord:
         step_s = row.cycle_s
         exposed: float | None = None
         h2d = row.h2d_s
@@ -363,6 +387,10 @@ class StepRecorder:
             for marker in [row.start_marker, *(m for pair in row.wait_markers for m in pair),
                            *(m for pair in row.h2d_markers for m in pair)]:
                 timer.release(marker)
+            # the device ran the work done outside the step (an evaluation) in that time too
+            step_s = max(step_s - row.outside_s, 0.0)
+        else:
+            step_s -= row.outside_s
         assert self.t0 is not None
         return {
             "step": row.step,
@@ -376,6 +404,8 @@ class StepRecorder:
             "micro_batches": row.batches,
             "loss": None,
             "metric": None,
+            "outside_s": row.outside_s if self._metered else None,
+            "loss_nonfinite": None,
         }
 
     def _start_readback(self, rows: list[_Row]) -> None:
@@ -405,7 +435,7 @@ class StepRecorder:
         host.copy_(stacked, non_blocking=True)
         self._readback = _Readback(self.timer.mark(), host, slots, blocked)
 
-    def _finish_readback(self, final: bool) -> list[dict[str, Any]]:
+    def _finish_readback(self, final: bool) -> list[StepRecord]:
         readback = self._readback
         if readback is not None:
             assert self.timer is not None
@@ -415,13 +445,13 @@ class StepRecorder:
                 readback.apply()
                 self._readback = readback = None
         blocked = readback.rows if readback is not None else set()
-        out: list[dict[str, Any]] = []
+        out: list[StepRecord] = []
         while self._reading and id(self._reading[0]) not in blocked:
             row = self._reading.popleft()
             record = row.record
             assert record is not None
             record["tokens"] = int(sum(row.tokens)) if row.tokens else None
-            record["loss"] = _mean(row.losses)
+            record["loss"], record["loss_nonfinite"] = _loss(row.losses)
             record["metric"] = _mean(row.metrics)
             row.emitted = True
             out.append(record)
@@ -449,6 +479,16 @@ def _keep(value: Any) -> Any:
             return float(value.detach().float().mean())
         return value.detach()
     return float(value)
+
+
+def _loss(values: list[Any]) -> tuple[float | None, bool | None]:
+    """The step's mean loss and whether a loss was NaN or infinite (then no mean: None)."""
+    if not values:
+        return None, None
+    kept = [float(v) for v in values if v is not None]
+    if not all(map(math.isfinite, kept)):
+        return None, True
+    return (sum(kept) / len(kept) if kept else None), False
 
 
 def _mean(values: list[Any]) -> float | None:
