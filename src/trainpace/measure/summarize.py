@@ -231,11 +231,14 @@ def summarize(
     t_s = series.column("t_s")
     if progress is None and goal is not None:
         progress = target_progress(series, goal)
-    wall_s = wall_s if wall_s is not None else (float(t_s[-1]) if n else None)
     outside = series.column("outside_s")
     outside = outside[np.isfinite(outside)]
-    # Measured only when the loop pulls its batches through meter.loader() (see StepRecord).
+    # Measured only when the loop pulls its batches through meter.loader() (see StepRecord);
+    # then the time from the last step to the end of the run (a last evaluation) is too.
     outside_s = float(outside.sum()) if outside.size else None
+    if outside_s is not None and wall_s is not None and n:
+        outside_s += max(wall_s - float(t_s[-1]), 0.0)
+    wall_s = wall_s if wall_s is not None else (float(t_s[-1]) if n else None)
     time = Time(
         wall_s=wall_s,
         measured_s=rates["measured_s"],

@@ -149,13 +149,15 @@ class Meter:
             state=self._state, recorder=self._recorder,
             run_folder=RunFolderSink(self.path) if self.path is not None else None,
             sinks=self._sink_threads, faults=self._faults, clock=clock,
-            vitals=lambda: self._vitals, refresh=self._refresh)
+            vitals=lambda: self._vitals, refresh=self._refresh,
+            waited_on=lambda: self._writer.waited_on)
         self._writer = BackgroundWriter(lambda exc: self._faults.report("writing the run", exc),
                                         on_windows=self._pipeline.windows)
         self._lagging = False  # the writer could not catch up once: stop waiting for it
         self._loop = Loop(recorder=self._recorder, captures=self._captures, faults=self._faults,
                           clock=clock, window=config.window, hand_over=self._hand_over,
                           first_step=self._begin_run, loader_done=self._flush_lines)
+        self._context = self._loop.context
         # a run never finished still gets its windows out; never waits on a user sink
         self._exit_hook = _at_exit_of(self)
         atexit.register(self._exit_hook)
@@ -191,16 +193,19 @@ class Meter:
         """
         if accumulate != 1 and not is_int_at_least(accumulate, 1):
             raise ConfigError("accumulate", accumulate, "must be an integer >= 1")
-        context = self._loop.context
-        if context.open:
-            self._faults.warn_once("nested", "meter.step() inside meter.step(): steps do not "
-                                   "nest; the inner block is ignored (the outer one is the step)")
-            return context
+        context = self._context
+        if context.open or self._loop.finished:
+            return self._odd_step(context)
+        context.batch = batch
+        context.accumulate = accumulate
+        return context
+
+    def _odd_step(self, context: StepContext) -> StepContext | NullStep:
         if self._loop.finished:
             self._after_finish("meter.step()")
             return NULL_STEP
-        context.batch = batch
-        context.accumulate = accumulate
+        self._faults.warn_once("nested", "meter.step() inside meter.step(): steps do not nest; "
+                               "the inner block is ignored (the outer one is the step)")
         return context
 
     def observe(self, *, loss: Any = None, metric: Any = None, target: float | None = None,

@@ -96,9 +96,9 @@ class StepContext:
         self._depth = 0
 
     @property
-    def open(self) -> bool:
-        """Inside a step block now (a nested ``meter.step()`` must not change it)."""
-        return self._depth > 0
+    def open(self) -> int:
+        """Inside a step block now (nonzero): a nested ``meter.step()`` must not change it."""
+        return self._depth
 
     def __enter__(self) -> StepContext:
         self._depth += 1

@@ -52,7 +52,8 @@ class WindowPipeline:
     def __init__(self, *, state: RunState, recorder: StepRecorder,
                  run_folder: RunFolderSink | None, sinks: list[SinkThread], faults: Faults,
                  clock: Callable[[], float], vitals: Callable[[], DeviceVitals | None],
-                 refresh: Callable[[float], Summary]) -> None:
+                 refresh: Callable[[float], Summary],
+                 waited_on: Callable[[], bool] = lambda: False) -> None:
         self.state = state
         self.run_folder = run_folder
         self.sinks = sinks
@@ -62,6 +63,9 @@ class WindowPipeline:
         self._clock = clock
         self._vitals = vitals
         self._refresh = refresh
+        self._waited_on = waited_on
+        self._device_figures: dict[str, float | None] = {}
+        self._device_figures_s = -float("inf")
         self._stock = min(state.config.window, ROWS_STOCKED)
         self._system_written_s = -float("inf")
         self._last_refresh_s = 0.0
@@ -91,7 +95,7 @@ class WindowPipeline:
                 records.extend(window.make_records())
             if records:
                 self._window(records, final)
-            _yield_gil()
+            self._yield_gil()
         self._system(windows[-1].last_step)
         if not final:
             self._maybe_refresh(windows[-1].last_step)
@@ -106,17 +110,38 @@ class WindowPipeline:
             figures["time_to_target_s"] = progress.time_to_target_s
             figures["eta_to_target_s"] = progress.eta_s
         figures["device_kind"] = state.device.type
-        vitals = self._vitals()
-        if vitals is not None:
-            first = records[0]
-            figures.update(vitals.window_figures(  # type: ignore[typeddict-item]
-                float(first["t_s"] - first["step_s"]), float(records[-1]["t_s"])))
+        figures.update(self._device_window(records))  # type: ignore[typeddict-item]
         self.emit(Record("window", {"window": figures, "steps": records}, records[-1]["step"]))
         for observer in self.observers:
             try:
                 observer(figures, records)
             except BaseException as exc:  # noqa: BLE001 - an observer never ends the writer
                 self._faults.report(f"window observer {_name(observer)}", exc)
+
+    def _device_window(self, records: list[StepRecord]) -> dict[str, float | None]:
+        """The sampler's means over the window. A window shorter than the sampler's period
+        holds one reading at most: the last figures are kept, not aggregated again."""
+        vitals = self._vitals()
+        if vitals is None:
+            return {}
+        t_end_s = float(records[-1]["t_s"])
+        if t_end_s - self._device_figures_s >= self.state.config.sample_interval_s:
+            first = records[0]
+            t_start_s = min(float(first["t_s"] - first["step_s"]), self._device_figures_s)
+            self._device_figures = vitals.window_figures(max(t_start_s, 0.0), t_end_s)
+            self._device_figures_s = t_end_s
+        return self._device_figures
+
+    def _yield_gil(self) -> None:
+        """Let the training thread run if it is waiting for the GIL (not when it is waiting
+        for this thread: then the GIL is free, and yielding gives it to other processes).
+
+        The writer's work is Python and holds the GIL; CPython makes a waiting thread wait up
+        to the switch interval (5 ms) before it forces a switch. Yielding between the windows
+        keeps the training thread's wait short.
+        """
+        if not self._waited_on():
+            time.sleep(0)
 
     def _system(self, last_step: int) -> None:
         vitals = self._vitals()
@@ -137,22 +162,12 @@ class WindowPipeline:
         now = self._clock()
         if now - self._last_refresh_s < self._refresh_cost_s / REFRESH_BUDGET:
             return
-        _yield_gil()
+        self._yield_gil()
         summary = self._refresh(now)
-        _yield_gil()
+        self._yield_gil()
         self.emit(Record("summary", summary.to_dict(), last_step))
         self._last_refresh_s = self._clock()
         self._refresh_cost_s = self._last_refresh_s - now
-
-
-def _yield_gil() -> None:
-    """Let the training thread run if it is waiting for the GIL.
-
-    The writer's work is Python and holds the GIL; CPython makes a waiting thread wait up to
-    the switch interval (5 ms) before it forces a switch. Yielding between the stages of a
-    window keeps the training thread's wait to one stage.
-    """
-    time.sleep(0)
 
 
 def _name(fn: object) -> str:

@@ -55,6 +55,7 @@ class BackgroundWriter:
         self._done = threading.Condition(self._lock)
         self.windows_submitted = 0
         self.windows_written = 0
+        self.waited_on = False  # the training thread is blocked in wait_for() now
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -83,12 +84,16 @@ class BackgroundWriter:
         """Block until window number ``window`` is written (True), or ``timeout_s`` passed."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            while self.windows_written < window and self._thread.is_alive():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._done.wait(left)
-            return self.windows_written >= window
+            self.waited_on = True
+            try:
+                while self.windows_written < window and self._thread.is_alive():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._done.wait(left)
+                return self.windows_written >= window
+            finally:
+                self.waited_on = False
 
     def close(self, timeout_s: float | None = None) -> bool:
         """Run everything still queued, then stop the thread (idempotent). False when the

@@ -83,6 +83,7 @@ class RunFolderSink:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         self._fds: dict[str, int] = {}
+        self._sizes: dict[str, int] = {}  # bytes in each appended file (cut back to on failure)
         self.missing_steps: list[list[int]] = []  # [first, last] ranges that are not on disk
         self.missing_system_rows = 0
         self._failing: OSError | None = None  # the error of the write failing now, if any
@@ -161,12 +162,15 @@ class RunFolderSink:
         if fd is None:
             fd = self._fds[name] = os.open(self.path / name,
                                            os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._sizes[name] = os.fstat(fd).st_size
         # orjson writes NaN and infinities as null: strict JSON without a pass over the rows
-        data = memoryview(b"\n".join(map(orjson.dumps, rows)) + b"\n")
-        size = os.lseek(fd, 0, os.SEEK_END)
+        whole = b"\n".join(map(orjson.dumps, rows)) + b"\n"
+        data = memoryview(whole)
+        size = self._sizes[name]
         try:
             while data:  # in the OS's hands once written: survives the process being killed
                 data = data[os.write(fd, data):]
+            self._sizes[name] = size + len(whole)
         except OSError:
             try:  # no half line left behind for the next write to join
                 os.ftruncate(fd, size)
