@@ -157,3 +157,31 @@ def test_sigkill_loses_at_most_the_open_window_and_the_one_in_flight(tmp_path):
         done = int.from_bytes(counter.read_bytes(), "little")
         recovered = len(read_run(out).steps)
         assert done - 2 * 20 <= recovered <= done
+
+
+UNFINISHED = """
+import sys, threading, torch, trainpace
+from pathlib import Path
+
+class Hanging:
+    def log(self, record): threading.Event().wait()
+    def close(self): threading.Event().wait()
+
+meter = trainpace.Meter(Path(sys.argv[1]), window=10, console=False, report=False,
+                        count_flops=False, sinks=[Hanging()])
+for b in meter.loader([torch.zeros(2)] * 105):
+    with meter.step(b):
+        pass
+# no finish(): the interpreter exits here
+"""
+
+
+def test_a_run_never_finished_exits_without_waiting_on_a_hanging_sink(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(Path(trainpace.__file__).parents[1]))
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", UNFINISHED, str(tmp_path / "run")], env=env,
+                   check=True, timeout=120)
+    exited_s = time.monotonic() - started
+    assert len(read_run(tmp_path / "run").steps) == 105  # the exit hook wrote every step
+    # the child's exit did not wait on the sink (imports alone take seconds on a busy machine)
+    assert exited_s < 60

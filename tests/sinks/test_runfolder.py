@@ -13,7 +13,12 @@ import trainpace.sinks.runfolder as runfolder
 from trainpace.errors import ConfigError
 from trainpace.records import STEP_FIELDS
 from trainpace.runlog import Record, read_run
-from trainpace.sinks.runfolder import CLAIM_FILE, RunFolderSink, claim_run_folder
+from trainpace.sinks.runfolder import (
+    CLAIM_FILE,
+    RunFolderSink,
+    claim_rank_folder,
+    claim_run_folder,
+)
 
 
 def steps(first, last):
@@ -98,3 +103,10 @@ def test_a_full_disk_loses_the_steps_it_held_and_says_which(tmp_path, monkeypatc
     messages = [r.getMessage() for r in caplog.records]
     assert sum("from step 11 on" in m for m in messages) == 1
     assert sum("steps 11-30 are missing" in m for m in messages) == 1
+
+
+def test_the_ranks_of_a_job_share_a_run_folder_and_each_claims_its_own(tmp_path):
+    first = [claim_rank_folder(tmp_path / "run", rank) for rank in range(4)]
+    assert first == [tmp_path / "run" / f"rank{r}" for r in range(4)]
+    again = [claim_rank_folder(tmp_path / "run", rank) for rank in range(4)]  # a second job
+    assert again == [tmp_path / "run-2" / f"rank{r}" for r in range(4)]

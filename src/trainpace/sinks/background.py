@@ -33,8 +33,9 @@ logger = logging.getLogger("trainpace")
 _STOP = object()
 _WINDOW = object()  # a job that takes every window handed over so far
 
-SINK_QUEUE_RECORDS = 256
-"""Records a sink may have waiting (a few per window): beyond, the oldest are dropped."""
+SINK_QUEUE_RECORDS = 64
+"""Records a sink may have waiting (two or three per window; a window record holds its step
+records, ~50 kB at window 100): beyond, the oldest are dropped."""
 
 
 class BackgroundWriter:

@@ -51,6 +51,22 @@ def claim_run_folder(path: Path) -> Path:
     return candidate
 
 
+def claim_rank_folder(path: Path, rank: int) -> Path:
+    """The folder of rank ``rank`` of a distributed job: ``rank{rank}/`` inside the run folder,
+    claimed atomically. The run folder is shared by the ranks of one job; each rank walks
+    ``path``, ``path-2``... and takes the first whose ``rank{rank}/`` no run holds, so the
+    ranks of a job started again after an earlier one land together in the next folder."""
+    candidate, n = path, 1
+    while True:
+        if candidate.exists() and not candidate.is_dir():
+            if candidate == path:
+                raise ConfigError("out", str(path), "must be a folder, but it is a file")
+        elif _claim(candidate / f"rank{rank}", key_value=path):
+            return candidate / f"rank{rank}"
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+
+
 def _claim(folder: Path, *, key_value: Path) -> bool:
     try:
         folder.mkdir(parents=True, exist_ok=True)
