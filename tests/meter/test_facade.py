@@ -73,7 +73,16 @@ def test_finish_closes_a_flop_counter_left_open(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_profiler_shutdown_is_not_charged_to_a_step(tmp_path):
+def test_the_profiler_shutdown_is_not_charged_to_a_step(tmp_path, monkeypatch):
+    from trainpace.trace.capture import ProfileWindow
+
+    real_finish = ProfileWindow._finish
+
+    def slow_finish(self):  # the shutdown, made 0.3 s long: far above this machine's noise
+        time.sleep(0.3)
+        real_finish(self)
+
+    monkeypatch.setattr(ProfileWindow, "_finish", slow_finish)
     meter = trainpace.Meter(tmp_path / "run", window=5, warmup=1, profile_steps=(3, 6),
                             console=False, report=False, count_flops=False)
     for b in meter.loader([torch.zeros(2)] * 10):
@@ -81,9 +90,8 @@ def test_the_profiler_shutdown_is_not_charged_to_a_step(tmp_path):
             time.sleep(0.02)
     meter.finish()
     step_s = {r["step"]: r["step_s"] for r in read_run(meter.path).steps}
-    assert meter._recorder.overhead_s > 0.005  # starting and stopping the profiler: measured
-    for step in (3, 6):  # the profiler starts in step 3's cycle and stops before step 6's
-        assert step_s[step] < 0.02 + 0.015, step_s
+    assert meter._recorder.overhead_s >= 0.3  # measured, and kept out of the steps
+    assert max(step_s.values()) < 0.2, step_s  # step 6 (after the stop) is not 0.3 s longer
 
 
 def test_the_last_window_line_is_out_when_the_loader_is_exhausted(tmp_path, clock):

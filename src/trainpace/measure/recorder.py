@@ -44,14 +44,16 @@ class _Row:
         self.outside_s = 0.0  # between the previous step's end and this step's first fetch
         self.h2d_s: float | None = None
         self.samples = 0
-        self.tokens: list[TokenCount] = []
+        # Lists are made when a first value comes (an empty tuple until then): most steps
+        # never have tokens or markers, and a row is made per step.
+        self.tokens: list[TokenCount] | tuple[()] = ()
         self.batches = 0
         self.fetched_since_micro = 0
         self.micro_done = 0
-        self.losses: list[Any] = []
-        self.metrics: list[Any] = []
-        self.wait_markers: list[tuple[Marker, Marker]] = []
-        self.h2d_markers: list[tuple[Marker, Marker]] = []
+        self.losses: list[Any] | tuple[()] = ()
+        self.metrics: list[Any] | tuple[()] = ()
+        self.wait_markers: list[tuple[Marker, Marker]] | tuple[()] = ()
+        self.h2d_markers: list[tuple[Marker, Marker]] | tuple[()] = ()
         self.step = 0
         self.end_s = 0.0  # clock() at the step's end
         self.cycle_s = 0.0  # host cycle time
@@ -162,7 +164,11 @@ class StepRecorder:
         row = self._cur
         row.wait_s += now - t_start
         if self.timer is not None and m_start is not None:
-            row.wait_markers.append((m_start, self.timer.mark()))
+            pair = (m_start, self.timer.mark())
+            if isinstance(row.wait_markers, list):
+                row.wait_markers.append(pair)
+            else:
+                row.wait_markers = [pair]
         if got_batch:
             row.fetched_since_micro += 1
             self._count(row, batch)  # last: a failing user counter leaves the timing intact
@@ -180,7 +186,11 @@ class StepRecorder:
         row = self._cur
         row.h2d_s = (row.h2d_s or 0.0) + (self.clock() - t_start)
         if self.timer is not None and m_start is not None:
-            row.h2d_markers.append((m_start, self.timer.mark()))
+            pair = (m_start, self.timer.mark())
+            if isinstance(row.h2d_markers, list):
+                row.h2d_markers.append(pair)
+            else:
+                row.h2d_markers = [pair]
 
     def enter(self, accumulate: int) -> bool:
         """A ``meter.step()`` block begins. Returns False when it is nested (ignored)."""
@@ -250,9 +260,15 @@ class StepRecorder:
         # unless that one was already written out; then it goes to the next step.
         row = last if not self.in_step and last is not None and not last.emitted else self._cur
         if loss is not None:
-            row.losses.append(_keep(loss))
+            if isinstance(row.losses, list):
+                row.losses.append(_keep(loss))
+            else:
+                row.losses = [_keep(loss)]
         if metric is not None:
-            row.metrics.append(_keep(metric))
+            if isinstance(row.metrics, list):
+                row.metrics.append(_keep(metric))
+            else:
+                row.metrics = [_keep(metric)]
 
     def exclude_from_cycle(self, seconds: float) -> None:
         """Time the meter spent on its own work between steps; kept out of the next step."""
@@ -295,11 +311,11 @@ class StepRecorder:
         if samples is not None:
             row.samples += int(samples)
         if self._tokens_fn is not None:
-            row.tokens.append(int(self._tokens_fn(batch)))
+            _add_tokens(row, int(self._tokens_fn(batch)))
             return
         tokens, how = count_tokens(batch)
         if tokens is not None:
-            row.tokens.append(tokens)
+            _add_tokens(row, tokens)
             if self.tokens_counted is None:
                 self.tokens_counted = how
         elif type(batch) in (tuple, list) and batch and samples is not None:
@@ -414,8 +430,10 @@ class StepRecorder:
         slots: list[tuple[list[Any], int]] = []
         blocked: set[int] = set()
         for row in rows:
-            lists: tuple[list[Any], ...] = (row.tokens, row.losses, row.metrics)
-            for values in lists:
+            for kept in (row.tokens, row.losses, row.metrics):
+                if not isinstance(kept, list):
+                    continue
+                values: list[Any] = kept  # device values are replaced by floats once read
                 for i, value in enumerate(values):
                     if isinstance(value, torch.Tensor) and value.device.type == "cuda":
                         device_values.append(value.float().reshape(-1).mean())
@@ -472,6 +490,13 @@ class _Readback:
             values[i] = value
 
 
+def _add_tokens(row: _Row, tokens: TokenCount) -> None:
+    if isinstance(row.tokens, list):
+        row.tokens.append(tokens)
+    else:
+        row.tokens = [tokens]
+
+
 def _keep(value: Any) -> Any:
     """A loss/metric as kept until the boundary: a float, or a detached device tensor."""
     if isinstance(value, torch.Tensor):
@@ -481,7 +506,7 @@ def _keep(value: Any) -> Any:
     return float(value)
 
 
-def _loss(values: list[Any]) -> tuple[float | None, bool | None]:
+def _loss(values: list[Any] | tuple[()]) -> tuple[float | None, bool | None]:
     """The step's mean loss and whether a loss was NaN or infinite (then no mean: None)."""
     if not values:
         return None, None
@@ -491,7 +516,7 @@ def _loss(values: list[Any]) -> tuple[float | None, bool | None]:
     return (sum(kept) / len(kept) if kept else None), False
 
 
-def _mean(values: list[Any]) -> float | None:
+def _mean(values: list[Any] | tuple[()]) -> float | None:
     finite = [float(v) for v in values if v is not None]
     if not finite:
         return None

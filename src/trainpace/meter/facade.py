@@ -249,6 +249,7 @@ class Meter:
                 self._vitals.stop()  # a last reading, then the thread is joined
             self._hand_over(final=True)
             self._close_writer()  # every window written; from here on, one thread
+            # (after the loop, before the summary: where a quick CPU ceiling may be measured)
             summary = self._build_summary(final=True, end_s=end_s)
             summary = self._with_profile(summary)
             summary = self._diagnosed(summary)
@@ -286,7 +287,9 @@ class Meter:
         if final or number < 2 or writer.windows_written >= number - 1:
             self._lagging = False
             return
-        if not self._lagging and not writer.wait_for(number - 1, LAG_WAIT_S):
+        # Behind: wait until it has written this window too, so the next boundaries find it
+        # caught up (each wait costs a wake-up of the writer, milliseconds on a busy machine).
+        if not self._lagging and not writer.wait_for(number, LAG_WAIT_S):
             self._lagging = True
 
     def _begin_run(self) -> Any:
