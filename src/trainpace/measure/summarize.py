@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,45 +62,57 @@ def warmup_steps(step_s: np.ndarray, setting: int | str) -> int:
     return 1 if start is None else start
 
 
+_WINDOW_COLUMNS = operator.itemgetter("step_s", "samples", "tokens", "wait_s", "exposed_wait_s",
+                                     "h2d_s")
+_EVERY_STEP = operator.itemgetter("loss", "outside_s", "loss_nonfinite")
+
+
 def window_figures(records: Sequence[StepRecord], warmup: int) -> WindowFigures:
     """Figures of one window: its steps past warm-up. The same definitions as the summary's,
-    in plain Python (a window is small and this runs between two training steps)."""
-    measured = [r for r in records if r["step"] > warmup]
-    step_s = sorted(r["step_s"] for r in measured)
-    total_s = sum(step_s)
+    in plain Python (a window is small and this runs between two training steps); the
+    columns are taken out in one pass, in C."""
+    n = len(records)
+    skip = 0
+    while skip < n and records[skip]["step"] <= warmup:  # steps are in order
+        skip += 1
+    measured = n - skip
+    step_s, samples, tokens, wait, exposed, h2d = (
+        zip(*map(_WINDOW_COLUMNS, records[skip:]), strict=True) if measured else ((),) * 6)
+    losses, outside, nonfinite = zip(*map(_EVERY_STEP, records), strict=True) if n else ((),) * 3
+    ordered = sorted(step_s)
+    total_s = sum(ordered)
     ok = total_s > 0
-    tokens = [r["tokens"] for r in measured]
-    samples = [r["samples"] for r in measured]
-    losses = [r["loss"] for r in records if r["loss"] is not None]
-    exposed = [r["exposed_wait_s"] for r in measured if r["exposed_wait_s"] is not None]
-    h2d = [r["h2d_s"] for r in measured if r["h2d_s"] is not None]
-    wait_s = sum(r["wait_s"] for r in measured)
-    outside = [r["outside_s"] for r in records if r["outside_s"] is not None]
+    wait_s = sum(wait)
+    kept_losses = [v for v in losses if v is not None]
+    kept_exposed = [v for v in exposed if v is not None]
+    kept_h2d = [v for v in h2d if v is not None]
+    kept_outside = [v for v in outside if v is not None]
     return {
-        "first_step": records[0]["step"] if records else None,
-        "last_step": records[-1]["step"] if records else None,
-        "steps": len(records),
-        "measured_steps": len(measured),
+        "first_step": records[0]["step"] if n else None,
+        "last_step": records[-1]["step"] if n else None,
+        "steps": n,
+        "measured_steps": measured,
         "warmup_steps": warmup,
         "measured_s": total_s if measured else None,
         "samples_per_s": _rate(samples, total_s),
         "tokens_per_s": _rate(tokens, total_s),
-        "steps_per_s": len(measured) / total_s if ok else None,
-        "step_s_median": percentile_sorted(step_s, 50.0),
-        "step_s_p90": percentile_sorted(step_s, 90.0),
-        "step_s_mean": total_s / len(measured) if measured else None,
-        "wait_s_per_step": wait_s / len(measured) if measured else None,
+        "steps_per_s": measured / total_s if ok else None,
+        "step_s_median": percentile_sorted(ordered, 50.0),
+        "step_s_p90": percentile_sorted(ordered, 90.0),
+        "step_s_mean": total_s / measured if measured else None,
+        "wait_s_per_step": wait_s / measured if measured else None,
         "wait_pct": 100.0 * wait_s / total_s if ok else None,
-        "exposed_wait_s_per_step": sum(exposed) / len(exposed) if exposed else None,
-        "h2d_s_per_step": sum(h2d) / len(h2d) if h2d else None,
-        "outside_s": sum(outside) if outside else None,
-        "loss": sum(losses) / len(losses) if losses else None,
-        "loss_nonfinite_steps": sum(1 for r in records if r["loss_nonfinite"] is True),
-        "t_s": records[-1]["t_s"] if records else None,
+        "exposed_wait_s_per_step": (sum(kept_exposed) / len(kept_exposed)
+                                    if kept_exposed else None),
+        "h2d_s_per_step": sum(kept_h2d) / len(kept_h2d) if kept_h2d else None,
+        "outside_s": sum(kept_outside) if kept_outside else None,
+        "loss": sum(kept_losses) / len(kept_losses) if kept_losses else None,
+        "loss_nonfinite_steps": nonfinite.count(True),
+        "t_s": records[-1]["t_s"] if n else None,
     }
 
 
-def _rate(counts: list[int | None], total_s: float) -> float | None:
+def _rate(counts: Sequence[int | None], total_s: float) -> float | None:
     """Counts per second over ``total_s``; None unless every step was counted."""
     if total_s <= 0 or not counts or any(c is None for c in counts):
         return None
