@@ -119,7 +119,7 @@ class Meter:
         for wiring in ("self", "sinks", "stream", "clock"):
             del settings[wiring]
         self.config = config = MeterConfig(**settings)
-        extra_sinks = checked_sinks(sinks)
+        outputs = [*keyword_sinks(config, stream), *checked_sinks(sinks)]  # before any claim
         self.device = resolve_device(config.device)
         self._peaks = override_peaks(peaks) if peaks is not None else None
         self._dtype = canonical_dtype(dtype) if dtype is not None else None
@@ -143,8 +143,7 @@ class Meter:
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
         self._summary: Summary | None = None
         self._meta: dict[str, Any] = {}
-        self._sink_threads = [SinkThread(sink) for sink in [*keyword_sinks(config, stream),
-                                                             *extra_sinks]]
+        self._sink_threads = [SinkThread(sink) for sink in outputs]
         self._pipeline = WindowPipeline(
             state=self._state, recorder=self._recorder,
             run_folder=RunFolderSink(self.path) if self.path is not None else None,
