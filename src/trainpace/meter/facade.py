@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import datetime as dt
+import logging
 import os
 import tempfile
 import time
@@ -66,6 +67,8 @@ from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder  # noqa: T
 from trainpace.summary import Summary
 from trainpace.trace.capture import ProfileWindow
 from trainpace.trace.evidence import with_trace_evidence
+
+logger = logging.getLogger("trainpace")
 
 # The training thread waits for the writer when it is more than a window behind (steps far
 # shorter than the writer's work per step), at most this long at a time.
@@ -119,8 +122,8 @@ class Meter:
         for wiring in ("self", "sinks", "stream", "clock"):
             del settings[wiring]
         self.config = config = MeterConfig(**settings)
-        outputs = [*keyword_sinks(config, stream), *checked_sinks(sinks)]  # before any claim
         self.device = resolve_device(config.device)
+        outputs = [*keyword_sinks(config, stream), *checked_sinks(sinks)]  # before any claim
         self._peaks = override_peaks(peaks) if peaks is not None else None
         self._dtype = canonical_dtype(dtype) if dtype is not None else None
         self._stream = stream
@@ -131,9 +134,8 @@ class Meter:
         self.run_id: str = config.run_id or (self.path.name if self.path else
                                              self._started_at.strftime("run-%Y%m%d-%H%M%S"))
         if count_flops and flops_per_step is None and warmup == 0:
-            self._faults.warn_once("flops", "FLOPs are not counted with warmup=0: the counted "
-                                   "step would be measured; pass flops_per_step= or leave a "
-                                   "warm-up step")
+            logger.info("trainpace: FLOPs are not counted with warmup=0: the counted step "
+                        "would be measured; pass flops_per_step= or leave a warm-up step")
         self._recorder = StepRecorder(clock=clock, timer=device_timer_for(self.device),
                                       samples=samples, tokens=tokens)
         self._recorder.stock_rows(min(config.window, ROWS_STOCKED))
