@@ -6,7 +6,10 @@ finished steps into ``steps.jsonl`` records once their device events and values 
 without a synchronization. It does no I/O and never prints.
 
 A *step* is an optimizer step. Its cycle runs from the end of the previous step to its own
-end, so the wait for its batch, fetched before ``with meter.step(...)``, is inside it.
+end, so the wait for its batch, fetched before ``with meter.step(...)``, is inside it. When
+the loop pulls its batches through the metered loader, the part of the cycle before the
+step's first fetch (an evaluation, a checkpoint between steps) is its ``outside_s``, kept out
+of its ``step_s``.
 """
 
 from __future__ import annotations
