@@ -43,6 +43,15 @@ class MeterConfig:
     """Device whose clock times the steps: "cpu", "cuda[:i]", "mps"; None picks the accelerator."""
     tensorboard: Path | None = None
     """Folder for TensorBoard event files (needs the 'tensorboard' extra); None: off."""
+    wandb: Any = None
+    """W&B: True (the active run, else a new one) or a run object (``wandb.init()``); None: off
+    (these four are checked by :func:`trainpace.sinks.options.check_options`)."""
+    mlflow: bool | str | None = None
+    """MLflow: True (the active run, else a new one) or a tracking URI; None: off."""
+    prometheus: int | None = None
+    """Prometheus: the port of an exporter to serve the window figures on; None: off."""
+    prometheus_host: str | None = None
+    """The address the Prometheus exporter listens on (default 127.0.0.1)."""
     console: bool = True
     """Print one line per window (to ``stream``, default stderr)."""
     report: bool = True

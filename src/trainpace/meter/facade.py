@@ -63,7 +63,11 @@ from trainpace.runlog import Record
 from trainpace.sinks.background import BackgroundWriter, SinkThread, close_all  # noqa: TID251 - the facade wires the outputs
 from trainpace.sinks.base import Sink  # noqa: TID251 - the facade wires the outputs
 from trainpace.sinks.console import ConsoleSink  # noqa: TID251 - the facade wires the outputs
-from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder  # noqa: TID251 - the facade wires the outputs
+from trainpace.sinks.runfolder import (  # noqa: TID251 - the facade wires the outputs
+    RunFolderSink,
+    claim_run_folder,
+    release_run_folder,
+)
 from trainpace.summary import Summary
 from trainpace.trace.capture import ProfileWindow
 from trainpace.trace.evidence import with_trace_evidence
@@ -104,6 +108,10 @@ class Meter:
         tokens: Callable[[Any], int] | None = None,
         device: str | torch.device | None = None,
         tensorboard: str | os.PathLike[str] | None = None,
+        wandb: Any = None,
+        mlflow: bool | str | None = None,
+        prometheus: int | None = None,
+        prometheus_host: str | None = None,
         console: bool = True,
         report: bool = True,
         sample_interval_s: float = 0.1,
@@ -123,7 +131,7 @@ class Meter:
             del settings[wiring]
         self.config = config = MeterConfig(**settings)
         self.device = resolve_device(config.device)
-        outputs = [*keyword_sinks(config, stream), *checked_sinks(sinks)]  # before any claim
+        extra_sinks = checked_sinks(sinks)
         self._peaks = override_peaks(peaks) if peaks is not None else None
         self._dtype = canonical_dtype(dtype) if dtype is not None else None
         self._stream = stream
@@ -133,6 +141,12 @@ class Meter:
         self.path: Path | None = claim_run_folder(config.out) if config.out else None
         self.run_id: str = config.run_id or (self.path.name if self.path else
                                              self._started_at.strftime("run-%Y%m%d-%H%M%S"))
+        try:
+            outputs = [*keyword_sinks(config, stream, self.run_id), *extra_sinks]
+        except BaseException:
+            if self.path is not None:
+                release_run_folder(self.path)  # nothing was written: the name is free again
+            raise
         if count_flops and flops_per_step is None and warmup == 0:
             logger.info("trainpace: FLOPs are not counted with warmup=0: the counted step "
                         "would be measured; pass flops_per_step= or leave a warm-up step")

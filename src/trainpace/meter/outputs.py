@@ -16,6 +16,7 @@ from trainpace.config import MeterConfig
 from trainpace.errors import ConfigError
 from trainpace.sinks.base import Sink  # noqa: TID251 - the facade wires the outputs
 from trainpace.sinks.console import ConsoleSink  # noqa: TID251 - the facade wires the outputs
+from trainpace.sinks.options import sinks_from_options  # noqa: TID251 - the facade wires the outputs
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,8 @@ KEYWORD_SINKS: tuple[KeywordSink, ...] = (
 )
 
 
-def keyword_sinks(config: MeterConfig, stream: TextIO | None) -> list[Sink]:
-    """The sinks ``config`` asks for: the console line, then the table's, in its order."""
+def keyword_sinks(config: MeterConfig, stream: TextIO | None, run_id: str) -> list[Sink]:
+    """The sinks ``config`` asks for: the console line, the table's, then the dashboards."""
     sinks: list[Sink] = [ConsoleSink(stream)] if config.console else []
     for entry in KEYWORD_SINKS:
         value = getattr(config, entry.key)
@@ -43,6 +44,9 @@ def keyword_sinks(config: MeterConfig, stream: TextIO | None) -> list[Sink]:
         factory: Any = getattr(importlib.import_module(module), name)
         options = {kw: getattr(config, key) for kw, key in entry.options.items()}
         sinks.append(factory(value, **options))
+    sinks.extend(sinks_from_options(wandb=config.wandb, mlflow=config.mlflow,
+                                    prometheus=config.prometheus,
+                                    prometheus_host=config.prometheus_host, run_id=run_id))
     return sinks
 
 

@@ -11,6 +11,7 @@ write fails (a full disk), the steps it held are listed in ``meta.json`` as
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -49,6 +50,13 @@ def claim_run_folder(path: Path) -> Path:
     if candidate != path:
         logger.warning("trainpace: %s already holds a run; writing this one to %s", path, candidate)
     return candidate
+
+
+def release_run_folder(folder: Path) -> None:
+    """Give back a folder claimed for a run that never started (a sink could not be made)."""
+    (folder / CLAIM_FILE).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # only when empty: never removes anything else
 
 
 def claim_rank_folder(path: Path, rank: int) -> Path:
