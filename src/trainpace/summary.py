@@ -82,6 +82,10 @@ class Time:
     steps_to_target: int | None = None
     target: Target | None = None
     clock: str | None = None  # "host" (perf_counter) or "cuda"/"mps" (device events)
+    # Time the loop spent outside both the metered loader and the steps (evaluation,
+    # checkpointing, logging between steps): in the wall time, out of every step time.
+    outside_steps_s: float | None = None
+    outside_steps_pct: float | None = None  # of wall_s
 
 
 @dataclass(frozen=True, kw_only=True)
