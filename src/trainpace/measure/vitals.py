@@ -194,6 +194,15 @@ class DeviceVitals:
 
             self._name = cpu_name()
 
+    @property
+    def threads(self) -> int:
+        """The torch threads of the run (the CPU's 100%-per-thread scale, its ceiling's key)."""
+        return self._threads
+
+    def refresh_peaks(self) -> None:
+        """Read the peaks again (a ceiling was measured after the loop)."""
+        self._contained("resolving the peaks", self._resolve_peaks)
+
     def _resolve_peaks(self) -> None:
         memory_gb = None
         if self._gpu is not None and self._gpu.memory_total_gb:
@@ -205,6 +214,7 @@ class DeviceVitals:
         if self._user_peaks is not None:
             peaks = self._user_peaks.merged_over(peaks)
         self._peaks = peaks
+        self._peaks_note = None
         if not peaks.tflops and peaks.bandwidth_gb_s is None:
             self._peaks_note = (
                 f"no peaks for {self._name or self.device}: not in the spec table and no "

@@ -20,8 +20,8 @@ from trainpace.meter.faults import Faults
 from trainpace.meter.state import RunState
 from trainpace.records import StepRecord, WindowFigures
 from trainpace.runlog import Record
-from trainpace.sinks.background import SinkThread  # noqa: TID251 - the facade wires the outputs
-from trainpace.sinks.runfolder import RunFolderSink  # noqa: TID251 - the facade wires the outputs
+from trainpace.sinks.background import SinkThread
+from trainpace.sinks.runfolder import RunFolderSink
 from trainpace.summary import Summary
 
 SYSTEM_LOG_INTERVAL_S = 1.0  # system.jsonl: one reading a second (a GPU row is ~1 kB)

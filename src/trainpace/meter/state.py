@@ -26,6 +26,9 @@ from trainpace.summary import Device, Summary
 SYSTEM_ROWS_KEPT = 100_000
 SYSTEM_ROW_KEYS = ("t_s", "device_util_pct", "memory_used_pct", "temperature_c",
                    "bandwidth_util_pct")
+# the host readings the diagnosis reads over time (CPU contention, the loading's CPU demand)
+SYSTEM_HOST_KEYS = ("system_cpu_pct", "process_cpu_pct", "main_cpu_pct", "main_demand_pct",
+                    "workers_demand_pct")
 
 
 class RunState:
@@ -55,7 +58,10 @@ class RunState:
         self.tracker.add_records(self.series.records())
 
     def keep_system_rows(self, rows: list[dict[str, Any]]) -> None:
-        self.system_rows.extend({key: row.get(key) for key in SYSTEM_ROW_KEYS} for row in rows)
+        self.system_rows.extend(
+            {**{key: row.get(key) for key in SYSTEM_ROW_KEYS},
+             **{key: (row.get("host") or {}).get(key) for key in SYSTEM_HOST_KEYS}}
+            for row in rows)
 
     def warmup(self, *, final: bool = False) -> int:
         """Warm-up steps of the steps so far. Auto warm-up is found again each time the run
