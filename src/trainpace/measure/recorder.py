@@ -42,7 +42,8 @@ class _Row:
 
     __slots__ = ("batches", "cycle_s", "emitted", "end_marker", "end_s", "fetched_since_micro",
                  "h2d_markers", "h2d_s", "losses", "metrics", "micro_done", "outside_s", "record",
-                 "samples", "samples_unknown", "start_marker", "step", "tokens", "wait_markers", "wait_s")
+                 "samples", "samples_unknown", "start_marker", "step", "tokens", "wait_markers",
+                 "wait_s")
 
     def __init__(self) -> None:
         self.wait_s = 0.0
