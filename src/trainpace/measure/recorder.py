@@ -315,6 +315,7 @@ class StepRecorder:
                 if shape:  # else the general count, which looks further into the batch
                     row.samples += shape[0]
                     return
+        samples: int | None
         if self._samples_fn is not None:
             samples = self._samples_fn(batch)
         else:
