@@ -41,6 +41,6 @@ def test_no_source_is_null_naming_what_was_looked_for():
 
 
 def test_one_reading_is_not_enough():
-    reading = energy_between(_gpu_rows([(0.0, 5)]), 0.0, 1.0)
+    reading = energy_between(_gpu_rows([(0.0, 5)]), 0.0, 1.0)  # a source, one reading
     assert reading.power_w_mean is None
     assert "fewer than two" in reading.missing

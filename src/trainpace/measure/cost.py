@@ -11,10 +11,14 @@ guessed: a figure whose input is missing is None.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from trainpace.errors import ConfigError
-from trainpace.measure.energy import EnergyReading
+from trainpace.measure.energy import EnergyReading, energy_between
 from trainpace.summary import Cost, Summary
 
 RATED_POWER = "rated_power"
@@ -110,6 +114,26 @@ def savings(winner: Summary, loser: Summary) -> Savings:
         kwh_per_run=kwh,
         sooner_pct=sooner,
     )
+
+
+def measured_span(t_s: Sequence[float] | np.ndarray, warmup: int) -> tuple[float, float]:
+    """The measured steps' span on the run's clock: from the end of warm-up to the last step
+    (``t_s``: each step's end)."""
+    if not len(t_s):
+        return 0.0, 0.0
+    start = float(t_s[warmup - 1]) if 0 < warmup <= len(t_s) else 0.0
+    return start, float(t_s[-1])
+
+
+def cost_of_run(summary: Summary, t_s: Sequence[float] | np.ndarray,
+                system: Sequence[Mapping[str, Any]], *, price_per_hour: float | None = None,
+                grid_g_per_kwh: float | None = None, rated_power_w: float | None = None) -> Cost:
+    """:func:`cost_of` with the energy of the measured steps taken from the sampler rows
+    (a run folder's ``system.jsonl``, or the Meter's kept rows)."""
+    start, end = measured_span(t_s, summary.steps.warmup)
+    energy = energy_between(system, start, end) if system else None
+    return cost_of(summary, price_per_hour=price_per_hour, grid_g_per_kwh=grid_g_per_kwh,
+                   energy=energy, rated_power_w=rated_power_w)
 
 
 def _positive(value: float | None) -> float | None:

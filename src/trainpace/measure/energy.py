@@ -25,6 +25,8 @@ from typing import Any
 NVML_COUNTER = "nvml_total_energy"
 NVML_POWER = "nvml_power_samples"
 RAPL = "rapl"
+NO_SOURCE = ("no energy source: no NVML energy counter or power readings (no NVIDIA GPU "
+             "metered) and no readable RAPL counters (/sys/class/powercap)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,15 +52,22 @@ def energy_between(rows: Sequence[Mapping[str, Any]], t_start_s: float, t_end_s:
     """Mean power from the best source in ``rows`` (sampler rows: ``t_s``, ``gpus``, ``rapl``)
     over the readings from the last one at or before ``t_start_s`` to the first one at or
     after ``t_end_s`` (the nearest inside when none brackets it)."""
+    if not any(_has_source(row) for row in rows):
+        return EnergyReading(missing=NO_SOURCE)
     span = _bracket(rows, t_start_s, t_end_s)
     if len(span) < 2:
         return EnergyReading(missing="fewer than two sampler readings over the measured steps")
     for reading in (_gpu_counter(span), _gpu_power(span), _rapl(span)):
         if reading is not None:
             return reading
-    return EnergyReading(missing=(
-        "no energy source: no NVML energy counter or power readings (no NVIDIA GPU metered) "
-        "and no readable RAPL counters (/sys/class/powercap)"))
+    return EnergyReading(missing=NO_SOURCE)
+
+
+def _has_source(row: Mapping[str, Any]) -> bool:
+    if row.get("rapl"):
+        return True
+    return any(isinstance(gpu.get("energy_mj"), (int, float))
+               or isinstance(gpu.get("power_w"), (int, float)) for gpu in row.get("gpus") or ())
 
 
 def _bracket(rows: Sequence[Mapping[str, Any]], a: float, b: float) -> list[Mapping[str, Any]]:
