@@ -81,6 +81,10 @@ class MeterConfig:
     rated_power_w: float | None = None
     """A device's rated power, used for energy only where no counter or power reading exists
     (the figures are then labelled an estimate)."""
+    tune_loader_s: float | None = None
+    """At finish, when the data wait is a finding and the loop's DataLoader is known: measure
+    its settings for up to this many seconds (:func:`trainpace.tune_loader`) and put what was
+    measured into the finding's advice. None: say the tuner's command instead."""
     sink_timeout_s: float = 5.0
     """At finish, the most time each sink (``sinks=``, TensorBoard, console...) gets to take
     its last records; a sink still busy then is abandoned with a warning."""
@@ -124,6 +128,9 @@ class MeterConfig:
             canonical_dtype(self.dtype)
         if self.run_id is not None and not isinstance(self.run_id, str):
             raise ConfigError("run_id", self.run_id, "must be a string or None")
+        if self.tune_loader_s is not None and (not _finite(self.tune_loader_s)
+                                               or self.tune_loader_s <= 0):
+            raise ConfigError("tune_loader_s", self.tune_loader_s, "must be a number > 0, or None")
         for key in ("price_per_hour", "grid_g_per_kwh", "rated_power_w"):
             value = getattr(self, key)
             if value is not None and (not _finite(value) or value < 0):

@@ -55,3 +55,4 @@ def test_cpu_bound_loading_stays_within_the_cores_and_the_wait_goes(tmp_path):
     assert finding.evidence["recommended"]["num_workers"] == 1
     assert after.data.wait_pct < 10.0, after.data
     assert data_wait(diagnosis) is None
+

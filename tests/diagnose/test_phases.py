@@ -198,14 +198,18 @@ def test_other_processes_holding_the_cpu_early_are_named_as_a_slow_phase(tmp_pat
     found = [f for f in d.findings if f.id == "slow_phase"]
     assert found, [f.title for f in d.findings]
     finding = found[0]
-    phase = max(finding.evidence["phases"], key=lambda p: p["wall_pct"])
-    assert phase["cause"] == "cpu_contention", finding
-    assert phase["start_step"] <= 5
+    stopped_s = run.steps[hog_stop_step - 1]["t_s"]
+    # On a loaded machine a short burst of normal speed can split the contended stretch in two
+    # or more phases: together they must cover it.
+    contended = [p for p in finding.evidence["phases"]
+                 if p["cause"] == "cpu_contention" and p["start_s"] < stopped_s]
+    assert contended, finding
+    assert min(p["start_step"] for p in contended) <= 5, contended
     # it ends where the hogs were stopped, on the meter's clock, within the sampler's
     # resolution in system.jsonl (a row a second) and the time the killed hogs take to go
-    stopped_s = run.steps[hog_stop_step - 1]["t_s"]
-    assert abs(phase["stop_s"] - stopped_s) <= 1.5, (phase, stopped_s)
+    end_s = max(p["stop_s"] for p in contended)
+    assert abs(end_s - stopped_s) <= 1.5, (contended, stopped_s)
     wall = run.summary.time.wall_s
-    assert phase["wall_pct"] == pytest.approx(100 * stopped_s / wall, abs=15)
-    assert phase["slowdown"] >= 1.5
+    assert sum(p["wall_pct"] for p in contended) == pytest.approx(100 * stopped_s / wall, abs=15)
+    assert all(p["slowdown"] >= 1.5 for p in contended)
     assert finding.severity == "critical"  # over half of the run

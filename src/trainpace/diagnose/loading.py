@@ -7,12 +7,15 @@ use as the sampler measured it) and carries the settings to use as data
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from trainpace.diagnose import advice as adv
 from trainpace.diagnose._context import Context, Outcome, Verdict
 from trainpace.stats import median
 from trainpace.summary import Finding, Severity
+from trainpace.tune.hint import command_hint
 
 
 def data_wait(ctx: Context) -> Outcome:
@@ -36,7 +39,7 @@ def data_wait(ctx: Context) -> Outcome:
         waits = ctx.times.wait_s
         mean_wait = float(np.mean(waits)) if waits.size else 0.0
         bursty = mean_wait > 0 and (median(waits) or 0.0) < 0.5 * mean_wait
-        evidence = {
+        evidence: dict[str, Any] = {
             "wait_pct": wait_pct, "wait_s_per_step": wait_s, "step_s_median": step_s,
             "exposed_wait_s_per_step": s.data.exposed_wait_s_per_step,
             "measured_steps": n, "device_util_pct": s.device.util_pct,
@@ -57,6 +60,12 @@ def data_wait(ctx: Context) -> Outcome:
             evidence["loading"] = found.loading
         else:
             advice = [f"raise DataLoader num_workers — {adv.gain_text(wait_pct)}"]
+        compute_s = step_s - wait_s if step_s and wait_s is not None else None
+        command = command_hint(ctx.meta, step_s=compute_s if compute_s and compute_s > 0
+                               else None)
+        evidence["tune_command"] = command
+        if not any("tune-loader" in line for line in advice):
+            advice = [*advice, f"to measure the settings instead of computing them: {command}"]
         title = f"The step waits for data {wait_pct:.0f}% of the time{note}"
         verdicts.append(Verdict(Finding(id="data_wait", severity=severity, title=title,
                                         evidence=evidence, advice=advice),

@@ -48,7 +48,7 @@ from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.diagnose import diagnose
 from trainpace.errors import ConfigError
 from trainpace.measure.clock import device_timer_for, resolve_device
-from trainpace.measure.loader import loader_settings
+from trainpace.measure.loader import find_dataloader, loader_settings
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import Goal
 from trainpace.measure.vitals import DeviceVitals
@@ -69,9 +69,10 @@ from trainpace.sinks.runfolder import (
     RunFolderSink,
     release_run_folder,
 )
-from trainpace.summary import Summary
+from trainpace.summary import Diagnosis, Summary
 from trainpace.trace.capture import ProfileWindow
 from trainpace.trace.evidence import with_trace_evidence
+from trainpace.tune.hint import tune_advice
 
 logger = logging.getLogger("trainpace")
 
@@ -125,6 +126,7 @@ class Meter:
         price_per_hour: float | None = None,
         grid_g_per_kwh: float | None = None,
         rated_power_w: float | None = None,
+        tune_loader_s: float | None = None,
         sink_timeout_s: float = 5.0,
         sinks: Sequence[Sink] = (),
         stream: TextIO | None = None,
@@ -167,6 +169,7 @@ class Meter:
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
         self._summary: Summary | None = None
         self._ceilings: FirstRun | None = None  # what finish() did to know the peaks
+        self._dataloader: Any = None  # with tune_loader_s: the loop's DataLoader
         self._meta: dict[str, Any] = {}
         self._sink_threads = [SinkThread(sink) for sink in outputs]
         self._pipeline = WindowPipeline(
@@ -201,6 +204,8 @@ class Meter:
             self._after_finish("meter.loader()")
             return iterable
         try:
+            if self.config.tune_loader_s is not None:
+                self._dataloader = find_dataloader(iterable)  # kept to be tuned at finish()
             settings = loader_settings(iterable)
             if settings is not None and settings != self._state.loader:
                 self._state.loader = settings
@@ -389,7 +394,24 @@ class Meter:
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._faults.report("diagnosing the run", exc)
             return summary
+        if meta is None and self._dataloader is not None:
+            diagnosis = self._tuned(summary, diagnosis)
         return dataclasses.replace(summary, diagnosis=diagnosis)
+
+    def _tuned(self, summary: Summary, diagnosis: Diagnosis) -> Diagnosis:
+        """The data_wait finding with the tuner's measured settings for the loop's loader."""
+        step_s, wait_s = summary.time.step_s_median, summary.data.wait_s_per_step
+        budget_s = self.config.tune_loader_s
+        if step_s is None or wait_s is None or budget_s is None or step_s <= wait_s:
+            return diagnosis
+        findings = []
+        for finding in diagnosis.findings:
+            if finding.id == "data_wait" and finding.severity != "info":
+                measured = tune_advice(self._dataloader, step_s=step_s - wait_s,
+                                       budget_s=budget_s)
+                finding = dataclasses.replace(finding, advice=[*measured, *finding.advice])
+            findings.append(finding)
+        return dataclasses.replace(diagnosis, findings=findings)
 
     def _diagnosed_merged(self, merged: Summary, meta: Mapping[str, Any]) -> Summary:
         """Rank 0: the job's merged summary, diagnosed with the job's meta."""

@@ -1,0 +1,43 @@
+"""The data_wait finding and the DataLoader tuner: its command named, or its measurement."""
+
+import time
+
+import pytest
+import torch
+
+import trainpace
+
+
+def test_the_data_wait_finding_names_the_tuner_command_with_the_step_to_hide():
+    from trainpace.diagnose import diagnose
+    from trainpace.summary import Data, Steps, Summary, Time
+
+    summary = Summary(steps=Steps(total=100, warmup=0, measured=100),
+                      time=Time(step_s_median=0.1),
+                      data=Data(wait_s_per_step=0.04, wait_pct=40.0))
+    finding = next(f for f in diagnose(summary).findings if f.id == "data_wait")
+    assert finding.evidence["tune_command"].startswith("trainpace tune-loader MODULE:FACTORY "
+                                                       "--step-ms 60")
+    assert any("tune-loader" in line for line in finding.advice)
+
+
+class _Sleepy(torch.utils.data.Dataset):
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return torch.ones(4)
+
+
+@pytest.mark.slow
+def test_the_meter_tunes_its_own_loader_when_asked(tmp_path):
+    loader = torch.utils.data.DataLoader(_Sleepy(), batch_size=8)  # 32 ms a batch
+    meter = trainpace.Meter(tmp_path / "run", window=10, console=False, report=False,
+                            count_flops=False, tune_loader_s=8)
+    for batch in meter.loader(loader):
+        with meter.step(batch):
+            time.sleep(0.03)
+    summary = meter.finish()
+    finding = next(f for f in summary.diagnosis.findings if f.id == "data_wait")
+    assert finding.advice[0].startswith("measured: "), finding.advice
