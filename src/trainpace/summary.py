@@ -246,6 +246,21 @@ class RankEntry:
     samples_per_s: float | None = None
     step_s_median: float | None = None
     wait_pct: float | None = None
+    # extensions: a distributed run's merge (trainpace.dist)
+    local_rank: int | None = None
+    node: int | None = None
+    windows: int | None = None
+    last_step: int | None = None
+    final: bool | None = None  # it sent its last window (False: it ended early)
+    pre_collective_pct: float | None = None  # DDP comm hook: time before the all-reduce
+    communication_pct: float | None = None
+    util_pct: float | None = None
+    temperature_c: float | None = None
+    throttle_pct: float | None = None
+    process_cpu_pct: float | None = None
+    system_cpu_pct: float | None = None
+    relative_score: float | None = None  # 1.0: as fast as the fastest rank (latest window)
+    individual_score: float | None = None  # 1.0: as fast as its own best window
 
 
 @dataclass(frozen=True, kw_only=True)
