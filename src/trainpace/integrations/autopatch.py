@@ -75,26 +75,6 @@ class PerStep:
         return self.count
 
 
-class _Source:
-    """What ``meter.loader`` iterates: the DataLoader through its original ``__iter__``.
-
-    ``loader`` is one of the attributes under which the Meter looks for the DataLoader's
-    settings (num_workers, pin_memory, ...).
-    """
-
-    __slots__ = ("_iter", "loader")
-
-    def __init__(self, loader: DataLoader[Any], original: Callable[[Any], Iterator[Any]]) -> None:
-        self.loader = loader
-        self._iter = original
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._iter(self.loader)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-
 class AutoPatch:
     """Meters whatever training runs while installed (``with AutoPatch(meter):``).
 
@@ -116,6 +96,7 @@ class AutoPatch:
         self._original_iter: Callable[[Any], Iterator[Any]] | None = None
         self._original_backward: Callable[..., Any] | None = None
         self._faults: set[str] = set()
+        self._entering = False
         # What was seen, for the report's "what trainpace run could not see".
         self.optimizer_steps = 0
         self.optimizers: dict[int, str] = {}  # id -> class name, in the order they stepped
@@ -181,16 +162,24 @@ class AutoPatch:
         original = self._original_iter
         if original is None:  # removed while a reference to the patched method lived on
             return DataLoader.__iter__(loader)
+        if self._entering:  # meter.loader's own iter() of this DataLoader
+            return original(loader)
         if not torch.is_grad_enabled():
             self.loaders_skipped += 1
             return original(loader)
         self.loaders_metered += 1
         try:
-            metered = self.meter.loader(_Source(loader, original))
+            metered = self.meter.loader(loader)  # its settings are read from the DataLoader
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._fault("wrapping a DataLoader", exc)
             return original(loader)
-        return iter(metered)
+        # The wrapper's iter() calls DataLoader.__iter__ again (that is timed: workers start
+        # there); this time it must reach the original.
+        self._entering = True
+        try:
+            return iter(metered)
+        finally:
+            self._entering = False
 
     def _open(self) -> None:
         """Open a step (the first sign of training since the last optimizer step)."""

@@ -82,15 +82,18 @@ class LiveView:
     def log(self, record: Record) -> None:
         """A window redraws the panel (or prints its line); a summary is kept for the next."""
         if record.kind == "summary":
+            # The Meter refreshes the summary right after a window's record: drawn again.
             self._summary = Summary.from_dict(record.data)
             self._fresh_summary = True
+        elif record.kind == "window":
+            self._window = self._known(dict(record.data["window"]))
+            self._steps.extend(record.data.get("steps") or ())
+            if not self.terminal:
+                print(format_window(self._window), file=self._stream, flush=True)
+                return
+        else:
             return
-        if record.kind != "window":
-            return
-        self._window = self._known(dict(record.data["window"]))
-        self._steps.extend(record.data.get("steps") or ())
         if not self.terminal:
-            print(format_window(self._window), file=self._stream, flush=True)
             return
         self._rediagnose()
         if self._live is not None:
