@@ -75,10 +75,13 @@ def test_gradient_accumulation_is_inferred_and_evaluation_left_out(tmp_path):
     assert "script: test loss" in done.stderr
 
 
-def test_without_a_terminal_one_line_per_window(tmp_path):
-    done = trainpace_run("--window", "10", "--out", tmp_path / "lines", "plain_loop.py",
-                         "--steps", "30")
+def test_without_a_terminal_one_line_per_window_and_the_html_report(tmp_path):
+    page = tmp_path / "run.html"
+    done = trainpace_run("--window", "10", "--out", tmp_path / "lines", "--html", page,
+                         "plain_loop.py", "--steps", "30")
     assert done.returncode == 0, done.stderr
+    assert page.read_text().lstrip().lower().startswith("<!doctype html")
+    assert f"trainpace run: wrote {page}" in done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("step ")]
     assert [line.split(" |")[0] for line in lines] == ["step 10", "step 20", "step 30"]
     assert all("samples/s" in line for line in lines[1:])
@@ -171,14 +174,6 @@ def test_a_script_that_never_trains_the_report_says_what_it_could_not_see(tmp_pa
     assert "script: sum 45.0" in done.stdout
     assert "No optimizer step was seen" in done.stderr
     assert "No torch.utils.data.DataLoader was iterated" in done.stderr
-
-
-def test_html_report(tmp_path):
-    page = tmp_path / "run.html"
-    done = trainpace_run("--quiet", "--out", tmp_path / "h", "--html", page, "plain_loop.py",
-                         "--steps", "12")
-    assert done.returncode == 0, done.stderr
-    assert page.read_text().lstrip().lower().startswith("<!doctype html")
 
 
 BAD = [

@@ -125,7 +125,7 @@ class _Terminated(BaseException):
 
 
 def _target(args: argparse.Namespace) -> Any:
-    from trainpace.integrations.autopatch import Target
+    from trainpace.integrations._script import Target
 
     if args.module is not None:
         if not args.module:
@@ -143,7 +143,7 @@ def _target(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Check the script, run it metered, print the report, return the script's exit code."""
-    from trainpace.integrations.autopatch import AutoPatch, TargetError, check_target
+    from trainpace.integrations._script import TargetError, check_target
 
     target = _target(args)
     if target is None:
@@ -156,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
     except TargetError as exc:
         print(f"trainpace run: error: {exc}", file=sys.stderr)
         return 2 if exc.usage else 1
+    from trainpace.integrations.autopatch import AutoPatch
+
     stem = Path(target.name).stem if target.path is not None else target.name
     out = Path(args.out) if args.out else Path("runs") / stem
     samples, tokens = AutoPatch.counters(args.samples_per_step, args.tokens_per_step)
@@ -171,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
 def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tokens: Any,
              saved_stdout: int | None) -> int:
     import trainpace
-    from trainpace.integrations.autopatch import AutoPatch, run_target
+    from trainpace.integrations._script import run_target
+    from trainpace.integrations.autopatch import AutoPatch
     from trainpace.report.live import LiveView
 
     live = None
@@ -244,7 +247,7 @@ def _restore_sigterm(previous: Any) -> None:
 
 def _outcome(failure: BaseException | None) -> tuple[int, signal.Signals | None]:
     """(exit code, signal to die of): what ``python script.py`` would have given."""
-    from trainpace.integrations.autopatch import user_frames
+    from trainpace.integrations._script import user_frames
 
     if failure is None:
         return 0, None
