@@ -10,6 +10,7 @@ and the run folder is complete; the exit code is the script's.
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import os
 import signal
@@ -233,6 +234,8 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
     if kill_with is not None:
         # Ctrl-C or SIGTERM: end as Python would have (killed by the signal), now that the
         # report is out.
+        if kill_with == signal.SIGINT:
+            atexit._run_exitfuncs()  # Python runs them before it ends itself with SIGINT
         sys.stdout.flush()
         sys.stderr.flush()
         signal.signal(kill_with, signal.SIG_DFL)
@@ -241,8 +244,7 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
 
 
 def _restore_sigterm(previous: Any) -> None:
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL or previous is not None:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _outcome(failure: BaseException | None) -> tuple[int, signal.Signals | None]:
@@ -270,7 +272,7 @@ def _outcome(failure: BaseException | None) -> tuple[int, signal.Signals | None]
 
 def _finished(meter: Any, patch: Any) -> Any:
     """The Meter's summary, with unmeasured counts as unknown and what was not seen."""
-    from trainpace.runlog import Record, read_run
+    from trainpace.runlog import Record
     from trainpace.sinks.runfolder import RunFolderSink
 
     summary = meter.finish()
@@ -295,7 +297,6 @@ def _finished(meter: Any, patch: Any) -> Any:
         sink = RunFolderSink(meter.path)
         sink.log(Record("summary", summary.to_dict(), summary.steps.total))
         sink.close()
-        read_run(meter.path)  # it reads back
     return summary
 
 
