@@ -32,8 +32,9 @@ class Timed(Dataset):
 
 
 def quiet_meter(tmp_path, name, clock, **kwargs):
-    return trainpace.Meter(tmp_path / name, console=False, report=False, count_flops=False,
-                           clock=clock, window=5, warmup=2, **kwargs)
+    kwargs.setdefault("count_flops", False)
+    return trainpace.Meter(tmp_path / name, console=False, report=False, clock=clock, window=5,
+                           warmup=2, **kwargs)
 
 
 def model_and_optimizer():
@@ -42,8 +43,8 @@ def model_and_optimizer():
     return model, torch.optim.SGD(model.parameters(), lr=0.05)
 
 
-def by_hand(tmp_path, clock, *, steps, accumulate=1):
-    meter = quiet_meter(tmp_path, "meter", clock)
+def by_hand(tmp_path, clock, *, steps, accumulate=1, **kwargs):
+    meter = quiet_meter(tmp_path, "meter", clock, **kwargs)
     model, optimizer = model_and_optimizer()
     batches = iter(meter.loader(DataLoader(Timed(clock, steps * accumulate * BATCH),
                                            batch_size=BATCH)))
@@ -60,8 +61,8 @@ def by_hand(tmp_path, clock, *, steps, accumulate=1):
     return meter.finish(), meter.path
 
 
-def patched(tmp_path, clock, *, steps, accumulate=1, name="patched"):
-    meter = quiet_meter(tmp_path, name, clock)
+def patched(tmp_path, clock, *, steps, accumulate=1, name="patched", **kwargs):
+    meter = quiet_meter(tmp_path, name, clock, **kwargs)
     model, optimizer = model_and_optimizer()
     with AutoPatch(meter) as patch:
         loader = DataLoader(Timed(clock, steps * accumulate * BATCH), batch_size=BATCH)
@@ -105,6 +106,15 @@ def test_the_same_loop_by_hand_and_patched_gives_the_same_figures(tmp_path, cloc
     assert patch.optimizer_steps == 12
     assert patch.loaders_metered == 1
     assert patch.blind_spots() == []
+
+
+def test_the_flops_of_the_first_step_are_counted_as_the_meter_counts_them(tmp_path, clock):
+    hand, _ = by_hand(tmp_path, clock, steps=4, accumulate=2, count_flops=True)
+    auto, _, _ = patched(tmp_path, clock, steps=4, accumulate=2, count_flops=True)
+    # Linear(4, 1) on 2 micro-batches of 4: forward 2·4·4·1 FLOPs, and as many for the weight
+    # gradient (the input needs none), each.
+    assert hand.flops.per_step == 2 * 2 * (2 * BATCH * 4 * 1)
+    assert auto.flops.per_step == hand.flops.per_step
 
 
 def test_a_loader_iterated_under_no_grad_is_evaluation_and_not_metered(tmp_path, clock):
