@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import dataclasses
+import logging
 import os
 import signal
 import sys
@@ -202,8 +203,11 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     failure: BaseException | None = None
+    rerouted: list[tuple[logging.StreamHandler[Any], Any]] = []
     if live is not None:
+        stderr = sys.stderr
         live.start()
+        rerouted = _reroute_logging(stderr, sys.stderr)
     try:
         with patch:
             run_target(target)
@@ -212,6 +216,8 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
     finally:
         if live is not None:
             live.close()
+        for handler, stream in rerouted:
+            handler.setStream(stream)
         _restore_sigterm(previous)
     code, kill_with = _outcome(failure)
     sys.stdout.flush()
@@ -241,6 +247,14 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
         signal.signal(kill_with, signal.SIG_DFL)
         os.kill(os.getpid(), kill_with)
     return code
+
+
+def _reroute_logging(old: Any, new: Any) -> list[tuple[logging.StreamHandler[Any], Any]]:
+    """Warnings logged to stderr go above the live panel too (not through it)."""
+    if new is old:
+        return []
+    return [(handler, handler.setStream(new)) for handler in logging.getLogger().handlers
+            if isinstance(handler, logging.StreamHandler) and handler.stream is old]
 
 
 def _restore_sigterm(previous: Any) -> None:
