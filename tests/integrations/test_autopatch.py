@@ -232,3 +232,20 @@ def test_a_step_left_open_at_the_end_is_not_counted(tmp_path, clock):
             optimizer.step()
         model(torch.ones(1, 4)).sum().backward()  # the script ended before this step's step()
     assert meter.finish().steps.total == 3
+
+
+def test_profile_steps_record_a_trace_of_the_patched_steps(tmp_path, clock):
+    meter = trainpace.Meter(tmp_path / "profiled", console=False, report=False,
+                            count_flops=False, window=4, profile_steps=(3, 5))
+    model, optimizer = model_and_optimizer()
+    with AutoPatch(meter):
+        for (x,) in DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)), batch_size=8):
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    assert meter.finish().steps.total == 8
+    assert (meter.path / "profile" / "profile_rank0.pt.trace.json.gz").exists()
+    analysis = json.loads((meter.path / "profile_analysis.json").read_text())
+    assert analysis["schema"] == "trainpace.trace/1"  # the trace of steps 3..5, analyzed
+    (trace,) = analysis["traces"]
+    assert trace["events"] > 0
