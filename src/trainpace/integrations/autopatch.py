@@ -42,6 +42,8 @@ from trainpace.summary import Finding
 if TYPE_CHECKING:
     from trainpace.meter import Meter
 
+__all__ = ["STEP_MARKER", "AutoPatch", "PerStep"]
+
 logger = logging.getLogger("trainpace")
 
 
