@@ -18,7 +18,8 @@ loaded machine the wall clock of a block varies by more than the overheads measu
 processes take the core), while the CPU time the loop's own thread spends does not count that;
 the background threads (sampler, writer) are the same Meter's in both metered variants. The wall
 clock is printed too. A figure no load disturbs comes last: Python function calls per step
-(one profiled block of each variant; the torch kernels are the same in all three). Overhead = median over rounds of (block − the bare blocks beside it), per
+(the loop of one profiled block of each variant, the Meter's set-up and finish() left out; the
+window boundaries are in it). Overhead = median over rounds of (block − the bare blocks beside it), per
 step; the figure that matters is the ratio patched / meter (the issue's bound: 1.5×).
 
     python benchmarks/run_overhead.py              # 12 rounds, 1 ms sleeps
@@ -66,31 +67,38 @@ def make_loop(steps: int, step_ms: float, width: int) -> tuple[Callable[..., Non
     return body, loader
 
 
-def block(variant: str, steps: int, step_ms: float, out: Path,
-          width: int = 32) -> tuple[float, float]:
-    """(thread CPU seconds, wall seconds) per step of one block, its first tenth left out."""
+def block(variant: str, steps: int, step_ms: float, out: Path, width: int = 32,
+          profile: Any = None) -> tuple[float, float]:
+    """(thread CPU seconds, wall seconds) per step of one block, its first tenth left out.
+
+    ``profile`` (a cProfile.Profile) is enabled around the loop only: the Meter's set-up and
+    finish() are the same in both metered variants and vary with the measured times.
+    """
     body, loader = make_loop(steps, step_ms, width)
     marks: list[tuple[float, float]] = []
     meter = None
     if variant != "bare":
         meter = trainpace.Meter(out / f"{variant}-{time.perf_counter_ns()}", console=False,
                                 report=False)
+    patch = AutoPatch(meter) if meter is not None and variant == "patched" else None
+    if patch is not None:
+        patch.install()
+    if profile is not None:
+        profile.enable()
     if variant == "meter":
         assert meter is not None
         for x, y in meter.loader(loader):
             with meter.step():
                 meter.observe(loss=body(x, y))
             marks.append((time.thread_time(), time.perf_counter()))
-    elif variant == "patched":
-        assert meter is not None
-        with AutoPatch(meter):
-            for x, y in loader:
-                body(x, y)
-                marks.append((time.thread_time(), time.perf_counter()))
-    else:
+    else:  # bare, or patched: the same loop
         for x, y in loader:
             body(x, y)
             marks.append((time.thread_time(), time.perf_counter()))
+    if profile is not None:
+        profile.disable()
+    if patch is not None:
+        patch.remove()
     if meter is not None:
         meter.finish()
     skip = steps // 10
@@ -104,9 +112,7 @@ def calls_per_step(variant: str, steps: int, out: Path, width: int) -> float:
     import pstats
 
     profile = cProfile.Profile()
-    profile.enable()
-    block(variant, steps, 0.0, out, width)
-    profile.disable()
+    block(variant, steps, 0.0, out, width, profile)
     return float(pstats.Stats(profile).total_calls) / steps  # type: ignore[attr-defined]
 
 

@@ -10,10 +10,11 @@ PyTorch calls anyway, so the figures are the Meter's own:
   or ``torch.inference_mode()`` is taken for evaluation and left alone;
 - **step boundaries**: the optimizer step hooks (``register_optimizer_step_pre_hook`` /
   ``post_hook``, global: every optimizer calls them). A step opens at the first sign of
-  training after the previous optimizer step (a module's forward with gradients on, a
-  ``backward()``, the optimizer's own step) and closes when the *first optimizer that ever
-  stepped* finishes its ``step()``; the batches pulled in between are its micro-batches, so
-  gradient accumulation is inferred. With several optimizers (a GAN) the others step inside;
+  training after the previous optimizer step (a batch from a metered DataLoader; before any
+  DataLoader was metered, a module's forward with gradients on; a ``backward()``; the
+  optimizer's own step) and closes when the *first optimizer that ever stepped* finishes its
+  ``step()``; the batches pulled in between are its micro-batches, so gradient accumulation is
+  inferred. With several optimizers (a GAN) the others step inside;
 - **the loss**: the scalar tensor passed to ``backward()`` (``torch.autograd.backward``, which
   ``Tensor.backward`` calls), handed to ``meter.observe(loss=...)``: kept on the device, read at
   the window boundary, never synchronized.
@@ -173,9 +174,20 @@ class AutoPatch:
         # there); this time it must reach the original.
         self._entering = True
         try:
-            return iter(metered)
+            iterator = iter(metered)
         finally:
             self._entering = False
+        # From now on a step opens at its first batch, as `with meter.step()` right after the
+        # fetch would; the forward hook (registered and removed once per step, a module call on
+        # torch's slow path) is no longer needed.
+        self._disarm_forward()
+        return self._opening(iterator)
+
+    def _opening(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        for batch in iterator:
+            if self._context is None:
+                self._open()
+            yield batch
 
     def _open(self) -> None:
         """Open a step (the first sign of training since the last optimizer step)."""
@@ -196,7 +208,8 @@ class AutoPatch:
             self._samples.counted = False
         if self._tokens is not None:
             self._tokens.counted = False
-        self._arm_forward()
+        if not self.loaders_metered:
+            self._arm_forward()
 
     def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
         # Registered only while no step is open: one call per step, not one per module.
