@@ -80,3 +80,49 @@ def test_a_run_killed_with_sigkill_keeps_a_readable_folder(tmp_path):
     assert rebuilt.steps.total == len(steps)
     assert rebuilt.throughput.samples_per_s > 0
     json.dumps(rebuilt.to_dict())
+
+
+def _folder(tmp_path, lines, summary_total=None):
+    from trainpace.runlog import META_SCHEMA
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "meta.json").write_text(json.dumps({"schema": META_SCHEMA, "run_id": "run"}))
+    (folder / "steps.jsonl").write_text("".join(line + "\n" for line in lines))
+    if summary_total is not None:
+        from trainpace.summary import Steps, Summary
+
+        (folder / "summary.json").write_text(json.dumps(Summary(steps=Steps(total=summary_total)).to_dict()))
+    return folder
+
+
+def _step(i, **changes):
+    return json.dumps({"step": i, "t_s": 0.1 * i, "step_s": 0.1, "wait_s": 0.0, "samples": 4, **changes})
+
+
+def test_read_run_skips_bad_lines_with_one_note_naming_file_and_line(tmp_path):
+    lines = [_step(i) for i in range(1, 11)]
+    lines[3] = _step(4, step_s="slow")
+    lines[6] = _step(7, samples="many")
+    run = read_run(_folder(tmp_path, lines))
+    assert len(run.series) == 8
+    path = tmp_path / "run" / "steps.jsonl"
+    assert run.notes[0] == (f"{path}:4: skipped 2 lines that are not step records "
+                            '(line 4: step_s is "slow", not a number; also lines 7)')
+    # the skipped steps are then missing, and said so as ranges
+    assert run.missing_steps == [(4, 4), (7, 7)]
+    assert run.notes[1].startswith(f"{path}: 2 steps missing from the records: 4, 7 ")
+    assert [r["step"] for r in run.steps] == [1, 2, 3, 5, 6, 8, 9, 10]
+
+
+def test_steps_the_summary_counted_but_the_records_lack_are_missing(tmp_path):
+    # the disk filled: steps 4-6 never reached steps.jsonl, and 9-10 came after the last line
+    lines = [_step(i) for i in (1, 2, 3, 7, 8)]
+    run = read_run(_folder(tmp_path, lines, summary_total=10))
+    assert run.missing_steps == [(4, 6), (9, 10)]
+    assert "5 steps missing from the records: 4-6, 9-10" in run.notes[-1]
+
+
+def test_a_clean_run_has_no_notes(tmp_path):
+    run = read_run(_folder(tmp_path, [_step(i) for i in range(1, 6)], summary_total=5))
+    assert run.notes == [] and run.missing_steps == [] and run.truncated == []

@@ -3,10 +3,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainpace.stats import median, percentile
+from trainpace.stats import ema, ema_array, mean_known, median, percentile
 
 finite = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False)
 
@@ -27,3 +28,17 @@ def test_percentile_edges() -> None:
 @given(st.lists(finite, min_size=1, max_size=60))
 def test_median_is_numpys_to_the_last_bit(values: list[float]) -> None:
     assert median(values) == float(np.median(values))
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5, 0.9, 0.99, 0.999])
+def test_ema_array_is_the_loop_to_rounding(beta):
+    values = np.random.default_rng(1).random(10_000) * 3
+    assert np.allclose(ema_array(values, beta), ema(list(values), beta), rtol=1e-12, atol=0)
+    assert ema_array(np.empty(0), beta).size == 0
+
+
+def test_mean_known_skips_nones_and_refuses_a_non_finite_mean():
+    assert mean_known([1.0, None, 3.0]) == 2.0
+    assert mean_known([None, None]) is None
+    assert mean_known([]) is None
+    assert mean_known([1.0, float("inf")]) is None

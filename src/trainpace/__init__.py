@@ -1,10 +1,14 @@
 """trainpace: measure and explain the speed of PyTorch training.
 
 The public API is what ``__all__`` lists; every other module is private and may change.
-``Meter`` is imported on first use, so the parts that need no PyTorch (``trainpace analyze``,
-``trainpace report``) start without loading it.
+Everything but the errors and :class:`Summary` is imported on first use (:data:`_LAZY`), so
+the parts that need no PyTorch (``trainpace analyze``, ``trainpace report``) start without
+loading it, and ``import trainpace`` stays cheap.
 """
 
+import importlib as _importlib
+import sys as _sys
+import types as _types
 import typing as _typing
 
 from trainpace._version import __version__
@@ -20,29 +24,80 @@ from trainpace.errors import (
 from trainpace.summary import Summary
 
 if _typing.TYPE_CHECKING:
+    from trainpace.compare import Comparison, compare_runs
+    from trainpace.diagnose import Thresholds, diagnose, threshold_table
     from trainpace.meter import Meter
+    from trainpace.runlog import RunData, read_run
+    from trainpace.series import StepSeries
+    from trainpace.trace import TraceAnalysis, analyze_traces
+    from trainpace.tune import tune_loader
+
+# public name -> the module that defines it (imported when the name is first used)
+_LAZY: dict[str, str] = {
+    "Meter": "trainpace.meter",
+    "read_run": "trainpace.runlog",
+    "RunData": "trainpace.runlog",
+    "StepSeries": "trainpace.series",
+    "compare_runs": "trainpace.compare",
+    "Comparison": "trainpace.compare",
+    "threshold_table": "trainpace.diagnose",
+    "Thresholds": "trainpace.diagnose",
+    "analyze_traces": "trainpace.trace",
+    "TraceAnalysis": "trainpace.trace",
+    "tune_loader": "trainpace.tune",
+}
 
 __all__ = [
+    "Comparison",
     "ConfigError",
     "DeviceError",
     "Meter",
     "MissingDependencyError",
     "OutputError",
+    "RunData",
     "RunFolderError",
+    "StepSeries",
     "Summary",
+    "Thresholds",
+    "TraceAnalysis",
     "TraceFormatError",
     "TrainpaceError",
     "__version__",
+    "analyze_traces",
+    "compare_runs",
+    "diagnose",
+    "read_run",
+    "threshold_table",
+    "tune_loader",
 ]
 
 
 def __getattr__(name: str) -> _typing.Any:
-    if name == "Meter":
-        from trainpace.meter import Meter
-
-        return Meter
-    raise AttributeError(f"module 'trainpace' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainpace' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value  # later uses skip this hook
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"Meter"})
+    return sorted(set(globals()) | set(_LAZY) | {"diagnose"})
+
+
+class _Package(_types.ModuleType):
+    """``trainpace`` itself: keeps ``trainpace.diagnose`` the function. The subpackage of the
+    same name would otherwise replace it the moment anything imports it (the import system
+    sets each loaded submodule as an attribute of its package); ``from trainpace.diagnose
+    import ...`` still finds the subpackage in ``sys.modules``."""
+
+    @property
+    def diagnose(self) -> _typing.Any:
+        return _importlib.import_module("trainpace.diagnose").diagnose
+
+    @diagnose.setter
+    def diagnose(self, value: _typing.Any) -> None:
+        """The import system setting the subpackage: kept out, the function stays."""
+
+
+_sys.modules[__name__].__class__ = _Package

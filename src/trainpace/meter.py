@@ -43,6 +43,8 @@ from trainpace.config import MeterConfig, WarmupSetting, is_int_at_least
 from trainpace.devices.ceilings import cpu_name
 from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.diagnose import diagnose
+from trainpace.dist.monitor import RankMonitor, vitals_signs
+from trainpace.dist.ranks import rank_info
 from trainpace.errors import ConfigError
 from trainpace.measure.clock import device_timer_for, resolve_device
 from trainpace.measure.loader import loader_settings
@@ -60,6 +62,7 @@ from trainpace.series import StepSeries
 from trainpace.sinks.background import BackgroundWriter
 from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.console import ConsoleSink
+from trainpace.sinks.options import sinks_from_options
 from trainpace.sinks.runfolder import RunFolderSink, fresh_run_folder
 from trainpace.summary import Device, Summary
 from trainpace.trace.capture import ProfileWindow
@@ -96,6 +99,8 @@ class Meter:
         tokens: ``batch -> int`` override of the token count.
         device: the device whose clock times the steps (default: the accelerator, else CPU).
         tensorboard: folder for TensorBoard event files (extra ``trainpace[tensorboard]``).
+        wandb, mlflow, prometheus, prometheus_host: the dashboard sinks
+            (:func:`trainpace.sinks.options.sinks_from_options`).
         console: print one line per window.
         report: print the report at :meth:`finish`.
         sample_interval_s: period of the background device and host sampler.
@@ -125,6 +130,10 @@ class Meter:
         tokens: Callable[[Any], int] | None = None,
         device: str | torch.device | None = None,
         tensorboard: str | os.PathLike[str] | None = None,
+        wandb: Any = None,
+        mlflow: bool | str | None = None,
+        prometheus: int | None = None,
+        prometheus_host: str | None = None,
         console: bool = True,
         report: bool = True,
         sample_interval_s: float = 0.1,
@@ -195,9 +204,25 @@ class Meter:
         self._profile_begun = 0  # the last step whose profile span was opened
         self._profile_path: Path | None = None
         self._started_at = _dt.datetime.now(_dt.timezone.utc)
-        self.path: Path | None = fresh_run_folder(self.config.out) if self.config.out else None
-        self.run_id = run_id or (self.path.name if self.path else self._started_at.strftime(
+        # One rank of several: rank{r}/ in the job's run folder, the window exchange.
+        self._rank = rank_info()
+        self._dist: RankMonitor | None = None
+        run_sink: RunFolderSink | None = None
+        self.path: Path | None = (fresh_run_folder(self.config.out)
+                                  if self.config.out and not self._rank.distributed else None)
+        if self._rank.distributed:
+            self._dist = RankMonitor(self._rank, run_id=run_id or "",
+                                     signs=vitals_signs(lambda: self._vitals))
+            if self.config.out is not None:
+                self.path = self._dist.run_folder(self.config.out, fresh_run_folder)
+                if self._rank.rank == 0:
+                    run_sink = RunFolderSink(self.path.parent)
+                    self._dist.publish = run_sink.log
+        run_folder = self.path.parent if self._dist is not None and self.path else self.path
+        self.run_id = run_id or (run_folder.name if run_folder else self._started_at.strftime(
             "run-%Y%m%d-%H%M%S"))
+        if self._dist is not None:
+            self._dist.run_id = self.run_id
         if self.config.profile_steps is not None:
             start, stop = self.config.profile_steps
             folder = (self.path / "profile" if self.path is not None
@@ -212,7 +237,10 @@ class Meter:
             from trainpace.sinks.tensorboard import TensorBoardSink
 
             outputs.append(TensorBoardSink(self.config.tensorboard))
+        outputs.extend(sinks_from_options(wandb=wandb, mlflow=mlflow, prometheus=prometheus,
+                                          prometheus_host=prometheus_host, run_id=self.run_id))
         outputs.extend(sinks)
+        self._run_sink = run_sink
         self._sink = FanOut(outputs)
         self._writer = BackgroundWriter(lambda exc: self._fault("writing the run", exc))
         atexit.register(self._writer.close)  # a run never finished still gets its windows out
@@ -299,9 +327,14 @@ class Meter:
         if summary is None:
             summary = Summary(run_id=self.run_id)
         self._summary = summary
-        if self.config.report:
+        shown: Summary | None = summary
+        if self._dist is not None:  # rank 0 shows the merged run; the other ranks stay quiet
+            shown = self._dist.finish(summary, diagnose=self._diagnosed_merged)
+            if self._run_sink is not None:
+                self._run_sink.close()
+        if self.config.report and shown is not None:
             try:
-                print_report(summary, file=self._stream)
+                print_report(shown, file=self._stream)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._fault("printing the report", exc)
         return summary
@@ -346,6 +379,11 @@ class Meter:
             self._fault("diagnosing the run", exc)
             return summary
         return dataclasses.replace(summary, diagnosis=diagnosis)
+
+    def _diagnosed_merged(self, merged: Summary, meta: Mapping[str, Any]) -> Summary:
+        diagnosis = diagnose(merged, steps=self._series.records(), system=self._system_rows,
+                             meta=meta)
+        return dataclasses.replace(merged, diagnosis=diagnosis)
 
     def __enter__(self) -> Meter:
         return self
@@ -400,6 +438,8 @@ class Meter:
             self._sink.log(Record("window", {"window": figures, "steps": records},
                                   records[-1]["step"]))
             _yield_gil()
+            if self._dist is not None:
+                self._dist.window(figures, records)  # contained: never raises
         if self._vitals is not None:
             rows = self._vitals.drain_rows()
             self._system_rows.extend({key: row.get(key) for key in SYSTEM_ROW_KEYS}
@@ -495,8 +535,10 @@ class Meter:
             "device": {"kind": self.device.type, "index": self.device.index,
                        "name": _device_name(self.device)},
             "clock": self._recorder.timer.name if self._recorder.timer is not None else "host",
-            "world_size": 1,
-            "rank": 0,
+            "world_size": self._rank.world_size,
+            "rank": self._rank.rank,
+            "local_rank": self._rank.local_rank,
+            "node": self._rank.node,
             "cpu_count": _usable_cpus(),
             "config": {
                 "window": config.window,

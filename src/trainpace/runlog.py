@@ -8,20 +8,11 @@ One run is one folder (DESIGN.md)::
     summary.json   trainpace.summary/1, refreshed at window boundaries and written at the end
     profile/       the trace of Meter(profile_steps=...), and profile_analysis.json its analysis
 
-A ``steps.jsonl`` record (one per optimizer step; every key always present, null if unknown)::
-
-    step            1-based optimizer step
-    t_s             seconds from the run's start to the end of this step (host clock)
-    step_s          the step's cycle time: from the end of the previous step to the end of
-                    this one, data wait included (device clock on CUDA, host clock on CPU)
-    wait_s          host time blocked in next() on the loader for this step's batches
-    exposed_wait_s  CUDA only: device idle time while the host waited for the batch
-    h2d_s           host-to-device copy time of this step's batches (meter.loader(device=))
-    samples         samples in the step (all micro-batches)
-    tokens          tokens in the step (see throughput.tokens_counted), or null
-    micro_batches   batches the step consumed
-    warmup          true for the steps excluded as warm-up
-    loss, metric    the values passed to meter.observe(), read at the window boundary
+A ``steps.jsonl`` record (one per optimizer step) is a
+:class:`trainpace.records.StepRecord`: every key always present, null if unknown. The reader
+keeps the steps as columns (:class:`trainpace.series.StepSeries`), never an object per step, so
+a run of millions of steps reads in a fraction of a second; a line that is not a step record is
+skipped and named in :attr:`RunData.notes`.
 
 A ``system.jsonl`` row (one per sampler reading) has ``t_s`` on the same clock as the steps,
 the metered device's headline readings at the top level (``device_util_pct``,
@@ -42,7 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 from trainpace.errors import RunFolderError
+from trainpace.series import StepSeries, read_steps
 from trainpace.summary import Summary
 
 META_FILE = "meta.json"
@@ -78,14 +72,31 @@ class Record:
 
 @dataclass(frozen=True)
 class RunData:
-    """A run folder read back."""
+    """A run folder read back.
+
+    ``series`` holds the steps as columns; ``notes`` says what the reader had to leave out or
+    could not find (bad lines, a cut-off last line, missing steps), one line each, for the
+    report to show.
+    """
 
     path: Path
     meta: dict[str, Any]
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    series: StepSeries = field(default_factory=StepSeries)
     system: list[dict[str, Any]] = field(default_factory=list)
     summary: Summary | None = None
     truncated: list[str] = field(default_factory=list)  # files whose last line was cut off
+    notes: list[str] = field(default_factory=list)
+    missing_steps: list[tuple[int, int]] = field(default_factory=list)  # (first, last) ranges
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.series, StepSeries):  # records given by hand (tests, tools)
+            object.__setattr__(self, "series", StepSeries.from_records(self.series))
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        """The steps as records (a dict per step, built on each call): for small runs and
+        tests; long runs read :attr:`series`."""
+        return self.series.records()
 
 
 def json_safe(value: Any) -> Any:
@@ -118,13 +129,13 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], bool]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
             is_last = all(not rest.strip() for rest in lines[number:])
             if is_last:
                 truncated = True
                 break
-            raise RunFolderError(f"{path}:{number}: not a JSON line ({exc.msg})") from exc
+            raise RunFolderError(f"{path}:{number}: not a JSON line ({exc})") from exc
         if not isinstance(record, dict):
             raise RunFolderError(f"{path}:{number}: expected a JSON object per line")
         records.append(record)
@@ -164,15 +175,58 @@ def read_run(path: str | Path) -> RunData:
             )
         meta = raw
     truncated: list[str] = []
-    steps: list[dict[str, Any]] = []
+    notes: list[str] = []
+    series = StepSeries()
+    missing: list[tuple[int, int]] = []
+    if (folder / STEPS_FILE).exists():
+        steps_path = folder / STEPS_FILE
+        try:
+            read = read_steps(steps_path)
+        except OSError as exc:
+            raise RunFolderError(f"{steps_path}: cannot read ({exc.strerror or exc})") from exc
+        series = read.series
+        if read.truncated:
+            truncated.append(STEPS_FILE)
+        if read.bad_lines:
+            notes.append(bad_lines_note(steps_path, read.bad_lines))
+        missing = series.missing_steps()
     system: list[dict[str, Any]] = []
-    for name, sink in ((STEPS_FILE, steps), (SYSTEM_FILE, system)):
-        if (folder / name).exists():
-            records, cut = read_jsonl(folder / name)
-            sink.extend(records)
-            if cut:
-                truncated.append(name)
+    if (folder / SYSTEM_FILE).exists():
+        system, cut = read_jsonl(folder / SYSTEM_FILE)
+        if cut:
+            truncated.append(SYSTEM_FILE)
     summary = None
     if summary_path.exists():
         summary = Summary.from_dict(_read_json(summary_path), source=str(summary_path))
-    return RunData(folder, meta, steps, system, summary, truncated)
+    if summary is not None and len(series):
+        last = int(series.column("step").max())
+        if summary.steps.total > last:  # the summary counted steps the records never got
+            missing = [*missing, (last + 1, summary.steps.total)]
+    if missing:
+        notes.append(missing_steps_note(folder / STEPS_FILE, missing))
+    return RunData(folder, meta, series, system, summary, truncated, notes, missing)
+
+
+def ranges_text(ranges: list[tuple[int, int]], limit: int = 6) -> str:
+    """``4-9, 12, 20-31`` (the first ``limit`` ranges, then how many more)."""
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:limit]]
+    more = len(ranges) - limit
+    return ", ".join(parts) + (f" and {more} more ranges" if more > 0 else "")
+
+
+def bad_lines_note(path: Path, bad: list[tuple[int, str]]) -> str:
+    """One line for the lines of ``path`` that were skipped: the first one and why."""
+    number, why = bad[0]
+    if len(bad) == 1:
+        return f"{path}:{number}: skipped a line that is not a step record ({why})"
+    others = ", ".join(str(n) for n, _ in bad[1:6]) + (", …" if len(bad) > 6 else "")
+    return (f"{path}:{number}: skipped {len(bad)} lines that are not step records (line "
+            f"{number}: {why}; also lines {others})")
+
+
+def missing_steps_note(path: Path, missing: list[tuple[int, int]]) -> str:
+    """One line naming the steps absent from ``path``."""
+    count = sum(b - a + 1 for a, b in missing)
+    return (f"{path}: {count} steps missing from the records: {ranges_text(missing)} "
+            "(not written: a full disk, or a run killed mid-write); the figures cover the "
+            "steps present")

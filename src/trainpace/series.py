@@ -1,30 +1,55 @@
 """Step records as columns: the store the Meter, the summarizer and the run-log reader share.
 
 ``steps.jsonl`` records (:class:`trainpace.records.StepRecord`) become float64 columns, null as
-NaN, so a run of millions of steps costs 8 bytes a field a step, not a Python object per step.
+NaN, so a run of millions of steps costs 8 bytes a field a step, not a Python object per step;
+a column nothing filled so far (no tokens, no metric, no host-to-device copy) costs nothing.
+:func:`read_steps` reads a ``steps.jsonl`` straight into columns (msgspec decodes and type-checks
+each block of lines in C), skipping (and naming) lines that are not step records.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from array import array
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, overload
 
+import msgspec
 import numpy as np
+import orjson
 
 from trainpace.records import INTEGRAL_FIELDS, STEP_FIELDS
 
 COLUMNS = STEP_FIELDS
+REQUIRED = ("step", "t_s", "step_s")  # a record without these is not a step
+CHUNK_LINES = 4096  # records turned into dicts at a time when the series is iterated
+BLOCK_BYTES = 1 << 20  # steps.jsonl is parsed a block at a time: ~4k lines, whatever its size
 _ROW = operator.itemgetter(*COLUMNS)
+_NAN = math.nan
+
+
+class _Invalid(Exception):  # noqa: N818 (internal control flow, never raised to a user)
+    """Rows hold a value that is not a number or null (or a required one is null)."""
 
 
 class StepSeries:
-    """``steps.jsonl`` records as float64 columns; null is NaN. Appending is amortized O(1)."""
+    """``steps.jsonl`` records as float64 columns; null is NaN. Appending is amortized O(1).
+
+    Iterated or indexed it gives the records again (a dict per step, built on demand): fine
+    for a few thousand steps; long runs use :meth:`column`. It is deliberately not a
+    ``Sequence``: a consumer that takes columns or records tells them apart by that.
+    """
 
     def __init__(self) -> None:
-        self._columns = {name: array("d") for name in COLUMNS}
+        # A float: every value so far is that one (NaN: null), so a column that never
+        # changes (no tokens; samples, micro_batches of a fixed batch) costs nothing; it
+        # becomes an array on its first different value.
+        self._columns: dict[str, array[float] | float] = dict.fromkeys(COLUMNS, _NAN)
+        self._n = 0
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping[str, Any]]) -> StepSeries:
@@ -33,48 +58,287 @@ class StepSeries:
         return series
 
     def extend(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Append records (each a mapping; a key it lacks is null).
+
+        Raises TypeError when a value is neither a number nor null.
+        """
         records = list(records)
-        nan = math.nan
         try:
             rows = list(map(_ROW, records))  # each record's values in COLUMNS order, in C
         except KeyError:  # a record from elsewhere without every key
             rows = [tuple(record.get(name) for name in COLUMNS) for record in records]
-        # no rows: zip(*rows) is empty and nothing is added
-        for column, values in zip(self._columns.values(), zip(*rows, strict=True), strict=False):
+        try:
+            self._append_rows(rows, required=())
+        except _Invalid as exc:
+            raise TypeError(str(exc)) from None
+
+    def _append_rows(self, rows: list[tuple[Any, ...]], required: Sequence[str]) -> None:
+        """Append rows of values in COLUMNS order, all or nothing; _Invalid when a value is
+        not a number or null (or a ``required`` one is null)."""
+        if not rows:
+            return
+        n = len(rows)
+        staged: list[tuple[str, array[float] | None]] = []
+        for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True):
             missing = values.count(None)
-            if missing == len(values):  # a column nothing filled (no tokens, no metric...)
-                column.extend([nan] * missing)
-            elif missing:
-                column.extend([nan if value is None else value for value in values])
-            else:
-                column.extend(values)
+            if missing == n:
+                if name in required:
+                    raise _Invalid(f"{name} is null")
+                staged.append((name, None))
+                continue
+            if missing and name in required:
+                raise _Invalid(f"{name} is null")
+            try:
+                staged.append((name, array("d", [_NAN if v is None else v for v in values]
+                                         if missing else values)))
+            except TypeError:
+                raise _Invalid(name) from None
+        self._append_columns(staged, n)
+
+    def _append_columns(self, columns: list[tuple[str, array[float] | None]], n: int) -> None:
+        """Append ``n`` steps given as one array per column (None: all null), in COLUMNS order."""
+        for name, new in columns:
+            column = self._columns[name]
+            value = _NAN if new is None else _constant(new)
+            if isinstance(column, float):
+                if value is not None and (self._n == 0 or _same(value, column)):
+                    self._columns[name] = value  # still one value throughout
+                    continue
+                column = self._columns[name] = array("d", [column]) * self._n
+            column.extend(array("d", [_NAN]) * n if new is None else new)
+        self._n += n
 
     def __len__(self) -> int:
-        return len(self._columns["step"])
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self._record(i) for i in range(*index.indices(self._n))]
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            raise IndexError("step index out of range")
+        return self._record(index)
+
+    def _record(self, i: int) -> dict[str, Any]:
+        record: dict[str, Any] = {}
+        for name, column in self._columns.items():
+            value = column if isinstance(column, float) else column[i]
+            if math.isnan(value):
+                record[name] = None
+            elif name in INTEGRAL_FIELDS:
+                record[name] = int(value)
+            elif name == "loss_nonfinite":
+                record[name] = bool(value)
+            else:
+                record[name] = value
+        return record
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        # A chunk of rows at a time: its columns become Python lists (None for NaN) in C,
+        # and each record is one dict(zip(...)); no list of the whole run is ever built.
+        for lo in range(0, self._n, CHUNK_LINES):
+            hi = min(lo + CHUNK_LINES, self._n)
+            columns = [self._python_values(name, lo, hi) for name in COLUMNS]
+            yield from map(dict, map(zip, itertools.repeat(COLUMNS), zip(*columns, strict=True)))
+
+    def _python_values(self, name: str, lo: int, hi: int) -> list[Any]:
+        values = self.column(name)[lo:hi]
+        nan = np.isnan(values)
+        if name in INTEGRAL_FIELDS:
+            out: list[Any] = values.astype(np.int64).tolist() if not nan.any() else [
+                None if m else int(v) for v, m in zip(values.tolist(), nan.tolist(), strict=True)]
+        elif name == "loss_nonfinite":
+            out = [None if m else bool(v) for v, m in zip(values.tolist(), nan.tolist(),
+                                                          strict=True)]
+        else:
+            out = values.tolist()
+            if nan.any():
+                for i in np.flatnonzero(nan).tolist():
+                    out[i] = None
+        return out
 
     def records(self) -> list[dict[str, Any]]:
         """The steps as ``steps.jsonl`` records again (null for NaN)."""
-        columns = {name: self._columns[name] for name in COLUMNS}
-        integral = INTEGRAL_FIELDS
-        out: list[dict[str, Any]] = []
-        for i in range(len(self)):
-            record: dict[str, Any] = {}
-            for name, column in columns.items():
-                value = column[i]
-                if math.isnan(value):
-                    record[name] = None
-                else:
-                    record[name] = int(value) if name in integral else value
-            out.append(record)
-        return out
+        return list(self)
 
     def column(self, name: str) -> np.ndarray:
-        """A read-only view of one column (no copy)."""
+        """A read-only view of one column (no copy; a column of one value is a broadcast view
+        of it, no memory)."""
+        if name not in self._columns:
+            raise KeyError(f"no step column {name!r}; the columns are {', '.join(COLUMNS)}")
         column = self._columns[name]
+        if isinstance(column, float):
+            return np.broadcast_to(np.float64(column), (self._n,))
         if not column:
             return np.empty(0)
         view = np.frombuffer(column, dtype=np.float64)
         view.flags.writeable = False
         return view
 
+    def has(self, name: str) -> bool:
+        """True when some step has a value in column ``name``."""
+        return bool(np.isfinite(self.column(name)).any())
 
+    def missing_steps(self) -> list[tuple[int, int]]:
+        """Gaps in the step numbers: ``(first, last)`` ranges of steps absent from the
+        records (before the first record and between records), in order."""
+        steps = self.column("step")
+        if not steps.size:
+            return []
+        ordered = np.unique(steps)  # sorted, duplicates once
+        gaps: list[tuple[int, int]] = []
+        if ordered[0] > 1:
+            gaps.append((1, int(ordered[0]) - 1))
+        jumps = np.flatnonzero(np.diff(ordered) > 1)
+        gaps += [(int(ordered[i]) + 1, int(ordered[i + 1]) - 1) for i in jumps]
+        return gaps
+
+    def nbytes(self) -> int:
+        """Bytes the columns hold."""
+        return sum(c.itemsize * len(c) for c in self._columns.values() if isinstance(c, array))
+
+
+def _constant(values: array[float]) -> float | None:
+    """The one value of ``values`` when they are all the same (NaN included), else None."""
+    if not values:
+        return None
+    a = np.frombuffer(values, dtype=np.float64)
+    first = float(a[0])
+    same = np.isnan(a).all() if math.isnan(first) else (a == first).all()
+    return first if bool(same) else None
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+@dataclass
+class StepsFile:
+    """A ``steps.jsonl`` read into columns, and what had to be left out."""
+
+    series: StepSeries
+    bad_lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, why)
+    truncated: bool = False  # the last line was cut off (a run killed mid-write)
+
+
+def _row_type() -> type[msgspec.Struct]:
+    """The typed line msgspec decodes in C: the required fields numbers, the others numbers
+    or null (missing: null), ``loss_nonfinite`` a bool; unknown keys ignored."""
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+        (name, float) if name in REQUIRED
+        else (name, bool | None, None) if name == "loss_nonfinite"
+        else (name, float | None, None)
+        for name in COLUMNS
+    ]
+    return msgspec.defstruct("StepLine", fields, gc=False)
+
+
+_DECODER = msgspec.json.Decoder(_row_type())
+_GETTERS = tuple((name, operator.attrgetter(name)) for name in COLUMNS)
+
+
+def read_steps(path: Path) -> StepsFile:
+    """Read ``steps.jsonl`` at ``path`` into columns, a block of :data:`BLOCK_BYTES` at a time.
+
+    A line that is not a JSON object, or that holds a value that is not a number or null (or
+    no ``step``, ``t_s`` or ``step_s``), is skipped and listed in ``bad_lines``; a last line
+    that does not parse is a cut-off write (``truncated``), not a bad line. Raises OSError.
+    """
+    out = StepsFile(StepSeries())
+    last_good = 0
+    number = 1  # the line number of the block's first line
+    with open(path, "rb") as stream:
+        rest = b""
+        while True:
+            block = stream.read(BLOCK_BYTES)
+            if not block:
+                block, rest = rest, b""
+                if not block:
+                    break
+            else:
+                block = rest + block
+                cut = block.rfind(b"\n") + 1
+                if cut == 0:  # no line end yet: a line longer than a block
+                    rest = block
+                    continue
+                block, rest = block[:cut], block[cut:]
+            lines = block.count(b"\n")
+            kept = _block(out, block, number, lines)
+            if kept:
+                last_good = kept
+            number += lines
+    if out.bad_lines and out.bad_lines[-1][0] > last_good and out.bad_lines[-1][1].startswith(
+            "not a JSON line"):
+        out.bad_lines.pop()  # the last line, cut off by a killed writer
+        out.truncated = True
+    return out
+
+
+def _block(out: StepsFile, block: bytes, first: int, lines: int) -> int:
+    """Parse and append one block of ``lines`` whole lines; returns the line number of its
+    last good record (0: none; a blank line after it may count as good: harmless)."""
+    try:
+        rows = _DECODER.decode_lines(block)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _block_by_line(out, block, first)
+    if not rows:
+        return 0
+    columns: list[tuple[str, array[float] | None]] = []
+    for name, get in _GETTERS:
+        try:
+            columns.append((name, array("d", map(get, rows))))
+        except TypeError:  # nulls (a bool column is fine: array takes bools)
+            values = list(map(get, rows))
+            if values.count(None) == len(values):
+                columns.append((name, None))
+            else:
+                columns.append((name, array("d", [_NAN if v is None else v for v in values])))
+    out.series._append_columns(columns, len(rows))
+    return first + max(lines, 1) - 1
+
+
+def _block_by_line(out: StepsFile, block: bytes, first: int) -> int:
+    """The slow path for a block with something off: each line on its own, the bad ones
+    named."""
+    good: list[tuple[Any, ...]] = []
+    last = 0
+    for number, line in enumerate(block.split(b"\n"), start=first):
+        if not line.strip():
+            continue
+        row, why = _row(line)
+        if row is None:
+            out.bad_lines.append((number, why))
+        else:
+            good.append(row)
+            last = number
+    out.series._append_rows(good, REQUIRED)
+    return last
+
+
+def _row(line: bytes) -> tuple[tuple[Any, ...] | None, str]:
+    """One line's values in COLUMNS order, or (None, why it is not a step record)."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return None, f"not a JSON line ({exc})"
+    if not isinstance(record, dict):
+        return None, f"a JSON {type(record).__name__}, not an object"
+    values = tuple(record.get(name) for name in COLUMNS)
+    for name, value in zip(COLUMNS, values, strict=True):
+        if value is None:
+            if name in REQUIRED:
+                return None, f"{name} is missing or null"
+        elif not isinstance(value, (int, float)) or (isinstance(value, bool)
+                                                     and name != "loss_nonfinite"):
+            return None, f"{name} is {_short(value)}, not a number"
+    return values, ""
+
+
+def _short(value: Any) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= 40 else text[:39] + "…"

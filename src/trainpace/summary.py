@@ -9,6 +9,7 @@ does, so newer writers stay readable.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -28,19 +29,9 @@ Bottleneck = Literal[
     "straggler",
     "none",
 ]
-BOTTLENECKS: tuple[str, ...] = (
-    "data_loading",
-    "host_overhead",
-    "communication",
-    "memory_bandwidth",
-    "compute",
-    "thermal",
-    "memory_capacity",
-    "straggler",
-    "none",
-)
+BOTTLENECKS: tuple[Bottleneck, ...] = typing.get_args(Bottleneck)
 Severity = Literal["info", "warning", "critical"]
-SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
+SEVERITIES: tuple[Severity, ...] = typing.get_args(Severity)  # mildest first
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 def format_duration(seconds: float) -> str:
     """``850 µs``, ``12.3 ms``, ``1.2 s``, ``5m00s``, ``2h05m``: three significant digits up
@@ -17,3 +19,25 @@ def format_duration(seconds: float) -> str:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def format_seconds(value: float | None) -> str:
+    """:func:`format_duration`, or ``—`` when unknown."""
+    return "—" if value is None else format_duration(value)
+
+
+def format_number(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """A figure with its unit and thousands separators (``12,345 samples/s``, ``0.25``);
+    ``—`` when unknown."""
+    if value is None:
+        return "—"
+    text = f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
+    return f"{text} {unit}" if unit else text
+
+
+def number_or_none(value: object) -> float | None:
+    """``value`` as a finite float, or None when it is not a finite number (a bool is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None

@@ -70,3 +70,70 @@ def test_bad_usage_exits_2(args: list[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["analyze", *args])
     assert info.value.code == 2
+
+
+def test_analyze_reads_a_fifo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import threading
+
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(HANDMADE.read_bytes())
+
+    threading.Thread(target=write, daemon=True).start()
+    codes: list[int] = []
+    run = threading.Thread(target=lambda: codes.append(main(["analyze", str(fifo), "--json"])),
+                           daemon=True)
+    run.start()
+    run.join(timeout=60)
+    assert not run.is_alive(), "analyze hung on a FIFO"
+    assert codes == [0]
+    assert json.loads(capsys.readouterr().out)["ranks"][0]["idle_pct"] == 52.38
+
+
+def test_absurd_times_are_skipped_without_a_warning(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    trace = json.loads(HANDMADE.read_text())
+    trace["traceEvents"] += [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1e308, "dur": 1e308,
+         "args": {"stream": 7, "correlation": 11}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 25, "dur": 1e308,
+         "args": {"correlation": 11}},
+    ]
+    source = tmp_path / "absurd.json"
+    source.write_text(json.dumps(trace))
+    assert main(["analyze", str(source)]) == 0  # the suite runs with warnings as errors
+    out = " ".join(capsys.readouterr().out.split())
+    assert "skipped events: 2 malformed: ts or dur negative, infinite or out of range" in out
+    assert "52.4%" in out  # the figures of the trace without them
+    assert not any(len(word) > 40 and word[:1].isdigit() for word in out.split())
+
+
+def test_cpu_trace_json_has_the_host_view(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", str(TRACES / "handmade_cpu.json"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rank = data["ranks"][0]
+    assert rank["window_us"] is None and rank["idle"] is None and rank["kernels"] is None
+    host = rank["host"]
+    assert (host["dataloader_pct"], host["operators_pct"], host["python_pct"]) == \
+        (40.0, 28.5, 31.5)
+    assert [o["name"] for o in host["top"]][:3] == ["aten::pin_memory", "aten::addmm",
+                                                     "aten::stack"]
+    assert data["summary"]["device"]["kind"] == "cpu"
+    assert data["summary"]["device"]["util_pct"] is None
+
+
+def test_meter_run_trace_console_and_html(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    trace = TRACES / "cpu_run" / "profile" / "profile_rank0.pt.trace.json.gz"
+    page = tmp_path / "cpu.html"
+    assert main(["analyze", str(trace), "--html", str(page)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Where the host time went in the profiled steps" in out
+    assert "meta.json read" in out and "meter.loader" not in out
+    assert "GPU util" not in out
+    html = page.read_text()
+    assert "GPU util" not in html and "device idle" not in html and "on device" not in html

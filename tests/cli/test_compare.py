@@ -97,3 +97,32 @@ def test_bad_run_folder_is_exit_1(runs, tmp_path, capsys):
     assert main(["compare", str(runs[0]), str(tmp_path / "missing")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("trainpace compare: error: ") and "no such folder" in err[0]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_a_target_that_is_not_a_finite_number_is_refused(runs, capsys, value):
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", *map(str, runs), f"--target-loss={value}"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --target-loss: must be a finite number (the loss both runs are timed to), got '{value}'" in err
+    assert "Traceback" not in err
+
+
+def test_the_library_refuses_it_too(runs):
+    from trainpace import ConfigError, compare_runs, read_run
+
+    with pytest.raises(ConfigError, match="target_loss must be a finite number"):
+        compare_runs(read_run(runs[0]), read_run(runs[1]), target_loss=float("nan"))
+
+
+def test_a_bad_line_in_a_run_is_a_note_in_the_comparison(runs, capsys):
+    path = runs[0] / "steps.jsonl"
+    lines = path.read_text().splitlines()
+    lines[4] = lines[4].replace('"step_s":0.1', '"step_s":"slow"').replace('"step_s": 0.1', '"step_s": "slow"')
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["compare", *map(str, runs)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"note: {path}:5: skipped a line that is not a step record" in out
+    data = compare(capsys, *runs)
+    assert data["runs"][0]["notes"][0].startswith(f"{path}:5: skipped a line")

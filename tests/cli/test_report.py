@@ -55,7 +55,7 @@ def test_a_run_with_no_step_yet_shows_nothing_measured(tmp_path, capsys):
     folder = write_run(tmp_path / "fresh", [])
     assert main(["report", str(folder)]) == 0
     out = capsys.readouterr().out
-    assert out.count("not measured") == 5
+    assert out.count("not measured: ") == 5
     assert "bottleneck: none" in out
 
 
@@ -65,7 +65,7 @@ def test_html_report_is_written(slow_data_run, tmp_path, capsys):
     text = page.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>")
     assert "The step waits for data 40% of the time" in text
-    assert f"wrote {page}" in capsys.readouterr().err
+    assert capsys.readouterr().out == f"{page}\n"  # only the path: the page is the report
 
 
 def test_thresholds_can_be_set(slow_data_run, capsys):
@@ -116,3 +116,35 @@ def test_an_unwritable_html_path_is_one_line_and_exit_1(slow_data_run, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"trainpace report: error: {target}: cannot write the page")
     assert "Traceback" not in "\n".join(err)
+
+
+def test_a_wrong_typed_value_is_a_note_not_a_traceback(slow_data_run, capsys):
+    path = slow_data_run / "steps.jsonl"
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[9])
+    record["step_s"] = "slow"
+    lines[9] = json.dumps(record)
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["report", str(slow_data_run), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["steps"]["total"] == 59
+    assert (f"trainpace report: {path}:10: skipped a line that is not a step record "
+            '(step_s is "slow", not a number)') in captured.err
+    assert f"trainpace report: {path}: 1 steps missing from the records: 10 " in captured.err
+
+
+def test_missing_steps_are_named_as_ranges_on_the_page_too(tmp_path, capsys):
+    records = [r for r in steps(60, step_s=0.1, samples=32) if not 20 <= r["step"] <= 29]
+    folder = write_run(tmp_path / "gappy", records, meta={"loader": LOADER})
+    page = tmp_path / "p.html"
+    assert main(["report", str(folder), "--html", str(page)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == f"{page}\n"
+    assert "10 steps missing from the records: 20-29" in captured.err
+    assert "10 steps missing from the records: 20-29" in page.read_text(encoding="utf-8")
+
+
+def test_the_console_report_has_a_legend_of_its_marks(slow_data_run, capsys):
+    assert main(["report", str(slow_data_run)]) == 0
+    out = capsys.readouterr().out
+    assert "● ok   ◆ info   ▲ warning   ■ critical   ○ not measured" in out

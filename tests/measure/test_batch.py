@@ -5,7 +5,15 @@ import numpy as np
 import pytest
 import torch
 
-from trainpace.measure.batch import count_samples, count_tokens, is_pinned, move_to
+from trainpace.measure.batch import (
+    FIX,
+    SampleCount,
+    count_samples,
+    count_tokens,
+    is_pinned,
+    move_to,
+    samples_in,
+)
 
 
 @dataclasses.dataclass
@@ -86,3 +94,54 @@ def test_move_to_rebuilds_containers():
 def test_unpinned_cpu_batch_is_not_pinned():
     assert not is_pinned((torch.zeros(2), torch.zeros(2)))
     assert not is_pinned("no tensors")
+
+
+class Custom:
+    """A batch type trainpace knows nothing about."""
+
+
+@pytest.mark.parametrize(
+    ("batch", "kind", "why"),
+    [
+        (None, "NoneType", "it holds no tensor or array"),
+        ("not a batch", "str", "it holds no tensor or array"),
+        (Custom(), "Custom", "it holds no tensor or array"),
+        ({"meta": "x", "n": 3}, "dict", "it holds no tensor or array"),
+        (torch.tensor(3.0), "Tensor", "a 0-d tensor has no batch dimension"),
+    ],
+)
+def test_an_uncountable_batch_is_none_with_its_type_and_the_fix(batch, kind, why):
+    counted = samples_in(batch)
+    assert counted.samples is None
+    assert counted.reason == (f"cannot count the samples of a batch of type {kind} ({why}); "
+                              f"samples_per_s is null; {FIX}")
+    assert "Meter(samples=" in counted.reason
+    assert count_samples(batch) is None
+
+
+def test_sequence_first_batches_are_ambiguous_not_a_guess():
+    # pytorch/examples word_language_model: data[bptt=35, batch=20], target[35 * 20 = 700]
+    data, target = torch.zeros(35, 20, dtype=torch.long), torch.zeros(700, dtype=torch.long)
+    counted = samples_in((data, target))
+    assert counted.samples is None
+    assert counted.reason.startswith("the samples of a batch of type tuple are ambiguous: its "
+                                     "tensors disagree on their first dimension (35, 700; "
+                                     "sequence-first?)")
+    assert FIX in counted.reason
+    # the token ids are still counted: every entry of the 2-D integer tensor
+    assert count_tokens((data, target)) == (700, "all")
+
+
+def test_tensors_that_agree_are_counted_and_a_telling_key_decides():
+    assert samples_in((torch.zeros(4, 3), torch.zeros(4), [torch.zeros(4, 1)])) == SampleCount(4)
+    # a key that names the main input wins over a tensor of another length beside it
+    assert samples_in({"input_ids": torch.zeros(6, 9), "vocab": torch.zeros(100)}) == SampleCount(6)
+    assert samples_in({"a": torch.zeros(6, 9), "b": torch.zeros(100)}).samples is None
+
+
+def test_a_2d_integer_tensor_is_token_ids():
+    assert count_tokens(torch.zeros(8, 128, dtype=torch.long)) == (1024, "all")
+    assert count_tokens(torch.zeros(8, 128, dtype=torch.int32)) == (1024, "all")
+    assert count_tokens(torch.zeros(8, 128)) == (None, None)  # floats are features
+    assert count_tokens(torch.zeros(8, 28, dtype=torch.uint8)) == (None, None)  # pixels
+    assert count_tokens((torch.zeros(8, 784), torch.zeros(8, dtype=torch.long))) == (None, None)

@@ -55,7 +55,7 @@ def near(rgb: np.ndarray, hex_color: str, tolerance: int = 12) -> int:
 def test_the_run_report_renders_and_logs_nothing(tmp_path):
     run = make_run(name="<b>not bold</b>")
     page = write_page(tmp_path / "report.html",
-                      run_page(run.summary, steps=run.steps, system=run.system, meta=run.meta))
+                      run_page(run.summary, series=run.steps, system=run.system, meta=run.meta))
     png, console = render(page, tmp_path)
     assert console == []
     rgb = pixels(png)
@@ -75,3 +75,18 @@ def test_the_checker_sees_console_errors(tmp_path):
     _, console = render(page, tmp_path)
     assert any("boom" in line for line in console)
     assert any("Uncaught ReferenceError" in line for line in console)
+
+
+def test_a_long_run_with_a_stall_and_a_slow_phase_renders(tmp_path):
+    from report.test_run_html import stalled_series, summary_with_phases
+
+    series = stalled_series(n=50_000, stall_at=30_000)
+    system = [{"t_s": float(t), "device_util_pct": 50.0, "bandwidth_util_pct": 20.0} for t in range(0, 1500, 5)]
+    page = write_page(tmp_path / "long.html", run_page(summary_with_phases(), series=series, system=system))
+    png, console = render(page, tmp_path)
+    assert console == []
+    rgb = pixels(png)
+    # the data-wait band keeps its height under the stall (38% of a 45 ms scale, not of 2 s),
+    # the bandwidth line is drawn, and the stall's marker and the warm-up/phase bands are on screen
+    assert near(rgb, "#e08a1e") > 5000
+    assert near(rgb, "#c8423b") > 20

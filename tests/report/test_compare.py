@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import trainpace
-from trainpace.report.compare import compare_runs, comparison_renderable
+from trainpace.compare import compare_runs
+from trainpace.report.compare import comparison_renderable
 from trainpace.runlog import read_run
 
 

@@ -5,22 +5,17 @@ import re
 import pytest
 
 from trainpace.report.html import (
-    HLine,
-    Series,
     bar_chart,
     bullets,
-    downsample,
     empty_chart,
     esc,
-    line_chart,
-    nice_ticks,
     page,
     section,
-    stacked_chart,
     table,
     tick_label,
     write_page,
 )
+from trainpace.report.plots import HLine, Series, line_chart, nice_ticks, stacked_chart
 
 EVIL = '<script>alert("x")</script>&'
 
@@ -59,13 +54,6 @@ def test_nice_ticks(lo, hi, ticks):
 
 def test_tick_labels():
     assert [tick_label(v) for v in (0.25, 12.0, 3400.0, 1.2e6, 2e9)] == ["0.25", "12", "3.4k", "1.2M", "2G"]
-
-
-def test_downsample_averages_buckets_and_keeps_gaps():
-    xs, ys = downsample(list(range(10)), [1, 3, None, None, 5, 7, 0, 2, 4, 6], limit=5)
-    assert xs == [0.5, 2.5, 4.5, 6.5, 8.5]
-    assert ys == [2.0, None, 6.0, 1.0, 5.0]
-    assert downsample([1, 2], [3, 4], limit=5) == ([1, 2], [3, 4])
 
 
 def test_line_chart_breaks_lines_at_missing_points_and_draws_targets():

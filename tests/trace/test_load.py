@@ -8,11 +8,12 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
-from tracekit import HANDMADE, RESNET_NW0, SAMPLED, handmade
+from tracekit import HANDMADE, KEYS_AFTER, RESNET_NW0, SAMPLED, handmade
 
 from trainpace.errors import TraceFormatError
 from trainpace.trace import stream
-from trainpace.trace.load import json_bytes, load_trace, memory_needed, trace_files
+from trainpace.trace.load import load_trace, trace_files
+from trainpace.trace.memory import json_bytes, memory_needed
 
 WriteTrace = Callable[..., Path]
 
@@ -44,6 +45,33 @@ def test_piece_size_does_not_change_the_columns(chunk: int) -> None:
     assert _names(pieces) == _names(whole)
     for column in ("ts", "dur", "stream", "correlation", "external_id"):
         assert np.array_equal(getattr(pieces, column), getattr(whole, column))
+
+
+@pytest.mark.parametrize("chunk", [64, 100, 200, 1000, 1 << 20])
+@pytest.mark.parametrize("compress", [False, True])
+def test_keys_after_the_events_are_read_as_the_stdlib_reads_them(
+        write_trace: WriteTrace, chunk: int, compress: bool) -> None:
+    # deviceProperties after the events: its "}]" is a cut point past the end of the array
+    data = KEYS_AFTER.read_bytes()
+    path = write_trace(gzip.compress(data) if compress else data, "after.json.gz")
+    cols = load_trace(path, chunk_bytes=chunk)
+    whole = load_trace(HANDMADE)
+    assert _names(cols) == _names(whole) and cols.skipped == whole.skipped
+    for column in ("ts", "dur", "stream", "correlation", "external_id", "device"):
+        assert np.array_equal(getattr(cols, column), getattr(whole, column))
+    expected = json.loads(data)
+    del expected["traceEvents"]
+    assert cols.meta == expected
+    assert cols.meta["deviceProperties"][0]["name"] == "Handmade GPU"
+
+
+def test_array_closing_inside_a_piece_with_a_non_ascii_name(write_trace: WriteTrace) -> None:
+    trace = json.loads(KEYS_AFTER.read_text())
+    trace["traceEvents"][-1]["name"] = "Profilér ✓ (0)"  # bytes and characters differ
+    trace["extra"] = [{"a": "}, ]"}, {"b": [{}]}]
+    cols = load_trace(write_trace(json.dumps(trace, ensure_ascii=False).encode()))
+    assert len(cols) == 23 and cols.meta["extra"] == trace["extra"]
+    assert "Profilér ✓ (0)" in cols.names
 
 
 def test_orjson_path_gives_the_same_columns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,7 +153,7 @@ def test_malformed_events_are_counted_and_skipped(write_trace: WriteTrace) -> No
         "malformed: name or cat missing or not a string": 1,
         "no cat (HTA drops these too)": 1,
         "not a JSON object": 1,
-        "malformed: negative or infinite ts/dur": 1,
+        "malformed: ts or dur negative, infinite or out of range": 1,
     }
 
 
@@ -137,12 +165,23 @@ def _error(path: Path, **kwargs: object) -> str:
     return message
 
 
+@pytest.fixture(params=["inline", "thread"])
+def gunzip_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a gzip test with the decompression inline and in its thread (large files)."""
+    from trainpace.trace import source
+
+    monkeypatch.setattr(source, "_THREAD_MIN_BYTES", 1 << 40 if request.param == "inline" else 0)
+    return str(request.param)
+
+
+@pytest.mark.usefixtures("gunzip_path")
 def test_truncated_gzip(write_trace: WriteTrace) -> None:
     data = gzip.compress(HANDMADE.read_bytes())
     message = _error(write_trace(data[: len(data) // 2], "cut.json.gz"))
     assert "damaged or truncated" in message
 
 
+@pytest.mark.usefixtures("gunzip_path")
 def test_corrupted_gzip(write_trace: WriteTrace) -> None:
     data = bytearray(gzip.compress(HANDMADE.read_bytes()))
     data[len(data) // 2] ^= 0xFF
@@ -167,6 +206,10 @@ def test_corrupted_gzip(write_trace: WriteTrace) -> None:
         (b'{"traceEvents": [{"ph": "X", "cat": "k", "name": "a", "ts": 1 "dur": 1}, {}]}',
          "not valid JSON at byte 62"),
         (b'{"traceEvents": []} trailing', "unexpected data after traceEvents"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "k", "name": "a", "ts": 1, "dur": 1}], '
+         b'"deviceProperties": [{"id": 0}] oops}', "not valid JSON after traceEvents"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "k", "name": "\xff", "ts": 1, "dur": 1}]}',
+         "not valid JSON after byte 16"),
     ],
 )
 def test_bad_input_is_one_clear_error(write_trace: WriteTrace, content: bytes,
@@ -231,3 +274,59 @@ def test_typed_path_skips_each_event_for_its_first_fault(write_trace: WriteTrace
         "malformed: name or cat missing or not a string": 1,
         "malformed: ts or dur missing or not a number": 1,
     }
+
+
+def test_absurd_times_are_malformed_and_skipped(write_trace: WriteTrace) -> None:
+    # 1e308 is a finite float: kept, it overflowed ts + dur (a numpy warning, which the
+    # suite turns into an error) and gave a 300-digit launch median
+    trace = handmade()
+    good = load_trace(write_trace(trace, "good.json"))
+    absurd = [
+        {"ph": "X", "cat": "kernel", "name": "huge ts", "ts": 1e308, "dur": 1,
+         "args": {"stream": 7, "correlation": 11}},
+        {"ph": "X", "cat": "kernel", "name": "huge dur", "ts": 30, "dur": 1e308,
+         "args": {"stream": 7, "correlation": 12}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": -1e300, "dur": 5,
+         "args": {"correlation": 13}},
+        {"ph": "X", "cat": "cpu_op", "name": "a day too long", "ts": 1, "dur": 1.1e12},
+    ]
+    trace["traceEvents"].extend(absurd)
+    cols = load_trace(write_trace(trace, "absurd.json"))
+    assert _names(cols) == _names(good)
+    assert cols.skipped == {**good.skipped,
+                            "malformed: ts or dur negative, infinite or out of range": 4}
+
+
+@pytest.mark.usefixtures("gunzip_path")
+def test_a_fifo_is_read_once(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    data = gzip.compress(HANDMADE.read_bytes())
+    fifo = tmp_path / "trace.json.gz"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "wb") as fh:
+            fh.write(data)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    result: list[object] = []
+    reader = threading.Thread(target=lambda: result.append(load_trace(fifo)), daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    assert not reader.is_alive(), "reading the FIFO hung"
+    writer.join(timeout=5)
+    assert result and _names(result[0]) == _names(load_trace(HANDMADE))
+
+
+@pytest.mark.usefixtures("gunzip_path")
+def test_gzip_in_several_members_and_zero_padding(write_trace: WriteTrace) -> None:
+    # gzip allows members back to back and zero bytes after the last (gzip.open reads both)
+    data = HANDMADE.read_bytes()
+    cut = len(data) // 3
+    packed = gzip.compress(data[:cut]) + gzip.compress(data[cut:]) + b"\0" * 7
+    cols = load_trace(write_trace(packed, "members.json.gz"))
+    assert _names(cols) == _names(load_trace(HANDMADE))
+    assert "damaged or truncated" in _error(write_trace(packed[:-20], "cut.json.gz"))

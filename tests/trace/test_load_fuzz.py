@@ -124,3 +124,43 @@ events = st.fixed_dictionaries(
 def test_random_event_streams_load_and_analyze(scratch: Path, evs: list[dict[str, Any]],
                                                meta: dict[str, Any]) -> None:
     _load_and_analyze(scratch, json.dumps({**meta, "traceEvents": evs}).encode(), chunk=64)
+
+
+def _columns(path: Path, data: bytes, chunk: int) -> tuple[Any, ...] | None:
+    path.write_bytes(data)
+    try:
+        cols = load_trace(path, chunk_bytes=chunk)
+    except TraceFormatError as exc:
+        message = str(exc)
+    else:
+        names = [cols.names[i] for i in cols.name]
+        return names, cols.ts.tolist(), cols.dur.tolist(), cols.stream.tolist(), cols.skipped, cols.meta
+    assert str(path) in message
+    return None
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(events, max_size=12), st.dictionaries(st.text(max_size=6), json_values, max_size=3),
+       st.dictionaries(st.text(max_size=6), json_values, max_size=3), st.integers(64, 400),
+       st.booleans())
+def test_keys_after_the_events_read_as_the_stdlib_does(
+        scratch: Path, evs: list[dict[str, Any]], before: dict[str, Any],
+        after: dict[str, Any], chunk: int, indent: bool) -> None:
+    # Keys may follow traceEvents; whatever they hold, the events and the keys are read as
+    # json.loads reads the document, at any piece size.
+    before.pop("traceEvents", None)
+    after.pop("traceEvents", None)
+    doc = {**before, "traceEvents": evs, **{k: v for k, v in after.items() if k not in before}}
+    data = json.dumps(doc, indent=2 if indent else None).encode()
+    got = _columns(scratch, data, chunk)
+    events_first = _columns(scratch, json.dumps({"traceEvents": evs}).encode(), 1 << 20)
+    if events_first is None:  # no complete event: both say so
+        assert got is None
+        return
+    assert got is not None
+    expected_meta = json.loads(data)
+    del expected_meta["traceEvents"]
+    assert got[:5] == events_first[:5]
+    assert got[5] == expected_meta

@@ -12,6 +12,13 @@ from trainpace.trace.prepare import Prepared, prepare
 
 TRACES = Path(__file__).resolve().parent.parent / "data" / "traces"
 HANDMADE = TRACES / "handmade_steps.json"
+# The same events, with deviceProperties and more keys after traceEvents (as some exporters write)
+KEYS_AFTER = TRACES / "handmade_keys_after_events.json"
+# A CPU trace with known figures (no device events)
+HANDMADE_CPU = TRACES / "handmade_cpu.json"
+# What Meter(out=..., profile_steps=...) wrote for a tiny model on a CPU (make_cpu_run.py)
+CPU_RUN = TRACES / "cpu_run"
+CPU_RUN_TRACE = CPU_RUN / "profile" / "profile_rank0.pt.trace.json.gz"
 RESNET_NW0 = TRACES / "resnet50_num_workers_0.pt.trace.json.gz"
 RESNET_NW4 = TRACES / "resnet50_num_workers_4.pt.trace.json.gz"
 SAMPLED = [TRACES / "sampled_rank-0.json.gz", TRACES / "sampled_rank-1.json.gz"]

@@ -25,6 +25,7 @@ VERBS: dict[str, str] = {
     "compare": "trainpace.cli._compare",
     "analyze": "trainpace.cli._analyze",
     "ceilings": "trainpace.cli._ceilings",
+    "tune-loader": "trainpace.cli._tune",
 }
 
 

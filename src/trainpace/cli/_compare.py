@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 HELP = "compare two runs: throughput, steps and time to a target loss, and the winner"
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number (the loss both runs are timed to), got {text!r}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The verb's arguments."""
     parser.add_argument("run_a", metavar="RUN_A", help="the first run folder (A)")
     parser.add_argument("run_b", metavar="RUN_B", help="the second run folder (B)")
-    parser.add_argument("--target-loss", type=float, metavar="X",
+    parser.add_argument("--target-loss", type=_finite, metavar="X",
                         help="time both runs to this loss (default: their own common target)")
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object {"winner", "by", "reason", "runs", ...}')
@@ -20,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Read both runs, compare, render."""
     from trainpace.cli._output import print_json
-    from trainpace.report.compare import compare_runs, print_comparison
+    from trainpace.compare import compare_runs
+    from trainpace.report.compare import print_comparison
     from trainpace.runlog import read_run
 
     comparison = compare_runs(read_run(args.run_a), read_run(args.run_b),

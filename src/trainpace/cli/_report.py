@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from typing import Any
 
 HELP = "show a run's five vital signs and diagnosis (--json: the summary; --html: a page)"
 
@@ -22,42 +23,62 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the trainpace.summary/1 JSON (diagnosis included)")
     parser.add_argument("--html", metavar="FILE",
-                        help="also write a self-contained HTML report with plots to FILE")
+                        help="write a self-contained HTML report with plots to FILE "
+                        "(and print only its path)")
     parser.add_argument("--threshold", metavar="KEY=VALUE", action="append", type=_threshold,
                         default=[], help="override a diagnosis threshold "
                         "(e.g. data_wait_warning_pct=5); repeatable")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Read the run, recompute what is missing, diagnose, render."""
+    """Read the run, recompute what is missing, diagnose, render.
+
+    With ``--html`` the page is the report: only its path is printed (stdout; stderr when
+    ``--json`` holds stdout).
+    """
     from trainpace.cli._output import print_json
     from trainpace.diagnose import Thresholds, diagnose
+    from trainpace.diagnose.distributed import attribute_rank_wait
+    from trainpace.dist.folders import read_distributed
     from trainpace.measure.summarize import summary_for_run
     from trainpace.report.console import print_report
     from trainpace.report.html import write_page
     from trainpace.report.run_html import run_page
     from trainpace.runlog import read_run
+    from trainpace.series import StepSeries
 
     thresholds = Thresholds.from_mapping(dict(args.threshold))
-    folder = read_run(args.run)
-    for name in folder.truncated:
-        print(f"trainpace report: {name}: the last line was cut off (a run killed mid-write); "
-              "it is left out", file=sys.stderr)
-    summary = summary_for_run(folder)
-    if folder.summary is None or folder.summary.steps.total < summary.steps.total:
-        print(f"trainpace report: {args.run}: summary.json is missing or behind; the figures "
-              f"are recomputed from {len(folder.steps)} steps in steps.jsonl (measured so far)",
-              file=sys.stderr)
-    diagnosis = diagnose(summary, steps=folder.steps, system=folder.system, meta=folder.meta,
-                         thresholds=thresholds)
+    ranks = read_distributed(args.run)  # a folder of rank{r}/ folders: merged
+    if ranks is not None:
+        notes = list(ranks.notes)
+        summary, system, meta = ranks.summary, ranks.system, ranks.meta
+        series = StepSeries.from_records(ranks.steps)
+        source = str(args.run)
+    else:
+        folder = read_run(args.run)
+        notes = [f"{name}: the last line was cut off (a run killed mid-write); it is left out"
+                 for name in folder.truncated] + folder.notes
+        summary = summary_for_run(folder)
+        if folder.summary is None or folder.summary.steps.total < summary.steps.total:
+            notes.append(f"{args.run}: summary.json is missing or behind; the figures are "
+                         f"recomputed from {len(folder.series)} steps in steps.jsonl "
+                         "(measured so far)")
+        series, system, meta, source = folder.series, folder.system, folder.meta, str(folder.path)
+    for note in notes:
+        print(f"trainpace report: {note}", file=sys.stderr)
+    # The steps as columns: the diagnosis reads them as such, never a list of the whole run.
+    steps: Any = series
+    diagnosis = diagnose(summary, steps=steps, system=system, meta=meta, thresholds=thresholds)
+    if ranks is not None:  # a straggler's data wait is said on the data_wait finding
+        diagnosis = attribute_rank_wait(diagnosis, thresholds)
     summary = dataclasses.replace(summary, diagnosis=diagnosis)
     if args.html:
-        page = run_page(summary, steps=folder.steps, system=folder.system, meta=folder.meta,
-                        source=str(folder.path))
+        page = run_page(summary, series=series, system=system, meta=meta, source=source,
+                        notes=notes)
         path = write_page(args.html, page)
-        print(f"trainpace report: wrote {path}", file=sys.stderr)
+        print(path, file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print_json(summary.to_dict())
-    else:
+    elif not args.html:
         print_report(summary, file=sys.stdout)
     return 0

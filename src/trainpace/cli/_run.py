@@ -23,12 +23,23 @@ from typing import Any, NoReturn
 
 HELP = "run an unmodified training script under the Meter (-- SCRIPT ARGS, or -m MODULE ARGS)"
 
-# Output flags that map to a Meter keyword: (flag, Meter keyword, metavar, help). The W&B,
-# MLflow and Prometheus sinks add their rows here when they land.
-SINK_FLAGS: tuple[tuple[str, str, str, str], ...] = (
-    ("--tensorboard", "tensorboard", "DIR", "also write TensorBoard event files to DIR "
-     "(pip install 'trainpace[tensorboard]')"),
+# Output flags that map to a Meter keyword of the same name: (flag, add_argument settings).
+SINK_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--tensorboard", {"metavar": "DIR", "help": "also write TensorBoard event files to DIR "
+                       "(pip install 'trainpace[tensorboard]')"}),
+    ("--wandb", {"action": "store_const", "const": True, "help": "also log to W&B (the "
+                 "active run, else a new one; pip install 'trainpace[wandb]')"}),
+    ("--mlflow", {"nargs": "?", "const": True, "metavar": "URI", "help": "also log to MLflow "
+                  "(the active run, or the tracking URI; pip install 'trainpace[mlflow]')"}),
+    ("--prometheus", {"type": int, "metavar": "PORT", "help": "also serve the window figures "
+                      "to Prometheus on PORT (pip install 'trainpace[prometheus]')"}),
+    ("--prometheus-host", {"metavar": "HOST",
+                           "help": "the exporter's address (default 127.0.0.1)"}),
 )
+
+
+def _keyword(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
 
 
 def _positive(text: str) -> int:
@@ -95,8 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="samples in one optimizer step (for a script without DataLoader)")
     parser.add_argument("--tokens-per-step", type=_positive, metavar="N",
                         help="tokens in one optimizer step (for a script without DataLoader)")
-    for flag, _, metavar, text in SINK_FLAGS:
-        parser.add_argument(flag, metavar=metavar, help=text)
+    for flag, settings in SINK_FLAGS:
+        parser.add_argument(flag, **settings)
     parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
                         help="run a module as `python -m MODULE` does (the rest: its args)")
     parser.add_argument("script", nargs=argparse.REMAINDER, metavar="-- SCRIPT ...",
@@ -183,8 +194,8 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
     if not args.quiet:
         live = LiveView(sys.stderr, title=target.name, redirect_stdout=sys.stdout.isatty(),
                         counts_known=lambda: patch.saw_batches or samples is not None)
-    extra = {keyword: getattr(args, keyword) for _, keyword, _, _ in SINK_FLAGS
-             if getattr(args, keyword) is not None}
+    extra = {_keyword(flag): getattr(args, _keyword(flag)) for flag, _ in SINK_FLAGS
+             if getattr(args, _keyword(flag)) is not None}
     meter = trainpace.Meter(
         out=out, window=args.window, warmup=args.warmup, target_loss=args.target_loss,
         profile_steps=args.profile, console=False, report=False,
@@ -321,8 +332,9 @@ def _rediagnosed(summary: Any, path: Path | None) -> Any:
     if path is None:
         return dataclasses.replace(summary, diagnosis=diagnose(summary))
     folder = read_run(path)
+    steps: Any = folder.series  # the diagnosis reads the steps as columns
     return dataclasses.replace(summary, diagnosis=diagnose(
-        summary, steps=folder.steps, system=folder.system, meta=folder.meta))
+        summary, steps=steps, system=folder.system, meta=folder.meta))
 
 
 def _write_html(summary: Any, path: Path, html: str) -> None:
@@ -331,8 +343,8 @@ def _write_html(summary: Any, path: Path, html: str) -> None:
     from trainpace.runlog import read_run
 
     folder = read_run(path)
-    page = run_page(summary, steps=folder.steps, system=folder.system, meta=folder.meta,
-                    source=str(path))
+    page = run_page(summary, series=folder.series, system=folder.system, meta=folder.meta,
+                    source=str(path), notes=folder.notes)
     print(f"trainpace run: wrote {write_page(html, page)}", file=sys.stderr)
 
 

@@ -2,8 +2,9 @@
 
 A batch is whatever a loader yields: a tensor, a dict (or HF ``BatchEncoding``, a Mapping),
 a tuple or list, a dataclass, or a nesting of these. The samples are the first dimension of
-the batch's main tensor; the tokens are the real (non-padding) ones when the batch says which
-are real. Counting never synchronizes a device: on an accelerator the token count stays a
+the batch's main tensor — or unknown, with the reason (:func:`samples_in`), when the batch has
+none or its tensors disagree; the tokens are the real (non-padding) ones when the batch says
+which are real. Counting never synchronizes a device: on an accelerator the token count stays a
 device tensor until the window boundary.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,36 +25,85 @@ IGNORE_INDEX = -100  # labels at this value carry no loss (PyTorch's CrossEntrop
 TokenCount = int | torch.Tensor
 
 
-def count_samples(batch: Any) -> int | None:
-    """Samples in ``batch``, or None when it has no recognisable batch dimension."""
+@dataclass(frozen=True)
+class SampleCount:
+    """The samples of a batch, or why they cannot be counted (the warning to give, once)."""
+
+    samples: int | None
+    reason: str | None = None  # set exactly when samples is None
+
+
+FIX = ("pass Meter(samples=lambda batch: ...) to say how many samples a batch holds "
+       "(e.g. batch[0].shape[1] for sequence-first batches)")
+
+
+def samples_in(batch: Any) -> SampleCount:
+    """Samples in ``batch``: the first dimension of its main tensor.
+
+    None, with the reason, when the batch has no recognisable batch dimension (None, a
+    string, a custom object, a mapping with no tensor), or when its tensors disagree on their
+    first dimension — e.g. ``(data[35, 20], target[700])`` from a sequence-first language
+    model, where 35 is the sequence length and 20 the batch: the count is ambiguous, and a
+    guess would be silently wrong.
+    """
     # The cheap exact-type checks come first: this runs for every batch of the training.
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if isinstance(batch, (tuple, list)):
-        if batch and all(isinstance(item, (str, bytes, int, float)) for item in batch):
-            return len(batch)  # a list of raw samples (e.g. strings)
-        return _first_count(batch)
+    if type(batch) is torch.Tensor:
+        if batch.dim() > 0:
+            return SampleCount(int(batch.shape[0]))
+        return SampleCount(None, _uncountable(batch, "a 0-d tensor has no batch dimension"))
+    if isinstance(batch, (tuple, list)) and batch and all(
+            isinstance(item, (str, bytes, int, float)) for item in batch):
+        return SampleCount(len(batch))  # a list of raw samples (e.g. strings)
     if isinstance(batch, (dict, Mapping)):
-        for key in _SAMPLE_KEYS:
+        for key in _SAMPLE_KEYS:  # a telling key names the main tensor: no ambiguity
             if key in batch:
                 found = count_samples(batch[key])
                 if found is not None:
-                    return found
-        return _first_count(batch.values())
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        return count_samples({f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)})
-    shape = getattr(batch, "shape", None)  # numpy arrays and other array-likes
-    if isinstance(shape, tuple) and shape:
-        return int(shape[0])
-    return None
+                    return SampleCount(found)
+    firsts = sorted(set(_first_dims(batch, depth=0)))
+    if len(firsts) == 1:
+        return SampleCount(firsts[0])
+    if not firsts:
+        return SampleCount(None, _uncountable(batch, "it holds no tensor or array"))
+    dims = ", ".join(str(d) for d in firsts[:4]) + (", …" if len(firsts) > 4 else "")
+    return SampleCount(None, (
+        f"the samples of a batch of type {type(batch).__name__} are ambiguous: its tensors "
+        f"disagree on their first dimension ({dims}; sequence-first?); samples_per_s is "
+        f"null; {FIX}"))
 
 
-def _first_count(items: Any) -> int | None:
-    for item in items:
-        found = count_samples(item)
-        if found is not None:
-            return found
-    return None
+def _uncountable(batch: Any, why: str) -> str:
+    return (f"cannot count the samples of a batch of type {type(batch).__name__} ({why}); "
+            f"samples_per_s is null; {FIX}")
+
+
+def count_samples(batch: Any) -> int | None:
+    """Samples in ``batch``, or None when they cannot be counted (:func:`samples_in` says why)."""
+    return samples_in(batch).samples
+
+
+def _first_dims(batch: Any, depth: int) -> Iterator[int]:
+    """The first dimension of every tensor or array in ``batch`` (containers walked, a few
+    levels deep)."""
+    if isinstance(batch, torch.Tensor):
+        if batch.dim() > 0:
+            yield int(batch.shape[0])
+        return
+    if depth > 4 or isinstance(batch, (str, bytes)):
+        return
+    if isinstance(batch, (tuple, list)):
+        for item in batch:
+            yield from _first_dims(item, depth + 1)
+    elif isinstance(batch, (dict, Mapping)):
+        for item in batch.values():
+            yield from _first_dims(item, depth + 1)
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        for f in dataclasses.fields(batch):
+            yield from _first_dims(getattr(batch, f.name), depth + 1)
+    else:
+        shape = getattr(batch, "shape", None)  # numpy arrays and other array-likes
+        if isinstance(shape, tuple) and shape and isinstance(shape[0], int):
+            yield shape[0]
 
 
 def _fields(batch: Any) -> Mapping[str, Any] | None:
@@ -71,14 +122,21 @@ def count_tokens(batch: Any) -> tuple[TokenCount | None, str | None]:
     - ``attention_mask`` present: its non-zero entries (real tokens);
     - else ``labels`` shaped like ``input_ids``: the entries not equal to -100 (the ignore index);
     - else ``input_ids``: all of its entries;
+    - else a 2-D int32/int64 tensor (the batch, or the first such item of a tuple or list):
+      token ids, all of its entries;
     - else no tokens (not a token batch).
     """
     fields = _fields(batch)
     if fields is None:
+        if _is_token_ids(batch):
+            return int(batch.numel()), "all"
         if isinstance(batch, (tuple, list)):
             for item in batch:  # e.g. (encoding, labels): look into the first mapping inside
                 if _fields(item) is not None:
                     return count_tokens(item)
+            for item in batch:  # e.g. (data[35, 20], target[700]): the token ids come first
+                if _is_token_ids(item):
+                    return int(item.numel()), "all"
         return None, None
     mask = fields.get("attention_mask")
     if isinstance(mask, torch.Tensor):
@@ -94,6 +152,12 @@ def count_tokens(batch: Any) -> tuple[TokenCount | None, str | None]:
     if isinstance(input_ids, torch.Tensor):
         return int(input_ids.numel()), "all"
     return None, None
+
+
+def _is_token_ids(value: Any) -> bool:
+    """A 2-D tensor of int32/int64: token ids (sequence × batch or batch × sequence)."""
+    return (isinstance(value, torch.Tensor) and value.dim() == 2
+            and value.dtype in (torch.int64, torch.int32))
 
 
 def _count_nonzero(tensor: torch.Tensor) -> TokenCount:

@@ -264,7 +264,8 @@ def summary_for_run(run: RunData) -> Summary:
     an earlier window, or none; the rebuilt one keeps the device parts of the old one.
     """
     old = run.summary
-    if not run.steps or (old is not None and old.steps.total >= len(run.steps)):
+    series = run.series
+    if not len(series) or (old is not None and old.steps.total >= len(series)):
         if old is None:
             return Summary(run_id=run.meta.get("run_id"))
         return old
@@ -278,7 +279,7 @@ def summary_for_run(run: RunData) -> Summary:
         goal = Goal(name="loss", value=float(config["target_loss"]),
                     smoothing=float(config.get("smoothing", 0.9)))
     rebuilt = summarize(
-        StepSeries.from_records(run.steps),
+        series,
         warmup=config.get("warmup", "auto"),
         goal=goal,
         run_id=run.meta.get("run_id"),

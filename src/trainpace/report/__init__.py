@@ -1,6 +1,6 @@
-"""Presentation: the console report, the HTML pages, and run comparison.
+"""Presentation: the console report, the HTML pages, and the rendering of a comparison.
 
 ``console.print_report(summary)`` prints a run's report; ``run_html.run_page(...)`` builds its
-HTML page from the shell and plot helpers of ``html``; ``compare.compare_runs(a, b)`` compares
-two runs by time to target (by throughput when no target can decide).
+HTML page from the shell of ``html`` and the charts of ``plots``; ``compare.print_comparison``
+renders what :func:`trainpace.compare.compare_runs` computed.
 """

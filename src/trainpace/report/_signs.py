@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainpace.summary import SEVERITIES, Diagnosis, Finding, Summary
-from trainpace.units import format_duration as duration
+from trainpace.units import format_number, format_seconds
 
 DASH = "—"
+num = format_number  # a figure with its unit, or DASH
 
 # The findings each sign answers for (ids from trainpace.diagnose.rules).
 SIGN_FINDINGS: dict[str, tuple[str, ...]] = {
     "throughput": ("launch_bound", "host_cpu", "communication", "straggler"),
-    "training time": ("stalls", "periodic_stall", "drift"),
+    "training time": ("stalls", "periodic_stall", "drift", "slow_phase"),
     "device utilization": ("device_idle", "cpu_contention", "memory_full", "thermal",
                            "compute_bound", "device_busy"),
     "memory bandwidth": ("bandwidth_bound",),
@@ -38,32 +39,29 @@ class Sign:
     details: tuple[str, ...]
 
 
-def num(value: float | None, unit: str = "", digits: int = 3) -> str:
-    """A figure with its unit and thousands separators; ``—`` when unknown."""
-    if value is None:
-        return DASH
-    text = f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
-    return f"{text} {unit}" if unit else text
-
-
 def pct(value: float | None) -> str:
     """``12.5%``, or ``—``."""
     return DASH if value is None else f"{value:.1f}%" if value < 10 else f"{value:.0f}%"
 
 
-def secs(value: float | None) -> str:
-    """A duration, or ``—``."""
-    return DASH if value is None else duration(value)
+secs = format_seconds  # a duration, or DASH
+
+
+def _worst(summary: Summary, name: str) -> Finding | None:
+    """The most severe finding about sign ``name`` (the first of equals), if any."""
+    worst: Finding | None = None
+    for finding in summary.diagnosis.findings:
+        if finding.id in SIGN_FINDINGS[name] and (
+                worst is None or _ORDER[finding.severity] > _ORDER[worst.severity]):
+            worst = finding
+    return worst
 
 
 def _status(summary: Summary, name: str, measured: bool) -> str:
     if not measured:
         return "not measured"
-    worst = "ok"
-    for finding in summary.diagnosis.findings:
-        if finding.id in SIGN_FINDINGS[name] and _ORDER[finding.severity] > _ORDER[worst]:
-            worst = finding.severity
-    return worst
+    worst = _worst(summary, name)
+    return worst.severity if worst is not None else "ok"
 
 
 def _details(*pairs: tuple[str, Any]) -> tuple[str, ...]:
@@ -95,6 +93,7 @@ def signs(summary: Summary) -> list[Sign]:
             _status(s, "training time", tm.wall_s is not None or tm.step_s_median is not None),
             f"wall {secs(tm.wall_s)}",
             _details(("step median", secs(tm.step_s_median)), ("p90", secs(tm.step_s_p90)),
+                     ("warm-up", _warmup_text(s)), ("outside the steps", _outside_text(s)),
                      ("to target", _target_text(s))),
         ),
         Sign(
@@ -128,12 +127,18 @@ def signs(summary: Summary) -> list[Sign]:
                      ("loader", _loader_text(data.loader))),
         ),
     ]
-    return [
-        Sign(sign.name, sign.status, DASH, (f"not measured: {MISSING[sign.name]}", *sign.details))
-        if sign.status == "not measured"
-        else sign
-        for sign in out
-    ]
+    shown = []
+    for sign in out:
+        if sign.status == "not measured":
+            sign = Sign(sign.name, sign.status, DASH,
+                        (f"not measured: {MISSING[sign.name]}", *sign.details))
+        elif sign.status != "ok":  # a status always says why: the finding that set it
+            why = _worst(s, sign.name)
+            if why is not None:
+                sign = Sign(sign.name, sign.status, sign.value, (f"why: {why.title}",
+                                                                  *sign.details))
+        shown.append(sign)
+    return shown
 
 
 MISSING: dict[str, str] = {
@@ -144,6 +149,23 @@ MISSING: dict[str, str] = {
     "data loading": "the loader was not wrapped with meter.loader(...)",
 }
 """Why a sign is not measured: the source that was missing."""
+
+
+def _warmup_text(s: Summary) -> str | None:
+    warmup_s = s.time.warmup_s
+    if not s.steps.warmup or warmup_s is None:
+        return None
+    return f"{secs(warmup_s)} ({s.steps.warmup} steps, excluded)"
+
+
+def _outside_text(s: Summary) -> str | None:
+    """Time outside the steps (evaluation, checkpoints), when the summary has the figure."""
+    outside_s = getattr(s.time, "outside_steps_s", None)
+    if not isinstance(outside_s, (int, float)) or not outside_s:
+        return None
+    share = getattr(s.time, "outside_steps_pct", None)
+    return secs(outside_s) + (f" ({pct(share)} of wall)" if isinstance(share, (int, float))
+                              else "")
 
 
 def _target_text(s: Summary) -> str | None:

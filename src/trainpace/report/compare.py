@@ -1,188 +1,16 @@
-"""Compare two runs: throughput, steps and time to a target, and the winner.
-
-The winner is the run that reaches the target sooner (time to target, wall clock from the
-run's start). A run that never reaches it counts as infinitely slow, as AlgoPerf scores a miss,
-so a run that reaches it beats one that does not. Only when neither reaches the target, or no
-target is known, is the winner the faster one by throughput — and the result says so. This is
-what makes a larger batch that raises throughput but needs more samples come out right.
-"""
+"""Render a comparison of two runs (:func:`trainpace.compare.compare_runs` computes it)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from trainpace.measure.summarize import Goal, summary_for_run, target_progress
+from trainpace.compare import Comparison
 from trainpace.report._signs import num, secs
-from trainpace.runlog import RunData
-from trainpace.series import StepSeries
-from trainpace.summary import Summary
-
-LABELS = ("A", "B")
-THROUGHPUT_KEYS = ("tokens_per_s", "samples_per_s", "steps_per_s")
-
-
-@dataclass(frozen=True)
-class RunFigures:
-    """One run's side of the comparison."""
-
-    label: str
-    path: str
-    run_id: str | None
-    samples_per_s: float | None
-    tokens_per_s: float | None
-    steps_per_s: float | None
-    step_s_median: float | None
-    wall_s: float | None
-    steps_total: int
-    batch_size: int | None
-    reached_target: bool | None  # None when there is no target to reach
-    steps_to_target: int | None
-    samples_to_target: float | None
-    time_to_target_s: float | None
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Who wins, by what, and why; ``to_dict()`` is the ``compare --json`` object."""
-
-    winner: str | None  # "A" | "B" | None (a tie, or nothing to compare)
-    by: str  # "time_to_target" | "throughput"
-    reason: str
-    throughput_metric: str | None
-    target: dict[str, Any] | None
-    runs: list[RunFigures] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object: ``{winner, by, reason, throughput_metric, target, runs}``."""
-        return asdict(self)
-
-
-def _smoothing(runs: tuple[RunData, RunData]) -> float:
-    values = set()
-    for run in runs:
-        config = run.meta.get("config")
-        if isinstance(config, Mapping) and isinstance(config.get("smoothing"), (int, float)):
-            values.add(float(config["smoothing"]))
-    return values.pop() if len(values) == 1 else Goal(name="loss", value=0.0).smoothing
-
-
-def _goal(summaries: list[Summary], runs: tuple[RunData, RunData],
-          target_loss: float | None) -> Goal | None:
-    if target_loss is not None:
-        return Goal(name="loss", value=target_loss, smoothing=_smoothing(runs))
-    target = summaries[0].time.target
-    if target is None or any(s.time.target != target for s in summaries):
-        return None  # none, or not the same: the runs cannot be timed to one target
-    return Goal(name=target.name, value=target.value, higher_is_better=target.higher_is_better,
-                smoothing=_smoothing(runs))
-
-
-def _figures(label: str, run: RunData, summary: Summary, goal: Goal | None) -> RunFigures:
-    reached = steps_to = samples_to = time_to = None
-    if goal is not None:
-        progress = target_progress(StepSeries.from_records(run.steps), goal)
-        time_to, steps_to = progress.time_to_target_s, progress.steps_to_target
-        reached = time_to is not None
-        if steps_to is not None:
-            samples = [r.get("samples") for r in run.steps if (r.get("step") or 0) <= steps_to]
-            if all(isinstance(s, (int, float)) for s in samples):
-                samples_to = float(sum(s for s in samples if isinstance(s, (int, float))))
-    loader = run.meta.get("loader") if isinstance(run.meta.get("loader"), Mapping) else None
-    batch = loader.get("batch_size") if loader else None
-    tp, tm = summary.throughput, summary.time
-    return RunFigures(
-        label=label, path=str(run.path), run_id=summary.run_id,
-        samples_per_s=tp.samples_per_s, tokens_per_s=tp.tokens_per_s,
-        steps_per_s=tp.steps_per_s, step_s_median=tm.step_s_median, wall_s=tm.wall_s,
-        steps_total=summary.steps.total, batch_size=batch if isinstance(batch, int) else None,
-        reached_target=reached, steps_to_target=steps_to, samples_to_target=samples_to,
-        time_to_target_s=time_to,
-    )
-
-
-def _throughput_metric(runs: list[RunFigures]) -> str | None:
-    for key in THROUGHPUT_KEYS:
-        if all(getattr(r, key) is not None for r in runs):
-            return key
-    return None
-
-
-def _ratio(fast: float, slow: float) -> str:
-    return f"{slow / fast:.2f}×" if fast > 0 else "∞×"
-
-
-def _by_throughput(a: RunFigures, b: RunFigures, metric: str | None, why: str) -> Comparison:
-    if metric is None:
-        return Comparison(None, "throughput", f"{why}; and no throughput to compare", None, None,
-                          [a, b])
-    va, vb = getattr(a, metric), getattr(b, metric)
-    unit = metric.replace("_per_s", "/s")
-    if va == vb:
-        return Comparison(None, "throughput", f"{why}; both run at {num(va, unit)}", metric,
-                          None, [a, b])
-    win, lose = (a, b) if va > vb else (b, a)
-    ratio = _ratio(getattr(lose, metric), getattr(win, metric))
-    return Comparison(
-        win.label, "throughput",
-        f"{why}; by throughput {win.label} is faster: {num(getattr(win, metric), unit)} against "
-        f"{num(getattr(lose, metric), unit)} ({ratio})",
-        metric, None, [a, b],
-    )
-
-
-def compare_runs(run_a: RunData, run_b: RunData, *, target_loss: float | None = None) -> Comparison:
-    """Compare two run folders (read with :func:`trainpace.runlog.read_run`).
-
-    Args:
-        run_a: the first run (label ``A``).
-        run_b: the second run (label ``B``).
-        target_loss: time both runs to this loss (smoothed as the Meter smooths it); default:
-            the target the runs were given, when both have the same one.
-    """
-    runs = (run_a, run_b)
-    summaries = [summary_for_run(run) for run in runs]
-    goal = _goal(summaries, runs, target_loss)
-    a, b = (_figures(label, run, s, goal) for label, run, s in zip(LABELS, runs, summaries,
-                                                                   strict=True))
-    metric = _throughput_metric([a, b])
-    if goal is None:
-        why = ("no target given (--target-loss)" if all(s.time.target is None for s in summaries)
-               else "the runs have no common target (--target-loss sets one)")
-        return _by_throughput(a, b, metric, why)
-    target = {"name": goal.name, "value": goal.value, "higher_is_better": goal.higher_is_better}
-    relation = "≥" if goal.higher_is_better else "≤"
-    what = f"{goal.name} {relation} {goal.value:g}"
-    reached = [r for r in (a, b) if r.reached_target]
-    if not reached:
-        result = _by_throughput(a, b, metric, f"neither run reaches {what}")
-        return Comparison(result.winner, result.by, result.reason, metric, target, [a, b])
-    if len(reached) == 1:
-        win = reached[0]
-        lose = b if win is a else a
-        reason = (f"only {win.label} reaches {what} (in {secs(win.time_to_target_s)}); "
-                  f"{lose.label} does not within its {secs(lose.wall_s)}")
-        return Comparison(win.label, "time_to_target", reason, metric, target, [a, b])
-    ta, tb = a.time_to_target_s or 0.0, b.time_to_target_s or 0.0
-    if ta == tb:
-        return Comparison(None, "time_to_target", f"both reach {what} in {secs(ta)}", metric,
-                          target, [a, b])
-    win, lose = (a, b) if ta < tb else (b, a)
-    reason = (f"{win.label} reaches {what} in {secs(win.time_to_target_s)} against "
-              f"{secs(lose.time_to_target_s)} for {lose.label} "
-              f"({_ratio(win.time_to_target_s or 0.0, lose.time_to_target_s or 0.0)} sooner)")
-    if metric is not None and (getattr(lose, metric) or 0.0) > (getattr(win, metric) or 0.0):
-        reason += (f", although {lose.label} has the higher throughput "
-                   f"({num(getattr(lose, metric), metric.replace('_per_s', '/s'))} against "
-                   f"{num(getattr(win, metric), metric.replace('_per_s', '/s'))}): "
-                   f"it needs more {'samples' if win.samples_to_target else 'steps'} to get there")
-    return Comparison(win.label, "time_to_target", reason, metric, target, [a, b])
 
 
 def comparison_renderable(comparison: Comparison) -> Group:
@@ -216,7 +44,9 @@ def comparison_renderable(comparison: Comparison) -> Group:
         (comparison.winner or "none", "bold green" if comparison.winner else "bold"),
         f" (by {by}) — {comparison.reason}",
     )
-    return Group(table, verdict)
+    notes = [Text(f"note: {note}", style="dim") for run in comparison.runs
+             for note in run.notes]
+    return Group(table, verdict, *notes)
 
 
 def print_comparison(comparison: Comparison, *, file: TextIO | None = None,

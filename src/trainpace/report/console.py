@@ -21,12 +21,22 @@ from trainpace.summary import Diagnosis, Finding, Summary
 
 STATUS_STYLE: dict[str, tuple[str, str]] = {
     "ok": ("●", "green"),
-    "info": ("●", "cyan"),
+    "info": ("◆", "cyan"),
     "warning": ("▲", "yellow"),
     "critical": ("■", "bold red"),
     "not measured": ("○", "dim"),
 }
 SEVERITY_STYLE: dict[str, str] = {"info": "cyan", "warning": "yellow", "critical": "bold red"}
+
+
+def legend() -> Text:
+    """What the status marks mean (one line under the signs table)."""
+    text = Text()
+    for i, (status, (mark, style)) in enumerate(STATUS_STYLE.items()):
+        text.append("   " if i else "")
+        text.append(mark, style=style)
+        text.append(f" {status}", style="dim")
+    return text
 
 
 def signs_table(summary: Summary) -> Table:
@@ -95,7 +105,8 @@ def report_renderable(summary: Summary, *, title: str | None = None) -> Renderab
     device = " ".join(x for x in (summary.device.kind, summary.device.name) if x)
     heading = title or f"trainpace · {summary.run_id or 'run'}" + (f" · {device}" if device else "")
     return Group(
-        Panel(signs_table(summary), title=heading, title_align="left", expand=False),
+        Panel(Group(signs_table(summary), Text(""), legend()), title=heading,
+              title_align="left", expand=False),
         diagnosis_renderable(summary.diagnosis),
     )
 

@@ -1,45 +1,49 @@
 """The HTML report of one run: the five signs, the diagnosis with evidence, and four plots.
 
-Plots: the step-time breakdown over steps (data wait / host-to-device / compute / other,
-stacked), throughput over time, device and bandwidth utilization over time, and the loss
-against wall time with the target line. Built with the helpers of :mod:`trainpace.report.html`.
+Plots: the step-time breakdown over steps (data wait / host-to-device / compute and other /
+time outside the steps, stacked), throughput over time, device and bandwidth utilization over
+time, and the loss against wall time with the target line. Warm-up and the slow phases the
+diagnosis names (finding ``slow_phase``) are shaded on every plot. The steps are read as
+columns (:class:`~trainpace.series.StepSeries`), so a run of millions of steps renders in
+about a second; the plots keep each pixel's extremes (:mod:`trainpace.report.plots`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from trainpace._version import __version__
 from trainpace.report._signs import evidence_text, headline, signs
 from trainpace.report.html import (
     SEVERITY_COLOR,
-    HLine,
-    Series,
     badge,
     bullets,
     esc,
-    line_chart,
     page,
     paragraph,
     section,
-    stacked_chart,
     table,
 )
-from trainpace.stats import ema
+from trainpace.report.plots import Band, HLine, Series, line_chart, stacked_chart
+from trainpace.series import StepSeries
+from trainpace.stats import ema_array
 from trainpace.summary import Diagnosis, Summary
+from trainpace.units import number_or_none
 
 Records = Sequence[Mapping[str, Any]]
+Steps = StepSeries | Records
 THROUGHPUT_POINTS = 120  # throughput is averaged over about this many windows of steps
+WARMUP_COLOR = "#9aa0a6"
+PHASE_COLOR = "#e0a526"
 
 
-def _num(record: Mapping[str, Any], key: str) -> float | None:
-    value = record.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
+def _series(steps: Steps | None) -> StepSeries:
+    if isinstance(steps, StepSeries):
+        return steps
+    return StepSeries.from_records(steps or [])
 
 def signs_html(summary: Summary) -> str:
     """The five signs as a table with status dots."""
@@ -78,106 +82,178 @@ def diagnosis_html(diagnosis: Diagnosis) -> str:
     return "".join(parts)
 
 
-def breakdown_chart(steps: Records) -> str:
-    """Step time over steps, stacked: data wait, host-to-device, compute, other."""
-    usable = [r for r in steps if _num(r, "step_s") is not None]
-    xs = [float(r.get("step") or i) for i, r in enumerate(usable, start=1)]
-    wait = [_num(r, "wait_s") or 0.0 for r in usable]
-    h2d = [_num(r, "h2d_s") or 0.0 for r in usable]
-    compute = [_num(r, "compute_s") for r in usable]
+def slow_phases(summary: Summary) -> list[Mapping[str, Any]]:
+    """The phases of the ``slow_phase`` finding's evidence (empty when there is none)."""
+    phases: list[Mapping[str, Any]] = []
+    for finding in summary.diagnosis.findings:
+        found = finding.evidence.get("phases") if finding.id == "slow_phase" else None
+        if isinstance(found, list):
+            phases += [p for p in found if isinstance(p, Mapping)]
+    return phases
+
+
+def _phase_label(phase: Mapping[str, Any]) -> str:
+    slowdown = number_or_none(phase.get("slowdown"))
+    cause = phase.get("cause")
+    return "slow phase" + (f" {slowdown:.1f}×" if slowdown is not None else "") + (
+        f": {str(cause).replace('_', ' ')}" if cause else "")
+
+
+def step_bands(summary: Summary, series: StepSeries) -> list[Band]:
+    """Warm-up and the slow phases over step numbers."""
+    bands = []
+    warmup = summary.steps.warmup
+    if warmup and len(series):
+        first = float(series.column("step")[0])
+        bands.append(Band(first, float(warmup), f"warm-up ({warmup} steps)", WARMUP_COLOR))
+    for phase in slow_phases(summary):
+        lo, hi = number_or_none(phase.get("start_step")), number_or_none(phase.get("stop_step"))
+        if lo is not None and hi is not None:
+            bands.append(Band(lo, hi, _phase_label(phase), PHASE_COLOR))
+    return bands
+
+
+def time_bands(summary: Summary, series: StepSeries) -> list[Band]:
+    """Warm-up and the slow phases over wall time."""
+    bands = []
+    warmup = summary.steps.warmup
+    if 0 < warmup <= len(series):
+        t_end = float(series.column("t_s")[warmup - 1])
+        bands.append(Band(0.0, t_end, f"warm-up ({warmup} steps)", WARMUP_COLOR))
+    for phase in slow_phases(summary):
+        lo, hi = number_or_none(phase.get("start_s")), number_or_none(phase.get("stop_s"))
+        if lo is not None and hi is not None:
+            bands.append(Band(lo, hi, _phase_label(phase), PHASE_COLOR))
+    return bands
+
+
+def breakdown_chart(steps: Steps, bands: Sequence[Band] = ()) -> str:
+    """Step time over steps, stacked: data wait, host-to-device, compute and other, and the
+    time outside the steps (evaluation, checkpoints) when it was recorded. The y-range is
+    robust: a stall is marked at the top rather than squashing the rest."""
+    series = _series(steps)
+    step_s = series.column("step_s")
+    usable = np.isfinite(step_s)
+    xs = series.column("step")[usable]
+    wait = np.nan_to_num(series.column("wait_s")[usable])
+    h2d = np.nan_to_num(series.column("h2d_s")[usable])
     layers = [Series("data wait", xs, wait, "#e08a1e")]
-    if any(h2d):
+    if h2d.any():
         layers.append(Series("host-to-device", xs, h2d, "#8a5cc2"))
-    rest = [max(0.0, (_num(r, "step_s") or 0.0) - w - h) for r, w, h in zip(usable, wait, h2d,
-                                                                               strict=True)]
-    if all(c is not None for c in compute) and usable:
-        known = [c or 0.0 for c in compute]
-        layers.append(Series("compute", xs, known, "#3b6fd4"))
-        layers.append(Series("other", xs, [max(0.0, r - c) for r, c in zip(rest, known,
-                                                                            strict=True)],
-                             "#9aa0a6"))
-    else:
-        layers.append(Series("compute and other", xs, rest, "#3b6fd4"))
+    rest = np.maximum(0.0, step_s[usable] - wait - h2d)
+    layers.append(Series("compute and other", xs, rest, "#3b6fd4"))
+    outside = np.nan_to_num(series.column("outside_s")[usable])
+    if outside.any():
+        layers.append(Series("outside the steps", xs, outside, "#9aa0a6"))
     return stacked_chart(xs, layers, title="Step time breakdown", x_label="step",
-                         y_label="seconds")
+                         y_label="seconds", bands=bands, robust=True, value_format="{:.4g} s")
 
 
-def throughput_points(steps: Records) -> tuple[list[float], list[float | None], str, int]:
+def throughput_points(steps: Steps) -> tuple[list[float], list[float | None], str, int]:
     """(wall times, rates, unit, steps per window): samples/s, or steps/s when samples are
     unknown, over consecutive windows of steps (about :data:`THROUGHPUT_POINTS` of them)."""
-    usable = [r for r in steps if _num(r, "step_s") and _num(r, "t_s") is not None]
-    size = max(1, len(usable) // THROUGHPUT_POINTS)
-    use_samples = bool(usable) and all(_num(r, "samples") is not None for r in usable)
-    xs: list[float] = []
-    ys: list[float | None] = []
-    for lo in range(0, len(usable), size):
-        chunk = usable[lo:lo + size]
-        seconds = sum(_num(r, "step_s") or 0.0 for r in chunk)
-        work = sum(_num(r, "samples") or 0.0 for r in chunk) if use_samples else len(chunk)
-        xs.append(_num(chunk[-1], "t_s") or 0.0)
-        ys.append(work / seconds if seconds > 0 else None)
-    return xs, ys, "samples/s" if use_samples else "steps/s", size
+    series = _series(steps)
+    step_s, t_s = series.column("step_s"), series.column("t_s")
+    usable = np.isfinite(step_s) & (step_s > 0) & np.isfinite(t_s)
+    step_s, t_s = step_s[usable], t_s[usable]
+    samples = series.column("samples")[usable]
+    n = step_s.size
+    if not n:
+        return [], [], "samples/s", 1
+    size = max(1, n // THROUGHPUT_POINTS)
+    use_samples = bool(np.isfinite(samples).all())
+    starts = np.arange(0, n, size)
+    seconds = np.add.reduceat(step_s, starts)
+    work = np.add.reduceat(samples, starts) if use_samples else np.diff(np.append(starts, n))
+    ends = np.minimum(starts + size, n) - 1
+    rates = [float(w / s) if s > 0 else None for w, s in zip(work, seconds, strict=True)]
+    return t_s[ends].tolist(), rates, "samples/s" if use_samples else "steps/s", size
 
 
-def throughput_chart(steps: Records) -> str:
+def throughput_chart(steps: Steps, bands: Sequence[Band] = ()) -> str:
     """Throughput over wall time (see :func:`throughput_points`)."""
     xs, ys, unit, size = throughput_points(steps)
     return line_chart([Series(unit, xs, ys)], title=f"Throughput ({unit}, {size}-step windows)",
-                      x_label="wall time (s)", y_label=unit)
+                      x_label="wall time (s)", y_label=unit, bands=bands)
 
 
-def utilization_chart(system: Records) -> str:
-    """Device busy %, memory-bandwidth % and memory used % over wall time."""
-    rows = [r for r in system if _num(r, "t_s") is not None]
-    xs = [_num(r, "t_s") or 0.0 for r in rows]
-    series = [Series(label, xs, [_num(r, key) for r in rows], color)
+def utilization_chart(system: Records, summary: Summary | None = None,
+                      bands: Sequence[Band] = ()) -> str:
+    """Device busy %, memory-bandwidth % and memory used % over wall time.
+
+    The bandwidth line is the sampler's reading (NVML/DCGM) when there is one; else the run's
+    estimate (bytes moved per step / step time / peak) is drawn as a level line, and when
+    neither exists the chart says why it has no bandwidth line.
+    """
+    rows = [r for r in system if number_or_none(r.get("t_s")) is not None]
+    xs = [number_or_none(r.get("t_s")) or 0.0 for r in rows]
+    series = [Series(label, xs, [number_or_none(r.get(key)) for r in rows], color)
               for key, label, color in (("device_util_pct", "device busy", "#3b6fd4"),
                                         ("bandwidth_util_pct", "memory bandwidth", "#e08a1e"),
                                         ("memory_used_pct", "memory used", "#9aa0a6"))
-              if any(_num(r, key) is not None for r in rows)]
+              if any(number_or_none(r.get(key)) is not None for r in rows)]
+    note = None
+    hlines = []
+    sampled = any(s.name == "memory bandwidth" for s in series)
+    bandwidth = summary.bandwidth if summary is not None else None
+    if not sampled and bandwidth is not None and bandwidth.util_pct is not None:
+        hlines.append(HLine(bandwidth.util_pct, f"memory bandwidth {bandwidth.util_pct:.0f}% "
+                            f"(run mean, {bandwidth.source or 'estimate'})", "#e08a1e"))
+    elif not sampled:
+        note = "no bandwidth reading: no NVML/DCGM source, and no peak to compare bytes with"
     return line_chart(series, title="Device and bandwidth utilization", x_label="wall time (s)",
-                      y_label="%", y_range=(0.0, 105.0))
+                      y_label="%", y_range=(0.0, 105.0), hlines=hlines, bands=bands, note=note)
 
 
-def loss_chart(steps: Records, summary: Summary, smoothing: float = 0.9) -> str:
+def loss_chart(steps: Steps, summary: Summary, smoothing: float = 0.9,
+               bands: Sequence[Band] = ()) -> str:
     """The loss (raw and smoothed as the target check smooths it) and the target line."""
-    points = [(_num(r, "t_s"), _num(r, "loss")) for r in steps]
-    kept = [(t, v) for t, v in points if t is not None and v is not None]
-    xs = [t for t, _ in kept]
-    raw: list[float | None] = [v for _, v in kept]
+    series = _series(steps)
+    t_s, loss = series.column("t_s"), series.column("loss")
+    kept = np.isfinite(t_s) & np.isfinite(loss)
+    xs, raw = t_s[kept], loss[kept]
     target = summary.time.target
     hlines = []
     if target is not None and target.name == "loss":
         hlines.append(HLine(target.value, f"target {target.value:g}"))
-    series = [Series("loss", xs, raw, "#b8c4dc")]
-    if kept:
-        series.append(Series("smoothed", xs, list(ema([v for _, v in kept], smoothing)),
-                             "#3b6fd4"))
-    return line_chart(series, title="Loss against wall time", x_label="wall time (s)",
-                      y_label="loss", hlines=hlines, from_zero=False)
+    lines = [Series("loss", xs, raw, "#b8c4dc")]
+    if raw.size:
+        lines.append(Series("smoothed", xs, ema_array(raw, smoothing), "#3b6fd4"))
+    return line_chart(lines, title="Loss against wall time", x_label="wall time (s)",
+                      y_label="loss", hlines=hlines, from_zero=False, bands=bands, robust=True)
 
 
 def run_page(
     summary: Summary,
     *,
-    steps: Records | None = None,
+    series: Steps | None = None,
     system: Records | None = None,
     meta: Mapping[str, Any] | None = None,
     source: str | None = None,
+    notes: Sequence[str] = (),
 ) -> str:
-    """The whole HTML page for one run (a string; :func:`~trainpace.report.html.write_page`)."""
+    """The whole HTML page for one run (a string; :func:`~trainpace.report.html.write_page`).
+
+    ``notes``: what the reader left out or found missing (bad lines, missing steps), shown
+    above the plots.
+    """
+    steps = _series(series)
     meta = meta or {}
     config = meta.get("config") if isinstance(meta.get("config"), Mapping) else {}
     smoothing = config.get("smoothing") if isinstance(config, Mapping) else None
     device = " ".join(str(x) for x in (summary.device.kind, summary.device.name) if x)
     subtitle = " · ".join(x for x in (source, device, f"trainpace {__version__}") if x)
-    plots = [breakdown_chart(steps or []), throughput_chart(steps or []),
-             utilization_chart(system or []),
-             loss_chart(steps or [], summary, float(smoothing) if smoothing else 0.9)]
+    by_time = time_bands(summary, steps)
+    plots = [breakdown_chart(steps, step_bands(summary, steps)),
+             throughput_chart(steps, by_time),
+             utilization_chart(system or [], summary, by_time),
+             loss_chart(steps, summary, float(smoothing) if smoothing else 0.9, by_time)]
+    extra = [section("Notes", bullets(list(notes)))] if notes else []
     return page(
         f"trainpace report · {summary.run_id or 'run'}",
         section("Vital signs", signs_html(summary)),
         section("Diagnosis", diagnosis_html(summary.diagnosis)),
+        *extra,
         section("Over the run", *(f'<div class="plot">{plot}</div>' for plot in plots)),
         subtitle=subtitle,
     )

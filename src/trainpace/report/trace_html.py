@@ -22,22 +22,69 @@ def _ms(us: float | None) -> str:
 
 
 def ranks_html(analysis: TraceAnalysis) -> str:
-    """The per-rank temporal breakdown (HTA's definitions) and step figures."""
-    rows = [
-        (r.rank, _ms(r.window_us), _num(r.idle_pct, 2, "%"), _num(r.compute_pct, 2, "%"),
-         _num(r.non_compute_pct, 2, "%"), _num(r.comm_comp_overlap_pct, 2, "%"),
-         r.steps.count, _ms(r.steps.duration_us_median), _num(r.steps.dataloader_pct, 2, "%"),
-         _num(r.steps.gpu_util_pct, 2, "%"))
-        for r in analysis.ranks
-    ]
-    headers = ("rank", "device window", "idle", "compute", "non-compute",
-               "comm hidden under compute", "steps", "step (median)", "DataLoader exposed",
-               "GPU util")
-    return (table(headers, rows, numeric=range(1, 10))
-            + paragraph("Idle, compute and non-compute follow Holistic Trace Analysis 0.5 (window: "
-                        "first to last device event, the last ProfilerStep left out); the step, "
-                        "DataLoader and GPU-util columns follow torch-tb-profiler's overview.",
-                        muted=True))
+    """Per rank: the temporal breakdown (HTA's definitions) and step figures for traces with
+    device work; the host split for CPU traces (no device or GPU figure for those)."""
+    device = [r for r in analysis.ranks if r.host is None]
+    host = [r for r in analysis.ranks if r.host is not None]
+    parts = []
+    if device:
+        rows = [
+            (r.rank, _ms(r.window_us), _num(r.idle_pct, 2, "%"), _num(r.compute_pct, 2, "%"),
+             _num(r.non_compute_pct, 2, "%"), _num(r.comm_comp_overlap_pct, 2, "%"),
+             r.steps.count, _ms(r.steps.duration_us_median),
+             _num(r.steps.dataloader_pct, 2, "%"), _num(r.steps.gpu_util_pct, 2, "%"))
+            for r in device
+        ]
+        headers = ("rank", "device window", "idle", "compute", "non-compute",
+                   "comm hidden under compute", "steps", "step (median)", "DataLoader exposed",
+                   "GPU util")
+        parts += [table(headers, rows, numeric=range(1, 10)),
+                  paragraph("Idle, compute and non-compute follow Holistic Trace Analysis 0.5 "
+                            "(window: first to last device event, the last ProfilerStep left "
+                            "out); the step, DataLoader and GPU-util columns follow "
+                            "torch-tb-profiler's overview.", muted=True)]
+    if host:
+        host_rows = [(r.rank, r.steps.count, _ms(r.steps.duration_us_median),
+                      _ms(r.host.window_us if r.host else None),
+                      *(_num(getattr(r.host, key), 1, "%") for key in _HOST_SHARES))
+                     for r in host]
+        host_headers = ("rank", "steps", "step (median)", "host time", "data loading",
+                        "operators", "Python between operators")
+        parts += [table(host_headers, host_rows, numeric=range(1, 7)),
+                  paragraph("No device events: a CPU trace. Each moment of the steps counts "
+                            "once: inside the DataLoader's __next__, else inside an operator "
+                            "(ATen op, autograd node), else Python between operators.",
+                            muted=True)]
+    return "".join(parts)
+
+
+_HOST_SHARES = ("dataloader_pct", "operators_pct", "python_pct")
+
+
+def _host_html(r: RankAnalysis) -> str:
+    """A CPU trace's rank: the host split, per step, and the operators by self time."""
+    h = r.host
+    if h is None:  # pragma: no cover - only called for CPU ranks
+        return ""
+    chart = bar_chart(["data loading", "operators", "Python between operators"],
+                      [h.dataloader_us / 1e3, h.operators_us / 1e3, h.python_us / 1e3],
+                      title=f"Host time in {h.window} ({_ms(h.window_us)}), ms", unit=" ms")
+    shown = h.rows[:MAX_STEP_ROWS]
+    steps = table(("step", "duration", "data loading", "operators", "Python between operators"),
+                  [(row.name, _ms(row.duration_us), _ms(row.dataloader_us),
+                    _ms(row.operators_us), _ms(row.python_us)) for row in shown],
+                  numeric=range(1, 5)) if shown else paragraph(
+                      "No ProfilerStep spans: no per-step split.", muted=True)
+    more = (paragraph(f"… and {len(h.rows) - len(shown)} more steps (--json has them all).",
+                      muted=True) if len(h.rows) > len(shown) else "")
+    top = table(("operator", "count", "self", "self share", "total", "self in data loading"),
+                [(row.name, row.count, _ms(row.self_us), _num(row.self_pct, 1, "%"),
+                  _ms(row.total_us), _ms(row.in_dataloader_us)) for row in h.top],
+                numeric=range(1, 6))
+    return (chart + steps + more
+            + paragraph(f"Top {len(h.top)} operators by self time (their span less the spans "
+                        f"nested in them), of {h.operator_events} operator events on "
+                        f"{h.threads} thread(s):") + top)
 
 
 def _steps_html(r: RankAnalysis) -> str:
@@ -109,8 +156,8 @@ def trace_page(analysis: TraceAnalysis) -> str:
     sections.extend(
         section(
             f"Rank {r.rank} — {r.path}",
-            _steps_html(r),
-            _idle_html(r), _kernels_html(r),
+            *((_host_html(r),) if r.host is not None
+              else (_steps_html(r), _idle_html(r), _kernels_html(r))),
             bullets(r.notes) if r.notes else "",
         )
         for r in analysis.ranks

@@ -3,35 +3,27 @@
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
-import sys
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from trainpace.errors import ConfigError
 from trainpace.stats import median
 from trainpace.trace import breakdown as bd
 from trainpace.trace.evidence import build_summary
+from trainpace.trace.host import host_breakdown
 from trainpace.trace.idle import GAP_THRESHOLD_US, TOP_GAPS, idle_breakdown
 from trainpace.trace.kernels import TOP_KERNELS, hta_steps, kernel_breakdown
-from trainpace.trace.load import (
-    TraceColumns,
-    available_memory,
-    check_memory,
-    json_bytes,
-    load_trace,
-    memory_needed,
-    trace_files,
-)
+from trainpace.trace.load import TraceColumns, read_trace, trace_files
+from trainpace.trace.memory import available_memory, check_memory, json_bytes, memory_needed
 from trainpace.trace.prepare import Prepared, prepare
 from trainpace.trace.result import CrossRank, RankAnalysis, TraceAnalysis
+from trainpace.trace.runmeta import find_run_meta
 
 logger = logging.getLogger(__name__)
 PARALLEL_MIN_BYTES = 32 << 20  # of JSON in all: below it, ranks are read one after the other
@@ -63,9 +55,9 @@ def _notes(p: Prepared, t: bd.Temporal | None) -> list[str]:
         if bad:
             notes.append("skipped events: " + ", ".join(f"{v} {k}" for k, v in bad.items()))
     if t is None:
-        notes.append("no device events (kernels, copies): recorded without "
-                     "ProfilerActivity.CUDA or on a CPU-only run; the device breakdown, idle "
-                     "causes and kernel statistics are not computed")
+        notes.append("no device events (kernels, copies): a CPU run, or recorded without "
+                     "ProfilerActivity.CUDA; analyzed as a CPU trace (operators by self time, "
+                     "data loading, Python between operators)")
     if not len(p.steps):
         notes.append("no ProfilerStep#N spans (call prof.step() once per step): no per-step "
                      "breakdown, step times or DataLoader share")
@@ -107,6 +99,7 @@ def analyze_columns(
         rank=rank,
         path=cols.path,
         device_name=_device_name(p),
+        device_listed=bool(cols.meta.get("deviceProperties")),
         events=cols.events_total,
         device_events=int(p.device.sum()),
         skipped=dict(cols.skipped),
@@ -116,6 +109,7 @@ def analyze_columns(
         idle=idle_breakdown(p, busy, gap_threshold_us=gap_threshold_us, top=TOP_GAPS)
         if t is not None else None,
         kernels=kernel_breakdown(p, top=top),
+        host=host_breakdown(p, top=top) if t is None else None,
         distributed=info if isinstance(info, dict) else None,
         notes=_notes(p, t),
         **figures,
@@ -123,7 +117,7 @@ def analyze_columns(
 
 
 def _analyze_file(path: str, gap_threshold_us: float, top: int) -> RankAnalysis:
-    cols = load_trace(path, memory_available=sys.maxsize)  # checked before the pool started
+    cols = read_trace(path)  # its memory was checked before the pool started
     rank = _declared_rank(cols.meta)
     return analyze_columns(cols, rank=-1 if rank is None else rank,
                            gap_threshold_us=gap_threshold_us, top=top)
@@ -131,22 +125,28 @@ def _analyze_file(path: str, gap_threshold_us: float, top: int) -> RankAnalysis:
 
 def _workers(files: list[str], workers: int | None) -> int:
     """Processes to use: one per file, within the CPUs and the memory available; by default
-    one in all when the traces are small (starting processes would cost more than it saves)."""
-    needs = [memory_needed(f) for f in files]
+    one in all when the traces are small (starting processes would cost more than it saves).
+    Each file's size is read from its metadata (a FIFO's is unknown: it is not opened here)."""
     free = available_memory()
-    for f in files:
-        check_memory(f, free)
-    if workers is None and sum(json_bytes(f) for f in files) < PARALLEL_MIN_BYTES:
+    sizes = {f: json_bytes(f) for f in files}
+    for f, size in sizes.items():
+        check_memory(f, free, size=size)
+    if workers is None and sum(size or 0 for size in sizes.values()) < PARALLEL_MIN_BYTES:
         return 1
     limit = workers if workers is not None else (os.cpu_count() or 1)
     if free is not None:
-        limit = min(limit, max(1, int(free // max(needs))))
+        need = max(memory_needed(f, size=size) for f, size in sizes.items())
+        limit = min(limit, max(1, int(free // need)))
     return max(1, min(limit, len(files)))
 
 
 def _map(files: list[str], n: int, gap_threshold_us: float, top: int) -> list[RankAnalysis]:
     if n <= 1:
         return [_analyze_file(f, gap_threshold_us, top) for f in files]
+    # imported here: a process pool's modules cost as much as analyzing a small trace
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     # fork: the worker only reads files and numpy arrays, and needs no re-import of __main__
     # (spawn would re-run an unguarded user script); spawn only where fork does not exist.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
@@ -166,7 +166,7 @@ def _assign_ranks(ranks: list[RankAnalysis], notes: list[str]) -> list[RankAnaly
         why = f"rank {dup[0]} is declared by more than one trace" if dup else \
             "some traces have no distributedInfo.rank"
         notes.append(f"{why}: ranks numbered in the order the files were given")
-    return [replace(r, rank=i) for i, r in enumerate(ranks)]
+    return [msgspec.structs.replace(r, rank=i) for i, r in enumerate(ranks)]
 
 
 def cross_rank(ranks: Sequence[RankAnalysis]) -> CrossRank:
@@ -223,6 +223,9 @@ def analyze_traces(
 ) -> TraceAnalysis:
     """Analyze profiler traces (files, or folders of them), one per rank.
 
+    A trace inside a trainpace run folder (``<run>/profile/``) is read with the run's
+    ``meta.json``, so the findings know its DataLoader settings and CPU count.
+
     Raises:
         TraceFormatError: a file that cannot be read as a trace (the message names it).
         ConfigError: a bad option.
@@ -237,8 +240,14 @@ def analyze_traces(
     notes: list[str] = []
     ranks = _assign_ranks(_map(files, _workers(files, workers), gap_threshold_us, top), notes)
     cross = cross_rank(ranks)
-    return TraceAnalysis(ranks=ranks, cross_rank=cross, summary=build_summary(ranks),
-                         notes=notes)
+    meta_path, meta, problem = find_run_meta(files[0])
+    if problem:
+        notes.append(problem)
+    elif meta_path:
+        notes.append(f"the run's {meta_path} read: its DataLoader settings, CPU count and "
+                     "device inform the advice")
+    return TraceAnalysis(ranks=ranks, cross_rank=cross, summary=build_summary(ranks, meta),
+                         notes=notes, run_meta=meta_path if not problem else None)
 
 
 __all__ = ["analyze_columns", "analyze_traces", "cross_rank"]

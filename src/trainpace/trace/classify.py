@@ -31,6 +31,8 @@ RUNTIME_CATS = frozenset({"runtime", "cuda_runtime", "cuda_driver", "mtia_runtim
 # Host-side operators and annotations (torch-tb-profiler's "CPU Exec" role).
 CPU_OP_CATS = frozenset({"cpu_op", "operator", "user_annotation", "python"})
 PYTHON_CATS = frozenset({"python_function"})
+# Operators proper (ATen ops, autograd nodes), not the annotations that wrap Python code.
+OPERATOR_CATS = frozenset({"cpu_op", "operator"})
 # Spans that are neither host work nor device work: the profiler's own span, GPU-side copies
 # of annotations, flow arrows.
 IGNORED_CATS = frozenset({"trace", "gpu_user_annotation", "ac2g", "async", "fwdbwd"})

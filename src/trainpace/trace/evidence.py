@@ -11,7 +11,7 @@ the ``ranks`` list keeps each rank's own figures for the straggler rule.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -67,8 +67,26 @@ def step_records(r: RankAnalysis) -> list[dict[str, Any]]:
     ]
 
 
-def build_summary(ranks: Sequence[RankAnalysis]) -> Summary:
-    """The Summary of a set of analyzed traces, with its diagnosis."""
+def _device_kind(ranks: Sequence[RankAnalysis], meta: Mapping[str, Any]) -> str | None:
+    """The run's device: meta.json's, else "cuda" with device events, else "cpu" when the
+    trace lists no device (a GPU run recorded without CUDA activity lists its GPUs)."""
+    device = meta.get("device")
+    kind = device.get("kind") if isinstance(device, Mapping) else None
+    if isinstance(kind, str) and kind:
+        return kind
+    if any(r.window_us is not None for r in ranks):
+        return "cuda"
+    return "cpu" if ranks and all(not r.device_listed for r in ranks) else None
+
+
+def build_summary(ranks: Sequence[RankAnalysis],
+                  meta: Mapping[str, Any] | None = None) -> Summary:
+    """The Summary of a set of analyzed traces, with its diagnosis.
+
+    ``meta``: the ``meta.json`` of the run that recorded them (``Meter(profile_steps=...)``),
+    when there is one: its DataLoader settings, CPU count and device make the advice specific.
+    """
+    meta = meta or {}
     has_device = any(r.window_us is not None for r in ranks)
     rank_steps = [r.steps for r in ranks if r.steps.count]
     step_medians = [s.duration_us_median for s in rank_steps]
@@ -77,7 +95,12 @@ def build_summary(ranks: Sequence[RankAnalysis]) -> Summary:
     total = max((s.count + len(s.dropped) for s in rank_steps), default=0)
     kernels = [r.kernels for r in ranks if r.kernels is not None]
     first = ranks[0] if ranks else None
-    wall = max((r.window_us for r in ranks if r.window_us is not None), default=None)
+    windows = [r.window_us if r.window_us is not None else r.host.window_us if r.host else None
+               for r in ranks]
+    wall = max((w for w in windows if w is not None), default=None)
+    loader = meta.get("loader")
+    device_meta = meta.get("device")
+    meta_name = device_meta.get("name") if isinstance(device_meta, Mapping) else None
     summary = Summary(
         run_id=f"trace:{Path(first.path).name}" if first else None,
         world_size=max(1, len(ranks)),
@@ -100,10 +123,12 @@ def build_summary(ranks: Sequence[RankAnalysis]) -> Summary:
             exposed_wait_s_per_step=_mean(
                 [_s(r.steps.roles_us_mean.get("dataloader")) for r in ranks if r.steps.count]
             ) if has_device else None,
+            loader=dict(loader) if isinstance(loader, Mapping) and loader else None,
         ),
         device=Device(
-            kind="cuda" if has_device else None,
-            name=next((r.device_name for r in ranks if r.device_name), None),
+            kind=_device_kind(ranks, meta),
+            name=next((r.device_name for r in ranks if r.device_name),
+                      meta_name if isinstance(meta_name, str) else None),
             util_pct=_mean([_rank_util(r) for r in ranks]),
         ),
         communication=Communication(
@@ -125,11 +150,12 @@ def build_summary(ranks: Sequence[RankAnalysis]) -> Summary:
             for r in ranks
         ],
     )
-    return _diagnosed(summary, step_records(first) if first else None)
+    return _diagnosed(summary, step_records(first) if first else None, meta)
 
 
-def _diagnosed(summary: Summary, steps: list[dict[str, Any]] | None) -> Summary:
-    return replace(summary, diagnosis=diagnose(summary, steps=steps))
+def _diagnosed(summary: Summary, steps: list[dict[str, Any]] | None,
+               meta: Mapping[str, Any]) -> Summary:
+    return replace(summary, diagnosis=diagnose(summary, steps=steps, meta=meta))
 
 
 def with_trace_evidence(summary: Summary, trace: Summary) -> Summary:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import attrgetter, is_not
 from pathlib import Path
@@ -23,21 +22,24 @@ import msgspec
 import numpy as np
 
 from trainpace.errors import TraceFormatError
-from trainpace.trace.stream import Event, Source, Stream
+from trainpace.trace.memory import CHUNK_BYTES, check_memory
+from trainpace.trace.source import Source
+from trainpace.trace.stream import Event, Stream
 
-CHUNK_BYTES = 1 << 18
-# Bytes the analysis needs per byte of trace JSON (columns and their derived arrays), and the
-# parsed Python objects of one piece per byte of it; measured on real traces, kept generous.
-_COLUMN_BYTES_PER_JSON_BYTE = 0.5
-_OBJECT_BYTES_PER_JSON_BYTE = 8.0
+# Times a profiler can write, in µs: a timestamp within ~300 years of its clock's origin (the
+# epoch, or boot), a span under ~11 days. Beyond them a value is damage, not a measurement,
+# and it would overflow the sums and differences of the analysis.
+MAX_TS_US = 1e16
+MAX_DUR_US = 1e12
+OUT_OF_RANGE = "malformed: ts or dur negative, infinite or out of range"
 
 
-@dataclass(frozen=True)
-class TraceColumns:
+class TraceColumns(msgspec.Struct, frozen=True):  # built in C: no import-time cost
     """The complete events of one trace, as columns. Times are µs, as in the file.
 
     ``name`` and ``cat`` are indices into ``names`` and ``cats``;
-    ``stream``, ``correlation``, ``external_id`` and ``device`` are -1 where the event has none.
+    ``stream``, ``correlation``, ``external_id`` and ``device`` are -1 where the event has none;
+    ``thread`` is the tid (a negative number stands for a tid written as a string).
     When the trace has fractional (ns-resolution) timestamps, starts are rounded up and ends
     down to whole µs, as Holistic Trace Analysis does, so back-to-back kernels do not overlap.
     """
@@ -55,8 +57,9 @@ class TraceColumns:
     correlation: np.ndarray
     external_id: np.ndarray
     device: np.ndarray
+    thread: np.ndarray
     events_total: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = msgspec.field(default_factory=dict)
     rounded_to_us: bool = False
 
     def __len__(self) -> int:
@@ -76,6 +79,12 @@ def load_trace(
     """
     name = os.fspath(path)
     check_memory(name, memory_available)
+    return read_trace(name, chunk_bytes=chunk_bytes)
+
+
+def read_trace(name: str, *, chunk_bytes: int = CHUNK_BYTES) -> TraceColumns:
+    """:func:`load_trace` without the memory check (done once, before): the file is opened
+    and read once, so a FIFO works."""
     columns = _Columns()
     try:
         with Source(name) as source:
@@ -92,68 +101,6 @@ def load_trace(
             f"{loaded.events_total} events: not a profiler trace, or an empty one"
         )
     return loaded
-
-
-# ---- memory ---------------------------------------------------------------------------------
-
-
-def json_bytes(path: str) -> int:
-    """The size of the trace's JSON: the file size, or for gzip the smallest size consistent
-    with its trailer (which stores the size modulo 4 GiB)."""
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as fh:
-            if fh.read(2) != b"\x1f\x8b" or size < 18:
-                return size
-            fh.seek(-4, os.SEEK_END)
-            stored = int.from_bytes(fh.read(4), "little")
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
-    wraps = max(0, math.ceil((size - stored) / 2**32))
-    return stored + wraps * 2**32
-
-
-def memory_needed(path: str, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """Bytes of memory the analysis of one trace needs, estimated from its JSON size."""
-    return int(json_bytes(path) * _COLUMN_BYTES_PER_JSON_BYTE
-               + 2 * chunk_bytes * _OBJECT_BYTES_PER_JSON_BYTE) + (32 << 20)
-
-
-def available_memory() -> int | None:
-    """Free memory in bytes, or None if it cannot be read.
-
-    Linux's own figure is read directly: importing psutil for it would cost more than
-    analyzing a small trace.
-    """
-    try:
-        with open("/proc/meminfo", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except Exception:  # noqa: BLE001 - any failure means "unknown", never a crash
-        return None
-
-
-def check_memory(path: str, memory_available: int | None = None) -> None:
-    """Refuse a trace whose analysis would not fit in memory, before reading it."""
-    free = available_memory() if memory_available is None else memory_available
-    need = memory_needed(path)
-    if free is not None and need > free:
-        raise TraceFormatError(
-            f"{path}: too large for the memory available: its {_size(json_bytes(path))} of JSON "
-            f"need about {_size(need)} to analyze and {_size(free)} is free; analyze it on a "
-            "machine with more memory or record fewer steps (torch.profiler.schedule(active=...))"
-        )
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
 # ---- columns --------------------------------------------------------------------------------
@@ -183,15 +130,14 @@ def _number(value: Any) -> float | None:
 
 # A decoded piece is read field by field: each field of every event at once, through C-level
 # iteration (map over attrgetter) into numpy, so no Python code runs per event.
-_PH, _CAT, _NAME, _TS, _DUR, _ARGS = (
-    attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "args")
+_CAT, _NAME, _TS, _DUR, _TID, _ARGS = (
+    attrgetter(f) for f in ("cat", "name", "ts", "dur", "tid", "args")
 )
-_ARG_FIELDS = tuple(
-    attrgetter(f) for f in ("stream", "correlation", "external_id", "external_id_old", "device")
-)
+_ARG_IDS = attrgetter("stream", "correlation", "external_id", "external_id_old", "device")
+_ID_ROW = np.dtype((np.int64, 5))
 _COLUMNS = (("name", np.int32), ("cat", np.int32), ("ts", np.float64), ("dur", np.float64),
             ("stream", np.int64), ("correlation", np.int64), ("external_id", np.int64),
-            ("device", np.int64))
+            ("device", np.int64), ("thread", np.int64))
 
 
 def _kept(mask: list[bool], *lists: list[Any]) -> tuple[list[Any], ...]:
@@ -214,6 +160,7 @@ class _Columns:
         self.events_total = 0
         self.skipped: Counter[str] = Counter()
         self.float_ts = False
+        self.thread_names: dict[str, int] = {}
 
     def add(self, events: list[Any]) -> None:
         """Events parsed by orjson (dicts): typed like msgspec's, else checked one by one."""
@@ -237,11 +184,12 @@ class _Columns:
         n = len(events)
         self.events_total += n
         # The first reason an event is skipped is the one counted: not 'X', no cat, no name,
-        # no time. Each check is one pass in C over a field; the masks are built only when
-        # some event fails it (searching a list for None is cheaper than a mask).
-        phases = list(map(_PH, events))
-        if phases.count("X") < n:
-            (events,) = _kept((np.array(phases, dtype=object) == "X").tolist(), events)
+        # no time. Each later check is one pass in C over a field; the masks are built only
+        # when some event fails it (searching a list for None is cheaper than a mask). The
+        # phase filter is a comprehension: most traces hold many non-'X' events (flow arrows),
+        # and one Python loop costs less than a mask built in numpy and applied.
+        events = [e for e in events if e.ph == "X"]
+        if len(events) < n:
             self.skipped["other phases (not 'X')"] += n - len(events)
         cats = list(map(_CAT, events))
         if None in cats:
@@ -262,18 +210,37 @@ class _Columns:
             events, cats, names = _kept(timed.tolist(), events, cats, names)
             ts, dur = ts[timed], dur[timed]
             m = len(events)
-        args = list(map(_ARGS, events))
-        stream, correlation, external_id, external_id_old, device = (
-            np.fromiter(map(getter, args), dtype=np.int64, count=m) for getter in _ARG_FIELDS
-        )
+        thread = self._threads(events, m)
+        # the five ids of every event in one pass, as rows of a (m, 5) array
+        ids = np.fromiter(map(_ARG_IDS, map(_ARGS, events)), dtype=_ID_ROW, count=m)
+        stream, correlation, external_id, external_id_old, device = ids.T
         self.pieces.append({
             "name": _intern(self.names, names), "cat": _intern(self.cats, cats),
             "ts": ts, "dur": dur, "stream": stream, "correlation": correlation,
             "external_id": np.where(external_id != -1, external_id, external_id_old),
-            "device": device,
+            "device": device, "thread": thread,
         })
         if not self.float_ts and bool((ts != np.floor(ts)).any()):
             self.float_ts = True  # ns resolution (an integral value written as 5.0 is not)
+
+    def _threads(self, events: list[Event], m: int) -> np.ndarray:
+        """Each event's thread as a number: its tid, or for a tid written as a string (old
+        traces: "stream 7"), a negative number standing for that string."""
+        tids = list(map(_TID, events))
+        try:
+            return np.fromiter(tids, dtype=np.int64, count=m)
+        except (TypeError, ValueError, OverflowError):
+            local = dict.fromkeys(tids, 0)  # a few distinct threads: one lookup each
+            for tid in local:
+                local[tid] = self._thread(tid)
+            return np.fromiter(map(local.__getitem__, tids), dtype=np.int64, count=m)
+
+    def _thread(self, tid: Any) -> int:
+        if isinstance(tid, int) and not isinstance(tid, bool) and -(2**63) <= tid < 2**63:
+            return tid
+        if not isinstance(tid, str):
+            return -1
+        return -2 - self.thread_names.setdefault(tid, len(self.thread_names))
 
     def _careful(self, events: list[Any]) -> None:
         """Event by event, checking every field; bad events are counted and skipped."""
@@ -305,7 +272,7 @@ class _Columns:
                    self.cats.setdefault(cat, len(self.cats)), ts_us, dur_us,
                    _as_int(args.get("stream", -1)), _as_int(args.get("correlation", -1)),
                    _as_int(args.get("external id", -1) if ext is None else ext),
-                   _as_int(args.get("device", -1)))
+                   _as_int(args.get("device", -1)), self._thread(e.get("tid")))
             for (column, _), value in zip(_COLUMNS, row, strict=True):
                 columns[column].append(value)
         self.pieces.append({column: np.array(columns[column], dtype=dtype)
@@ -322,11 +289,12 @@ class _Columns:
         columns = self._joined()
         self.pieces = []
         ts, dur = columns["ts"], columns["dur"]
-        valid = (dur >= 0) & np.isfinite(ts) & np.isfinite(dur)
+        # NaN fails every comparison, so this also drops what is not a number
+        valid = (dur >= 0) & (dur <= MAX_DUR_US) & (np.abs(ts) <= MAX_TS_US)
         skipped = {k: v for k, v in self.skipped.items() if v}
         everything = bool(valid.all())
         if not everything:
-            skipped["malformed: negative or infinite ts/dur"] = int((~valid).sum())
+            skipped[OUT_OF_RANGE] = int((~valid).sum())
 
         def col(column: str) -> np.ndarray:
             return columns[column] if everything else columns[column][valid]
@@ -353,6 +321,7 @@ class _Columns:
             correlation=col("correlation"),
             external_id=col("external_id"),
             device=col("device"),
+            thread=col("thread"),
             events_total=self.events_total,
             skipped=skipped,
             rounded_to_us=self.float_ts,

@@ -1,4 +1,4 @@
-"""What ``trainpace analyze`` finds, as frozen dataclasses; ``to_dict()`` gives the JSON.
+"""What ``trainpace analyze`` finds, as frozen records; ``to_dict()`` gives the JSON.
 
 Times are µs (as in the traces), shares are % of a stated whole, ``None`` means "could not be
 computed from this trace" and a note says why.
@@ -7,16 +7,20 @@ computed from this trace" and a note says why.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
+from msgspec import field
 
 from trainpace.summary import Finding, Summary
 
 SCHEMA = "trainpace.trace/1"
 
+# The records are msgspec Structs, not dataclasses: a Struct class is built in C, where a
+# dataclass compiles its methods at import time, which every ``trainpace analyze`` waits for.
 
-@dataclass(frozen=True, kw_only=True)
-class StepRow:
+
+class StepRow(msgspec.Struct, frozen=True, kw_only=True):
     """One ``ProfilerStep#N``, split the way torch-tb-profiler's overview splits it.
 
     The eight roles (kernel … other) are exclusive, in priority order, and add up to
@@ -45,8 +49,7 @@ ROLES: tuple[str, ...] = ("kernel", "memcpy", "memset", "communication", "runtim
                           "dataloader", "cpu_exec", "other")
 
 
-@dataclass(frozen=True, kw_only=True)
-class StepsBreakdown:
+class StepsBreakdown(msgspec.Struct, frozen=True, kw_only=True):
     """The profiled steps (torch-tb-profiler's definitions, so figures compare with its
     overview)."""
 
@@ -63,8 +66,7 @@ class StepsBreakdown:
     rows: list[StepRow] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class StreamIdle:
+class StreamIdle(msgspec.Struct, frozen=True, kw_only=True):
     """Idle time between consecutive kernels of one stream, by cause (HTA's definitions)."""
 
     stream: int
@@ -74,8 +76,7 @@ class StreamIdle:
     gaps: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class Gap:
+class Gap(msgspec.Struct, frozen=True, kw_only=True):
     """A stretch with no device work at all, and what the host was doing meanwhile."""
 
     start_us: float  # from the start of the device window
@@ -86,8 +87,7 @@ class Gap:
     top_ops: list[dict[str, Any]]
 
 
-@dataclass(frozen=True, kw_only=True)
-class IdleBreakdown:
+class IdleBreakdown(msgspec.Struct, frozen=True, kw_only=True):
     """Why the device was idle."""
 
     host_wait_us: float  # the next kernel was not launched yet
@@ -103,16 +103,14 @@ class IdleBreakdown:
     gaps: list[Gap]  # the longest ones
 
 
-@dataclass(frozen=True, kw_only=True)
-class CategoryRow:
+class CategoryRow(msgspec.Struct, frozen=True, kw_only=True):
     category: str
     count: int
     total_us: float
     pct: float | None  # of all device kernel time (durations summed)
 
 
-@dataclass(frozen=True, kw_only=True)
-class KernelRow:
+class KernelRow(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     category: str
     count: int
@@ -123,8 +121,7 @@ class KernelRow:
     pct: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class KernelBreakdown:
+class KernelBreakdown(msgspec.Struct, frozen=True, kw_only=True):
     """Device kernels by category, the top ones, and the signs of a launch-bound step."""
 
     count: int
@@ -138,8 +135,53 @@ class KernelBreakdown:
     top: list[KernelRow]
 
 
-@dataclass(frozen=True, kw_only=True)
-class RankAnalysis:
+class OperatorRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One host operator (by name): its self time is its span less the spans nested in it."""
+
+    name: str
+    count: int
+    self_us: float
+    total_us: float  # the spans summed (an operator nested in one of its own name counts twice)
+    self_pct: float | None  # of the host time analyzed (HostBreakdown.window_us)
+    in_dataloader_us: float  # of its self time, inside the DataLoader's __next__
+
+
+class HostStepRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``ProfilerStep#N`` on the host, split as :class:`HostBreakdown` splits the whole."""
+
+    name: str
+    duration_us: float
+    dataloader_us: float
+    operators_us: float
+    python_us: float
+
+
+class HostBreakdown(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the host's time went, for a trace with no device work (a CPU run).
+
+    On the threads that ran the steps, each moment of the window counts once, in this order:
+    *data loading* (inside the DataLoader's ``__next__``, the ops it runs included), then
+    *operators* (inside an ATen op or autograd node), then *Python*: the rest, the
+    interpreter running the loop, module calls and the optimizer between operators.
+    """
+
+    window: str  # what the window is: the ProfilerStep spans, or the main thread's span
+    window_us: float
+    steps: int
+    dataloader_us: float
+    dataloader_pct: float | None
+    operators_us: float
+    operators_pct: float | None
+    python_us: float
+    python_pct: float | None
+    threads: int  # threads with host events in the window
+    operator_events: int
+    python_function_events: int  # recorded with with_stack=True
+    top: list[OperatorRow]
+    rows: list[HostStepRow]
+
+
+class RankAnalysis(msgspec.Struct, frozen=True, kw_only=True):
     """One trace (one rank). The temporal breakdown uses HTA 0.5's definitions: the window
     runs from the first to the last device event, the last ProfilerStep is left out when
     there are two or more, and memcpy/memset count as device work (non-compute)."""
@@ -147,6 +189,7 @@ class RankAnalysis:
     rank: int
     path: str
     device_name: str | None = None
+    device_listed: bool = False  # the trace's deviceProperties names a device
     events: int = 0
     device_events: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
@@ -165,15 +208,16 @@ class RankAnalysis:
     steps: StepsBreakdown = field(default_factory=StepsBreakdown)
     idle: IdleBreakdown | None = None
     kernels: KernelBreakdown | None = None
+    host: HostBreakdown | None = None  # traces with no device events (CPU runs)
     distributed: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
 
 
-@dataclass(frozen=True, kw_only=True)
-class CrossRank:
+class CrossRank(msgspec.Struct, frozen=True, kw_only=True):
     """Ranks compared (two or more): per rank ``{rank, step_us_median,
     communication_us_per_step, clock_offset_us}``, where the clock offset is how much later
     the first common ProfilerStep starts on that rank's clock than on the first rank's."""
@@ -184,8 +228,7 @@ class CrossRank:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
-class TraceAnalysis:
+class TraceAnalysis(msgspec.Struct, frozen=True, kw_only=True):
     """The analysis of a set of traces (one per rank), with findings from the same rules as a
     live run."""
 
@@ -193,6 +236,7 @@ class TraceAnalysis:
     cross_rank: CrossRank
     summary: Summary
     notes: list[str] = field(default_factory=list)
+    run_meta: str | None = None  # the run folder's meta.json read with the traces
 
     @property
     def findings(self) -> list[Finding]:
@@ -213,9 +257,10 @@ class TraceAnalysis:
                 for r in self.ranks
             ],
             "ranks": [r.to_dict() for r in self.ranks],
-            "cross_rank": dataclasses.asdict(self.cross_rank),
+            "cross_rank": msgspec.to_builtins(self.cross_rank),
             "bottleneck": self.bottleneck,
             "findings": [dataclasses.asdict(f) for f in self.findings],
             "summary": self.summary.to_dict(),
+            "run_meta": self.run_meta,
             "notes": list(self.notes),
         }

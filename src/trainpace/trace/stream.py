@@ -1,6 +1,7 @@
 """The bytes of a trace file, cut into pieces of whole events and decoded.
 
-The file is streamed: gzip is decompressed in blocks, the ``traceEvents`` array is cut at
+The file is streamed: gzip is decompressed in blocks (in a thread beside the parse,
+:mod:`.source`), the ``traceEvents`` array is cut at
 event boundaries into pieces of about a MB, and each piece is decoded and handed to a sink,
 then dropped. Cutting is safe without a JSON tokenizer: a piece ends at a ``}`` followed by
 ``,`` or ``]``. If that ``}`` was inside a string or a nested object, the piece does not parse
@@ -17,20 +18,20 @@ checks field by field, and orjson's error position tells a bad cut from damage.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from collections.abc import Iterator
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 import orjson
 
 from trainpace.errors import TraceFormatError
+from trainpace.trace.source import Source
 
 _WS = b" \t\r\n"
 _KEY = b'"traceEvents"'
 _COMMA, _BRACKET = ord(","), ord("]")
 _HEADER_LIMIT = 64 << 20
+_TRAILING = "unexpected content after document"  # orjson's message for it
 
 _MISSING_TIME = float("nan")  # JSON has no NaN: a time still NaN after decoding was absent
 
@@ -58,6 +59,7 @@ class Event(msgspec.Struct, gc=False):
     name: str | None = None
     ts: float = _MISSING_TIME  # msgspec takes a JSON integer too, as a float
     dur: float = _MISSING_TIME
+    tid: int | str = -1  # the thread (host events) or stream (device events); old traces: str
     args: EventArgs = msgspec.field(default_factory=EventArgs)
 
 
@@ -70,42 +72,6 @@ class Sink(Protocol):
     def add(self, events: list[Any]) -> None: ...  # dicts from orjson
 
     def add_records(self, events: list[Event]) -> None: ...
-
-
-class Source:
-    """The decompressed bytes of a trace file; every read error is a TraceFormatError."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._raw: IO[bytes] | None = None
-        self._stream: IO[bytes] | gzip.GzipFile | None = None
-
-    def __enter__(self) -> Source:
-        try:
-            self._raw = open(self.path, "rb")  # closed in __exit__
-            gz = self._raw.read(2) == b"\x1f\x8b"
-            self._raw.seek(0)
-        except OSError as exc:
-            raise TraceFormatError(f"{self.path}: cannot read it ({exc.strerror or exc})") from exc
-        self._stream = gzip.GzipFile(fileobj=self._raw) if gz else self._raw
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for stream in (self._stream, self._raw):
-            if stream is not None:
-                stream.close()
-
-    def read(self, size: int) -> bytes:
-        assert self._stream is not None
-        try:
-            return self._stream.read(size)
-        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise TraceFormatError(
-                f"{self.path}: the gzip stream is damaged or truncated ({exc}); "
-                "the profiler may have been killed while writing it"
-            ) from exc
-        except OSError as exc:
-            raise TraceFormatError(f"{self.path}: cannot read it ({exc})") from exc
 
 
 class Stream:
@@ -249,31 +215,46 @@ class Stream:
             buf[start], buf[k] = ord("["), _BRACKET
             try:
                 with memoryview(buf) as whole, whole[start:k + 1] as text:
-                    done = self._decode(text)
+                    used = self._decode(text)
             finally:
                 buf[start], buf[k] = before, separator
-            if done:
-                self.pos = k + 1
-                return separator == _BRACKET
+            if used is None:
+                continue
+            if used < k + 1 - start:  # the array closed inside the piece: keys follow it
+                self.pos = start + used
+                return True
+            self.pos = k + 1
+            return separator == _BRACKET
         return None
 
-    def _decode(self, text: memoryview) -> bool:
-        """Hand the events of ``text`` (a JSON array) to the sink; False if the cut was bad."""
+    def _decode(self, text: memoryview) -> int | None:
+        """Hand the events of ``text`` (a JSON array) to the sink; return how many bytes of it
+        they took, or None if the cut was bad.
+
+        Fewer bytes than ``text`` means the events array itself ended inside the piece: the cut
+        fell after it, in keys that follow ``traceEvents`` (``"deviceProperties": [{..}]``).
+        """
         try:
             self.sink.add_records(_DECODER.decode(text))
-            return True
+            return len(text)
         except msgspec.DecodeError:
             pass  # orjson says what is wrong, or takes what msgspec would not type
         try:
             events = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            decoded = bytes(text).decode("utf-8", errors="replace")
-            if exc.pos < len(decoded) - 1:
-                at = self.offset + self.pos + len(decoded[1:exc.pos].encode())
-                raise self._fail(f"not valid JSON at byte {at}: {exc.msg}") from exc
-            return False  # the cut was inside a string or a nested object
+            if not exc.doc:  # not UTF-8: damage (a cut, at an ASCII '}', cannot split a character)
+                raise self._fail(f"not valid JSON after byte {self.offset + self.pos - 1}: "
+                                 f"{exc.msg}") from exc
+            at = len(exc.doc[:exc.pos].encode())  # orjson counts characters, the buffer bytes
+            if exc.msg == _TRAILING:  # a whole array, then what follows traceEvents
+                return self._decode(text[:at])
+            if exc.pos < len(exc.doc) - 1:
+                raise self._fail(
+                    f"not valid JSON at byte {self.offset + self.pos - 1 + at}: {exc.msg}"
+                ) from exc
+            return None  # the cut was inside a string or a nested object
         self.sink.add(events)
-        return True
+        return len(text)
 
     def _cuts(self) -> Iterator[tuple[int, int]]:
         """Cut points ``(j, k)``: a ``}`` at j whose next non-space byte, at k, is , or ]."""

@@ -1,0 +1,168 @@
+"""The window-boundary exchange: each rank posts its window record; rank 0 reads them all.
+
+It goes through the job's key-value store (torchrun's TCPStore at ``MASTER_ADDR:MASTER_PORT``,
+the one torch.distributed's process groups rendezvous through), under a ``trainpace/`` prefix,
+from the writer thread, at window boundaries only. It is deliberately not a collective, on
+any group: a collective waits for every rank, and a gloo group is broken for good once one
+peer dies (every later call on it fails), while here a rank that dies or hangs is simply a
+rank whose key stops changing. So:
+
+- no per-step traffic, no device sync, nothing on the training's process groups;
+- every store call is bounded by ``timeout_s`` (connecting included); a failure disables the
+  exchange for the rest of the run (logged once by the caller) and training goes on;
+- rank 0 never waits for a slow rank during the run: it merges what has arrived and scores a
+  window without the ranks two windows behind; at the end it waits at most ``timeout_s``
+  without news before naming the ranks that never sent their last window.
+
+Keys: ``agree/{key}`` (what rank 0 decided, e.g. the run folder's name), then, under the run
+folder's name, ``last/{rank}`` (the newest window a rank posted) and ``w/{rank}/{window % RING}``
+(the record), so the store holds at most ``RING`` records per rank without any deletes. Rank 0
+reads all ranks' ``last`` keys in one ``multi_get`` and the new records in a second one:
+two round trips per window, whatever the world size. Past
+:data:`~trainpace.dist.tree.FLAT_MAX_RANKS` ranks the merge has two levels
+(:mod:`trainpace.dist.tree`): each node's leader reads its node's ranks the same way and
+posts a node record (``node/last/{node}``, ``node/w/{node}/{seq % RING}``) and, now and
+then, its ranks' entries (``view/{node}``); rank 0 reads the node records.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import orjson
+
+from trainpace.dist.merge import WindowRecord
+from trainpace.dist.ranks import RankInfo
+
+RING = 8  # records kept per rank in the store; rank 0 reads every window, 8 is slack
+PREFIX = "trainpace"
+
+
+class Store(Protocol):
+    """The part of ``torch.distributed.Store`` the exchange uses."""
+
+    def set(self, key: str, value: bytes | str) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def check(self, keys: list[str]) -> bool: ...
+
+    def multi_get(self, keys: list[str]) -> list[bytes]: ...
+
+    def multi_set(self, keys: list[str], values: list[bytes | str]) -> None: ...
+
+
+def tcp_store(info: RankInfo, timeout_s: float) -> Store:
+    """A client of the job's TCPStore, under trainpace's prefix (one per restart)."""
+    from torch.distributed import PrefixStore, TCPStore  # type: ignore[attr-defined]
+
+    if info.master_addr is None or info.master_port is None:
+        raise ConnectionError("MASTER_ADDR/MASTER_PORT are not set: no store to exchange "
+                              "through (run under torchrun)")
+    store = TCPStore(info.master_addr, info.master_port, is_master=False,
+                     timeout=_dt.timedelta(seconds=timeout_s), wait_for_workers=False)
+    prefixed: Store = PrefixStore(f"{PREFIX}/{info.restart}", store)  # type: ignore[assignment]
+    return prefixed
+
+
+class Exchange:
+    """One rank's end of the exchange; the store is made on first use (the writer thread)."""
+
+    def __init__(self, info: RankInfo, *, timeout_s: float = 10.0,
+                 connect: Callable[[RankInfo, float], Store] = tcp_store) -> None:
+        self.info = info
+        self.timeout_s = timeout_s
+        self._connect = connect
+        self._store: Store | None = None
+        self._seen: dict[int, int] = {}  # the newest window read from each rank
+        self._seen_nodes: dict[int, int] = {}  # rank 0: the newest record of each node
+        # The run's keys sit under its folder's name, so two Meters of one job (one run
+        # folder each) do not read each other's windows.
+        self.namespace = ""
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = self._connect(self.info, self.timeout_s)
+        return self._store
+
+    # -- every rank ------------------------------------------------------------------------
+
+    def post(self, record: WindowRecord) -> None:
+        """Publish this rank's window record (one round trip)."""
+        rank, window = record["rank"], record["window"]
+        ns = self.namespace
+        self.store.multi_set([f"{ns}w/{rank}/{window % RING}", f"{ns}last/{rank}"],
+                             [orjson.dumps(record), str(window)])
+
+    def agree(self, key: str, value: str | None) -> str:
+        """Rank 0 sets ``key`` to ``value``; every other rank reads it (bounded wait)."""
+        if self.info.rank == 0:
+            assert value is not None
+            self.store.set(f"agree/{key}", value)
+            return value
+        return self.store.get(f"agree/{key}").decode()
+
+    # -- readers: rank 0 (flat), a node's leader, rank 0 (of the node records) ------------
+
+    def collect(self) -> list[WindowRecord]:
+        """The records posted since the last call, every rank (rank 0's job; never blocks
+        on a rank that has not posted: its ``last`` key is checked before it is read)."""
+        return self.collect_ranks(range(self.info.world_size))
+
+    def collect_ranks(self, ranks: Sequence[int]) -> list[WindowRecord]:
+        """The records of ``ranks`` posted since the last call (a node's leader: its node)."""
+        return self._read("", ranks, self._seen)  # type: ignore[return-value]
+
+    def post_node(self, record: Mapping[str, Any]) -> None:
+        """A leader's node record (keyed like a rank's, under ``node/``)."""
+        node, seq = record["rank"], record["window"]
+        ns = self.namespace
+        self.store.multi_set([f"{ns}node/w/{node}/{seq % RING}", f"{ns}node/last/{node}"],
+                             [orjson.dumps(record), str(seq)])
+
+    def collect_nodes(self, nodes: Sequence[int]) -> list[dict[str, Any]]:
+        """The node records posted since the last call (rank 0, two round trips)."""
+        return self._read("node/", nodes, self._seen_nodes)
+
+    def post_view(self, node: int, entries: Sequence[Mapping[str, Any]]) -> None:
+        """A leader's rank entries of its node (read by rank 0 when it publishes)."""
+        self.store.set(f"{self.namespace}view/{node}", orjson.dumps(list(entries)))
+
+    def views(self, nodes: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+        """The newest view of each node that has posted one (one or two round trips)."""
+        keys = [f"{self.namespace}view/{n}" for n in nodes]
+        store = self.store
+        present = (list(nodes) if store.check(keys)
+                   else [n for n, k in zip(nodes, keys, strict=True) if store.check([k])])
+        if not present:
+            return {}
+        raw = store.multi_get([f"{self.namespace}view/{n}" for n in present])
+        return {n: orjson.loads(v) for n, v in zip(present, raw, strict=True)}
+
+    def _read(self, kind: str, ids: Sequence[int], seen: dict[int, int]) -> list[dict[str, Any]]:
+        store = self.store
+        ns = f"{self.namespace}{kind}"
+        keys = {i: f"{ns}last/{i}" for i in ids}
+        if all(i in seen for i in ids) or store.check(list(keys.values())):
+            present = list(ids)
+        else:  # some have not posted yet (or never will): ask for those one by one
+            present = [i for i in ids if i in seen or store.check([keys[i]])]
+        lasts = store.multi_get([keys[i] for i in present]) if present else []
+        wanted: list[tuple[int, int]] = []
+        for i, raw in zip(present, lasts, strict=True):
+            newest = int(raw)
+            first = max(seen.get(i, 0) + 1, newest - RING + 1)
+            wanted.extend((i, w) for w in range(first, newest + 1))
+            seen[i] = newest
+        if not wanted:
+            return []
+        values = store.multi_get([f"{ns}w/{i}/{w % RING}" for i, w in wanted])
+        out: list[dict[str, Any]] = []
+        for (_i, window), raw in zip(wanted, values, strict=True):
+            record: dict[str, Any] = orjson.loads(raw)
+            if record.get("window") == window:  # not overwritten by a newer lap of the ring
+                out.append(record)
+        return out

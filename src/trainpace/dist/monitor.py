@@ -1,0 +1,300 @@
+"""One rank's distributed monitoring, as the Meter drives it: folder, windows, the end.
+
+The Meter calls :meth:`RankMonitor.window` on its writer thread at every window and
+:meth:`RankMonitor.finish` once with its own final summary. Every rank posts its window
+record; rank 0 merges them and hands the merged run's ``meta`` and ``summary`` records to
+``publish`` (the Meter's sink for the run folder's top level). Nothing here runs on the
+training thread except :meth:`run_folder`, once, at construction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainpace.diagnose.distributed import attribute_rank_wait
+from trainpace.dist.comm import CollectiveTimer
+from trainpace.dist.exchange import Exchange, Store, tcp_store
+from trainpace.dist.merge import Merger, window_record
+from trainpace.dist.ranks import RankInfo, rank_folder
+from trainpace.dist.summary import Merged, merged_meta, merged_summary, summary_dict
+from trainpace.dist.tree import (
+    FLAT_MAX_RANKS,
+    VIEW_EVERY,
+    NodeRecord,
+    TreeMerger,
+    node_ranks,
+    node_record,
+)
+from trainpace.runlog import Record
+from trainpace.summary import Summary
+
+logger = logging.getLogger("trainpace")
+
+TIMEOUT_ENV = "TRAINPACE_DIST_TIMEOUT_S"
+FLAT_MAX_ENV = "TRAINPACE_DIST_FLAT_MAX_RANKS"  # more ranks than this: node leaders merge first
+DEFAULT_TIMEOUT_S = 10.0
+POLL_S = 0.1
+# Rank 0's mid-run publication of the merged run takes at most this share of the time (at
+# thousands of ranks it costs a second of the writer thread: it is then made less often).
+PUBLISH_BUDGET = 0.05
+YIELD_EVERY = 256  # records merged between two yields of the GIL
+
+
+def timeout_from_env(env: Mapping[str, str] | None = None) -> float:
+    """The exchange's bound (``TRAINPACE_DIST_TIMEOUT_S``; the launcher's environment is
+    the one place every rank of a job reads the same setting from)."""
+    raw = (os.environ if env is None else env).get(TIMEOUT_ENV)
+    try:
+        value = float(raw) if raw is not None else DEFAULT_TIMEOUT_S
+    except ValueError:
+        value = DEFAULT_TIMEOUT_S
+    return value if value > 0 else DEFAULT_TIMEOUT_S
+
+
+def flat_max_from_env(env: Mapping[str, str] | None = None) -> int:
+    """``TRAINPACE_DIST_FLAT_MAX_RANKS``: the largest job rank 0 merges alone."""
+    raw = (os.environ if env is None else env).get(FLAT_MAX_ENV, "")
+    return int(raw) if raw.strip().isdigit() else FLAT_MAX_RANKS
+
+
+class RankMonitor:
+    """This rank's end of the exchange, and at rank 0 the merge of all ranks."""
+
+    def __init__(
+        self,
+        info: RankInfo,
+        *,
+        run_id: str,
+        publish: Callable[[Record], None] | None = None,
+        timeout_s: float | None = None,
+        connect: Callable[[RankInfo, float], Store] = tcp_store,
+        unix_clock: Callable[[], float] = time.time,
+        signs: Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any]] | None = None,
+        flat_max_ranks: int | None = None,
+    ) -> None:
+        self.info = info
+        self.run_id = run_id
+        self.publish = publish
+        self.timeout_s = timeout_s if timeout_s is not None else timeout_from_env()
+        self.exchange = Exchange(info, timeout_s=self.timeout_s, connect=connect)
+        flat_max = flat_max_ranks if flat_max_ranks is not None else flat_max_from_env()
+        # Past flat_max ranks, two levels: each node's local rank 0 merges its node first.
+        self.nodes = (node_ranks(info.world_size, info.local_world_size)
+                      if info.world_size > flat_max else None)
+        self.node = info.rank // info.local_world_size if self.nodes else 0
+        self.node_merger = (Merger(info.world_size, ids=self.nodes[self.node], keep_scored=True)
+                            if self.nodes and info.local_rank == 0 else None)
+        self._node_posts = 0
+        self.merger: Merger | TreeMerger | None = None
+        if info.rank == 0:
+            self.merger = (TreeMerger(info.world_size, self.nodes) if self.nodes
+                           else Merger(info.world_size))
+        self.signs = signs
+        self.collectives: CollectiveTimer | None = None  # dist.comm.watch_ddp sets it
+        self._unix = unix_clock
+        self._posted = 0
+        self._final_sent = False
+        self._broken: str | None = None  # why the exchange stopped, once it has
+        self.started_unix = unix_clock()
+        self._published_s = -float("inf")
+        self._publish_cost_s = 0.0
+        self.run: Path | None = None  # the job's run folder, once run_folder() has agreed it
+
+    @property
+    def broken(self) -> str | None:
+        return self._broken
+
+    def run_folder(self, out: Path, fresh: Callable[[Path], Path]) -> Path:
+        """The job's one run folder (rank 0 picks a fresh name, the others take it) and
+        this rank's ``rank{r}/`` in it. Without an answer a rank uses the name it would pick."""
+        # The name is agreed, not the path: on other nodes (no shared filesystem) the same
+        # out= may sit elsewhere; each rank keeps its own parent folder.
+        name = fresh(out).name if self.info.rank == 0 else out.name
+        try:
+            name = self.exchange.agree(f"run_folder/{out.name}", name if self.info.rank == 0
+                                       else None)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            # Rank 0 slow to start, or no store: the exchange may still work later (its
+            # first post says); the folder is out= as given.
+            logger.warning("trainpace: agreeing on the run folder failed (%s: %s); this "
+                           "rank writes under %s", type(exc).__name__, exc, out.parent / name)
+        run = out.parent / name
+        self.exchange.namespace = f"{name}/"
+        self.run = run
+        return rank_folder(run, self.info.rank)
+
+    # -- the writer thread -----------------------------------------------------------------
+
+    def window(self, figures: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
+               *, final: bool = False) -> None:
+        """Post this window's record; at rank 0, merge what has come and publish it."""
+        if self._broken is not None:
+            return
+        try:
+            self._posted += 1
+            self._final_sent = final
+            signs = dict(figures)
+            if self.signs is not None and records:
+                signs.update(self.signs(records))
+            if "util_pct" not in signs:
+                signs["util_pct"] = signs.get("device_util_pct")
+            info = self.info
+            record = window_record(
+                rank=info.rank, local_rank=info.local_rank, node=info.node, host=info.host,
+                window=self._posted, steps=records, warmup=int(figures.get("warmup_steps") or 0),
+                t_unix=self._unix(), figures=signs, final=final)
+            if self.collectives is not None:
+                # the hook's per-iteration means, over the window's measured steps
+                pre_s, comm_s, n = self.collectives.take()
+                if n and record["steps"]:
+                    record["pre_s"] = pre_s / n * record["steps"]
+                    record["comm_s"] = comm_s / n * record["steps"]
+            self.exchange.post(record)
+            if self.node_merger is not None and self.nodes is not None:
+                self._merge(self.node_merger,
+                            self.exchange.collect_ranks(self.nodes[self.node]))
+                self._post_node(final=False)
+            if self.merger is not None:
+                self._merge(self.merger, self._collect())
+                now = time.perf_counter()
+                if not final and now - self._published_s >= self._publish_cost_s / PUBLISH_BUDGET:
+                    self._publish(None, done=False)
+                    self._published_s = time.perf_counter()
+                    self._publish_cost_s = self._published_s - now
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._stop("exchanging window figures", exc)
+
+    def finish(self, summary: Summary, *,
+               diagnose: Callable[[Summary, Mapping[str, Any]], Summary] | None = None,
+               ) -> Summary | None:
+        """Post the last window; at rank 0, wait (bounded) for every rank's, publish the
+        merged summary (diagnosed by ``diagnose`` when given) and return it. Never raises."""
+        if not self._final_sent:
+            self.window({}, [], final=True)
+        if self.node_merger is not None and self.nodes is not None:
+            try:  # a leader: its node's last windows first, then its final node record
+                if self._broken is None:
+                    node = self.nodes[self.node]
+                    self._wait_for_finals(self.node_merger,
+                                          lambda: self.exchange.collect_ranks(node))
+                self.node_merger.flush()
+                if self._broken is None:
+                    self._post_node(final=True)
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._stop("merging this node's ranks", exc)
+        if self.merger is None:
+            return None
+        try:
+            if self._broken is None:
+                self._wait_for_finals(self.merger, self._collect)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._stop("waiting for the other ranks", exc)
+        try:
+            self.merger.flush()
+            return self._publish(summary, done=True, diagnose=diagnose)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._stop("merging the ranks", exc)
+            return None
+
+    # -- rank 0 ----------------------------------------------------------------------------
+
+    def _collect(self) -> list[Any]:
+        """Rank 0's read: every rank's records (flat), or every node's record."""
+        if self.nodes is not None:
+            return self.exchange.collect_nodes(list(self.nodes))
+        return self.exchange.collect()
+
+    def _merge(self, merger: Merger | TreeMerger, records: Sequence[Any]) -> bool:
+        for i, record in enumerate(records, start=1):
+            merger.add(record)
+            if i % YIELD_EVERY == 0:
+                time.sleep(0)  # let the training thread have the GIL between chunks
+        return bool(records)
+
+    def _post_node(self, *, final: bool) -> None:
+        """A leader posts its node's record when windows were scored (and at the end), and
+        its ranks' entries every VIEW_EVERY records."""
+        merger = self.node_merger
+        if merger is None or (not final and not merger.scored_log):
+            return
+        self._node_posts += 1
+        record: NodeRecord = node_record(merger, node=self.node, leader=self.info.rank,
+                                         seq=self._node_posts, final=final, t_unix=self._unix())
+        self.exchange.post_node(record)
+        if final or self._node_posts % VIEW_EVERY == 1:
+            # the node's own scores stay here: rank 0 scores against every node
+            self.exchange.post_view(self.node, [{k: v for k, v in d.items() if k != "scores"}
+                                                for d in merger.rank_dicts()])
+
+    def _wait_for_finals(self, merger: Merger | TreeMerger,
+                         collect: Callable[[], Sequence[Any]]) -> None:
+        """Read until everyone has sent a final record, or ``timeout_s`` without news."""
+        quiet_since = self._unix()
+        while True:
+            if merger.all_final():
+                return
+            if self._merge(merger, collect()):
+                quiet_since = self._unix()
+            elif self._unix() - quiet_since >= self.timeout_s:
+                return
+            time.sleep(POLL_S)
+
+    def _publish(self, summary: Summary | None, *, done: bool,
+                 diagnose: Callable[[Summary, Mapping[str, Any]], Summary] | None = None,
+                 ) -> Summary | None:
+        if self.merger is None:
+            return None
+        if isinstance(self.merger, TreeMerger) and self.nodes is not None:
+            # the rank entries: read only here (publication is budgeted), newest per node
+            try:
+                for node, entries in self.exchange.views(list(self.nodes)).items():
+                    self.merger.set_view(node, entries)
+            except Exception as exc:  # noqa: BLE001 - publish the totals without them
+                logger.warning("trainpace: reading the nodes' rank entries failed (%s: %s)",
+                               type(exc).__name__, exc)
+        merged_of: Merged = self.merger
+        meta = merged_meta(merged_of, info=self.info, run_id=self.run_id,
+                           started_unix=self.started_unix, done=done,
+                           exchange_error=self._broken)
+        merged = merged_summary(merged_of, summary or Summary(run_id=self.run_id), done=done)
+        if diagnose is not None:
+            merged = diagnose(merged, meta)
+            merged = dataclasses.replace(
+                merged, diagnosis=attribute_rank_wait(merged.diagnosis))
+        if self.publish is not None:  # the summary first: a finished meta means a final summary
+            self.publish(Record("summary", summary_dict(merged, merged_of, done=done)))
+            self.publish(Record("meta", meta))
+        return merged
+
+    def _stop(self, where: str, exc: BaseException) -> None:
+        self._broken = f"{where}: {type(exc).__name__}: {exc}"
+        logger.warning("trainpace: %s failed (%s: %s); this rank's own folder is still "
+                       "written, the merge goes without it", where, type(exc).__name__, exc)
+
+
+
+Signs = Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]]
+
+
+def vitals_signs(vitals: Callable[[], Any]) -> Signs:
+    """A window's device and host signs (throttling, temperature, CPU of this process and of
+    the host) from the Meter's sampler, over the window's time span."""
+    def signs(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        sampler = vitals()
+        if sampler is None or not records:
+            return {}
+        start_s = float(records[0]["t_s"]) - float(records[0]["step_s"])
+        device, _, _, host = sampler.sections(t_start_s=start_s,
+                                              t_end_s=float(records[-1]["t_s"]),
+                                              step_s=None, samples_per_s=None)
+        return {"util_pct": device.util_pct, "temperature_c": device.temperature_c,
+                "throttle_pct": device.throttle_pct, "process_cpu_pct": host.process_cpu_pct,
+                "system_cpu_pct": host.system_cpu_pct}
+
+    return signs

@@ -1,0 +1,135 @@
+"""The merged run: a ``trainpace.summary/1`` of all ranks, and the run folder's meta.
+
+The figures that add up across ranks are merged (throughput, data wait); the others are
+rank 0's (device kind and name, FLOPs per step) or a median over ranks (step time). Each
+``ranks[]`` entry carries the contract's keys and, as extensions, the rank's place (local
+rank, node), its device and host signs, its scores and whether it ran to the end. The
+top-level ``dist`` key (an extension) says how the merge was made and which ranks are missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from pathlib import Path
+from typing import Any, Protocol
+
+from trainpace.dist.ranks import RankInfo, rank_folder
+from trainpace.runlog import META_SCHEMA
+from trainpace.stats import median
+from trainpace.summary import Communication, RankEntry, Summary
+
+RANK_EXTRAS = ("local_rank", "node", "windows", "last_step", "final", "pre_collective_pct",
+               "communication_pct", "util_pct", "temperature_c", "throttle_pct",
+               "process_cpu_pct", "system_cpu_pct")
+
+
+class Merged(Protocol):
+    """What the summary needs of a merge: the flat :class:`~trainpace.dist.merge.Merger`
+    of every rank, or rank 0's :class:`~trainpace.dist.tree.TreeMerger` of node records."""
+
+    world_size: int
+    scored_windows: int
+    source: str | None
+
+    def rank_dicts(self) -> list[dict[str, Any]]: ...
+
+    def throughput(self) -> dict[str, float | None]: ...
+
+    def wait_pct(self) -> float | None: ...
+
+    def wait_s_per_step(self) -> float | None: ...
+
+    def ranks_reporting(self) -> int: ...
+
+    def missing(self, *, done: bool) -> list[dict[str, Any]]: ...
+
+    def state(self, *, done: bool) -> dict[str, Any]: ...
+
+
+def merged_summary(merger: Merged, base: Summary, *, done: bool) -> Summary:
+    """``base`` (rank 0's own summary) with the figures of every rank merged in."""
+    states = merger.rank_dicts()
+    rates = merger.throughput()
+    wait_s_per_step = merger.wait_s_per_step()
+    comm = [s["communication_pct"] for s in states]
+    communication = base.communication
+    if comm and all(c is not None for c in comm):
+        # The rank that waits least in the exchange shows its own cost; the others' extra
+        # time in it is waiting for a slower rank (the straggler rule's business).
+        communication = Communication(share_pct=min(comm), overlap_pct=None,
+                                      source="ddp_comm_hook (least-waiting rank)")
+    medians = [s["step_s_median"] for s in states if s["step_s_median"] is not None]
+    return dataclasses.replace(
+        base,
+        world_size=merger.world_size,
+        throughput=dataclasses.replace(base.throughput, samples_per_s=rates["samples_per_s"],
+                                       tokens_per_s=rates["tokens_per_s"],
+                                       steps_per_s=rates["steps_per_s"]),
+        time=dataclasses.replace(base.time, step_s_median=median(medians)
+                                 if medians else base.time.step_s_median),
+        data=dataclasses.replace(base.data, wait_pct=merger.wait_pct(),
+                                 wait_s_per_step=wait_s_per_step),
+        ranks=[RankEntry(rank=s["rank"], host=s["host"], samples_per_s=s["samples_per_s"],
+                         step_s_median=s["step_s_median"], wait_pct=s["wait_pct"])
+               for s in states],
+        communication=communication,
+    )
+
+
+def summary_dict(summary: Summary, merger: Merged, *, done: bool) -> dict[str, Any]:
+    """The merged summary's JSON: ``ranks[]`` entries with their extensions, and ``dist``."""
+    # dataclasses.asdict() of thousands of entries costs rank 0 more than the merge itself:
+    # the entries (flat scalars) are written out here directly
+    data = dataclasses.replace(summary, ranks=[]).to_dict()
+    states = {s["rank"]: s for s in merger.rank_dicts()}
+    keys = [f.name for f in dataclasses.fields(RankEntry)]
+    for rank_entry in summary.ranks:
+        entry = {key: getattr(rank_entry, key) for key in keys}
+        state = states.get(entry["rank"], {})
+        scores = state.get("scores") or []
+        entry.update({key: state.get(key) for key in RANK_EXTRAS})
+        entry["relative_score"] = scores[-1][1] if scores else None
+        entry["individual_score"] = scores[-1][2] if scores else None
+        data["ranks"].append(entry)
+    data["dist"] = {
+        "merged_ranks": merger.ranks_reporting(),
+        "windows_scored": merger.scored_windows,
+        "score_source": merger.source,
+        "missing": merger.missing(done=done),
+    }
+    return data
+
+
+def merged_meta(merger: Merged, *, info: RankInfo, run_id: str, started_unix: float,
+                done: bool, exchange_error: str | None = None) -> dict[str, Any]:
+    """The run folder's own ``meta.json``: the job, its ranks, and the merge's state."""
+    def iso(t: float) -> str:
+        return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat()
+
+    state = merger.state(done=done)
+    state["exchange"] = "store"
+    state["exchange_error"] = exchange_error
+    return {
+        "schema": META_SCHEMA,
+        "run_id": run_id,
+        "started_at": iso(started_unix),
+        "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat() if done else None,
+        "host": info.host,
+        "world_size": info.world_size,
+        "rank": None,  # the merged run: every rank
+        "rank_folder": rank_folder(Path(), 0).name.replace("0", "{rank}"),  # rank{rank}/
+        "dist": state,
+    }
+
+
+
+def rank_summary(summary: Summary, info: RankInfo) -> Summary:
+    """One rank's own summary (``rank{r}/summary.json``) in the job's terms: the job's world
+    size, and its own rank in its ``ranks[]`` entry (the single-process summary says 1 and 0).
+    Its figures stay its own; the merged run's are rank 0's top-level summary."""
+    if not info.distributed:
+        return summary
+    ranks = [dataclasses.replace(e, rank=info.rank, host=e.host or info.host)
+             for e in summary.ranks]
+    return dataclasses.replace(summary, world_size=info.world_size, ranks=ranks)

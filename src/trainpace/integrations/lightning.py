@@ -1,0 +1,201 @@
+"""Lightning: ``Trainer(callbacks=[TrainpaceCallback(out="runs/exp1")])``.
+
+The callback takes the keywords of :class:`trainpace.Meter` and meters the fit loop as a
+hand-written loop is metered:
+
+- the wait for each batch is timed in the train DataLoader itself (its iterations go through
+  ``Meter.loader``), not guessed from the gaps between hooks;
+- a step is an optimizer step: it opens at the first batch of an accumulation
+  (``accumulate_grad_batches``) and closes when ``trainer.global_step`` moves, so its samples
+  are those of all its micro-batches;
+- validation and checkpointing run after a step closed and before the next batch is fetched:
+  they are outside the steps, kept out of the throughput and reported in training time;
+- each window's figures also go to ``trainer.loggers`` (``log_metrics``), with the names of
+  :mod:`trainpace.sinks.names`;
+- under DDP each rank meters itself into ``out/rank{r}`` (console and report on rank 0).
+
+Lightning prefetches one batch ahead when the train loader has no length: each step's wait
+is then that of the batch after it, and so are its samples (the same in a steady run).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from trainpace.errors import MissingDependencyError
+from trainpace.integrations._common import (
+    WindowRelay,
+    check_meter_options,
+    leaves,
+    meter_loader,
+    unmeter_loader,
+)
+
+try:
+    from lightning.pytorch import Callback
+except ImportError:
+    try:
+        from pytorch_lightning import Callback  # type: ignore[assignment]
+    except ImportError as exc:
+        raise MissingDependencyError("trainpace.integrations.lightning", "lightning") from exc
+
+logger = logging.getLogger("trainpace")
+
+__all__ = ["TrainpaceCallback"]
+
+
+class TrainpaceCallback(Callback):
+    """Meters a Lightning fit. ``summary`` holds the run's :class:`trainpace.Summary` after it.
+
+    Args:
+        out: run folder (``None``: none written).
+        **meter_options: any other keyword of :class:`trainpace.Meter` (``window=``,
+            ``warmup=``, ``wandb=``, ...). ``device`` defaults to the module's device.
+    """
+
+    def __init__(self, out: str | Path | None = None, **meter_options: Any) -> None:
+        super().__init__()
+        check_meter_options(meter_options)
+        self.out = out
+        self.meter_options = meter_options
+        self.meter: Any = None
+        self.summary: Any = None
+        # Made at the start of training: a callback is pickled into the processes that
+        # ddp_spawn starts, and neither a Meter nor a queue pickles.
+        self._relay: WindowRelay | None = None
+        self._step: Any = None  # the open step's context
+        self._global_step_at_open = 0
+        self._global_step_at_start = 0
+        self._loaders: list[Any] = []
+        self._warned: set[str] = set()
+
+    # -- Lightning's hooks ----------------------------------------------------------------
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """Start the Meter and time the train loaders from here on."""
+        from trainpace.meter import Meter
+
+        options = dict(self.meter_options)
+        rank, world = int(trainer.global_rank), int(trainer.world_size)
+        out = self.out
+        if world > 1:
+            if out is not None:
+                options.setdefault("run_id", Path(out).name)
+                out = Path(out) / f"rank{rank}"
+            if rank != 0:
+                options["console"] = False
+                options["report"] = False
+        options.setdefault("device", pl_module.device)
+        self._relay = WindowRelay()
+        options["sinks"] = [*options.get("sinks", ()), self._relay]
+        self.meter = Meter(out, **options)
+        self._global_step_at_start = int(trainer.global_step)
+        self._contained("timing the train DataLoader", self._meter_loaders, trainer)
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        """Loaders reloaded for this epoch (``reload_dataloaders_every_n_epochs``) are timed too."""
+        if self.meter is not None:
+            self._contained("timing the train DataLoader", self._meter_new_loaders, trainer)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                             batch_idx: int) -> None:
+        """Open the optimizer step at its first micro-batch."""
+        if self.meter is None or self._step is not None:
+            return
+        self._global_step_at_open = int(trainer.global_step)
+        # The batch is counted only when no batch of this step came through the loader.
+        self._step = self.meter.step(batch)
+        self._step.__enter__()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        """Close the step once the optimizer stepped; hand finished windows to the loggers."""
+        if self.meter is None or self._step is None:
+            return
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is not None:
+            self.meter.observe(loss=loss)
+        if int(trainer.global_step) == self._global_step_at_open:
+            return  # accumulating: the step goes on with the next micro-batch
+        step, self._step = self._step, None
+        step.__exit__(None, None, None)
+        self._log_windows(trainer)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        """Finish the run (summary, report) and give the loaders back."""
+        self._finish(trainer)
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        """A failed fit still leaves its run folder and summary."""
+        self._finish(trainer, failed=exception)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """The loaders are given their own class back, whatever happened."""
+        self._restore()
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _finish(self, trainer: Any, failed: BaseException | None = None) -> None:
+        if self.meter is None:
+            return
+        if self._step is not None:
+            # A step that never reached its optimizer step is not a step.
+            step, self._step = self._step, None
+            error = failed or RuntimeError("the fit ended inside an accumulation")
+            step.__exit__(type(error), error, None)
+        self.summary = self.meter.finish()
+        self._log_windows(trainer)
+        self.meter = None
+        self._restore()
+
+    def _meter_loaders(self, trainer: Any) -> None:
+        self._meter_new_loaders(trainer)
+        # This epoch's iterators were made before on_train_start (in the fit loop's
+        # setup_data): time them in place, so the data order stays the run's own.
+        combined = getattr(trainer.fit_loop, "_combined_loader", None)
+        iterators = getattr(getattr(combined, "_iterator", None), "iterators", None)
+        if isinstance(iterators, list):
+            for i, live in enumerate(iterators):
+                iterators[i] = iter(self.meter.loader(live))
+        else:
+            self._note("this epoch's batches are not timed: Lightning's fit loop has no "
+                       "iterators where trainpace looks for them; later epochs are")
+
+    def _meter_new_loaders(self, trainer: Any) -> None:
+        for loader in leaves(trainer.train_dataloader):
+            if loader in self._loaders:
+                continue
+            if meter_loader(loader, self.meter):
+                self._loaders.append(loader)
+            else:
+                self._note(f"the wait for batches of a {type(loader).__name__} train loader "
+                           "is not timed (its class cannot be wrapped)")
+
+    def _log_windows(self, trainer: Any) -> None:
+        windows = self._relay.take() if self._relay is not None else []
+        if not windows:
+            return
+        for step, scalars in windows:
+            for pl_logger in trainer.loggers:
+                try:
+                    pl_logger.log_metrics(scalars, step=self._global_step_at_start + step)
+                except Exception as exc:  # noqa: BLE001 - a logger must never break training
+                    self._note(f"{type(pl_logger).__name__}.log_metrics failed ({exc})")
+
+    def _restore(self) -> None:
+        for loader in self._loaders:
+            unmeter_loader(loader)
+        self._loaders = []
+
+    def _contained(self, what: str, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._note(f"{what} failed ({type(exc).__name__}: {exc}); training goes on")
+
+    def _note(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            logger.warning("trainpace: %s", message)

@@ -1,0 +1,96 @@
+"""One metric naming for every sink and framework logger: TensorBoard, W&B, MLflow, Prometheus,
+the Lightning loggers and the Hugging Face ``logs``.
+
+A tag is ``group/name_unit`` (``throughput/samples_per_s``); Prometheus, whose names cannot hold
+a ``/``, gets ``trainpace_throughput_samples_per_s``. Figures that were not measured (None) are
+no point at all, never a zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+# window figure -> (tag, multiplier); the tag carries the unit.
+WINDOW_TAGS: dict[str, tuple[str, float]] = {
+    "samples_per_s": ("throughput/samples_per_s", 1.0),
+    "tokens_per_s": ("throughput/tokens_per_s", 1.0),
+    "steps_per_s": ("throughput/steps_per_s", 1.0),
+    "step_s_median": ("time/step_median_ms", 1e3),
+    "step_s_p90": ("time/step_p90_ms", 1e3),
+    "wait_pct": ("data/wait_pct", 1.0),
+    "device_util_pct": ("device/util_pct", 1.0),
+    "memory_used_pct": ("device/memory_used_pct", 1.0),
+    "temperature_c": ("device/temperature_c", 1.0),
+    "bandwidth_util_pct": ("bandwidth/util_pct", 1.0),
+    "loss": ("train/loss", 1.0),
+    "eta_to_target_s": ("time/eta_to_target_s", 1.0),
+}
+
+# (section, key of summary.json) -> (tag, multiplier): the run's figures at its end. The tags a
+# window also has mean the same thing over the whole run (past warm-up).
+SUMMARY_TAGS: dict[tuple[str, str], tuple[str, float]] = {
+    ("throughput", "samples_per_s"): ("throughput/samples_per_s", 1.0),
+    ("throughput", "tokens_per_s"): ("throughput/tokens_per_s", 1.0),
+    ("throughput", "steps_per_s"): ("throughput/steps_per_s", 1.0),
+    ("time", "step_s_median"): ("time/step_median_ms", 1e3),
+    ("time", "step_s_p90"): ("time/step_p90_ms", 1e3),
+    ("time", "wall_s"): ("time/wall_s", 1.0),
+    ("time", "time_to_target_s"): ("time/to_target_s", 1.0),
+    ("time", "outside_steps_pct"): ("time/outside_steps_pct", 1.0),
+    ("data", "wait_pct"): ("data/wait_pct", 1.0),
+    ("device", "util_pct"): ("device/util_pct", 1.0),
+    ("device", "memory_used_pct"): ("device/memory_used_pct", 1.0),
+    ("device", "temperature_c"): ("device/temperature_c", 1.0),
+    ("bandwidth", "util_pct"): ("bandwidth/util_pct", 1.0),
+    ("flops", "achieved_tflops"): ("flops/achieved_tflops", 1.0),
+    ("flops", "mfu_pct"): ("flops/mfu_pct", 1.0),
+}
+
+STEP_TAG = "trainpace/step"
+"""The optimizer step a point belongs to, for loggers whose own step counter is not ours (W&B)."""
+BOTTLENECK_TAG = "diagnosis/bottleneck"
+"""The diagnosis' verdict (a string), in the summaries that take one."""
+
+
+def window_scalars(figures: Mapping[str, Any]) -> dict[str, float]:
+    """``{tag: value}`` of one window's measured figures."""
+    return _scalars((figures.get(key), tag, scale) for key, (tag, scale) in WINDOW_TAGS.items())
+
+
+def summary_scalars(summary: Mapping[str, Any]) -> dict[str, float]:
+    """``{tag: value}`` of a ``trainpace.summary/1`` dict's measured headline figures."""
+    return _scalars(
+        ((summary.get(section) or {}).get(key), tag, scale)
+        for (section, key), (tag, scale) in SUMMARY_TAGS.items()
+    )
+
+
+def bottleneck(summary: Mapping[str, Any]) -> str | None:
+    """The summary's diagnosed bottleneck, if any."""
+    found = (summary.get("diagnosis") or {}).get("bottleneck")
+    return str(found) if found is not None else None
+
+
+def prometheus_name(tag: str) -> str:
+    """``throughput/samples_per_s`` -> ``trainpace_throughput_samples_per_s``
+    (``trainpace/step`` -> ``trainpace_step``)."""
+    return "trainpace_" + tag.removeprefix("trainpace/").replace("/", "_")
+
+
+def window_step(figures: Mapping[str, Any], default: int) -> int:
+    """The optimizer step a window's point is drawn at: its last step."""
+    last = figures.get("last_step")
+    return int(last) if last is not None else default
+
+
+def _scalars(items: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for value, tag, scale in items:
+        if value is None or isinstance(value, bool):
+            continue
+        number = float(value) * scale
+        if math.isfinite(number):
+            out[tag] = number
+    return out

@@ -1,0 +1,37 @@
+"""The run a trace came from: the ``meta.json`` of a run folder holding it.
+
+``Meter(out=..., profile_steps=...)`` writes its trace to ``<run>/profile/``, beside the run's
+``meta.json`` (DataLoader settings, CPU count, device). Reading it makes the trace's advice
+about the run that was recorded, not generic ("wrap it with meter.loader(...)" for a loader the
+Meter already wrapped).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+META_NAME = "meta.json"
+META_SCHEMA_PREFIX = "trainpace.meta/"
+_LEVELS = 2  # the trace's own folder, and the run folder above profile/
+
+
+def find_run_meta(trace: str | os.PathLike[str]) -> tuple[str | None, dict[str, Any], str | None]:
+    """``(path, meta, problem)``: the run's ``meta.json`` beside the trace or one folder up, its
+    content, and why it could not be used (None when it was, or when there is none)."""
+    folder = Path(trace).resolve().parent
+    for candidate in [folder, *folder.parents][:_LEVELS]:
+        path = candidate / META_NAME
+        if not path.is_file():
+            continue
+        try:
+            meta = json.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            return str(path), {}, f"{path}: not read ({exc}); the advice is generic"
+        if not isinstance(meta, dict) or not str(meta.get("schema", "")).startswith(
+                META_SCHEMA_PREFIX):
+            continue  # some other tool's meta.json
+        return str(path), meta, None
+    return None, {}, None

@@ -1,0 +1,55 @@
+"""DataLoader tuning: the cheapest settings that make the data wait disappear, or proof that
+none can (``trainpace.tune_loader``, ``trainpace tune-loader``).
+
+The names are imported on first use, so that the diagnosis can import
+:mod:`trainpace.tune.hint` (for the command to suggest) without loading PyTorch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from trainpace.tune.hint import advice_lines, command_hint, tune_advice
+    from trainpace.tune.result import TARGET_WAIT_PCT, Probe, Setting, Trial, TuneResult
+    from trainpace.tune.search import tune_loader
+    from trainpace.tune.source import DatasetError, load_factory
+
+_WHERE = {
+    "TARGET_WAIT_PCT": "trainpace.tune.result",
+    "DatasetError": "trainpace.tune.source",
+    "Probe": "trainpace.tune.result",
+    "Setting": "trainpace.tune.result",
+    "Trial": "trainpace.tune.result",
+    "TuneResult": "trainpace.tune.result",
+    "advice_lines": "trainpace.tune.hint",
+    "command_hint": "trainpace.tune.hint",
+    "load_factory": "trainpace.tune.source",
+    "tune_advice": "trainpace.tune.hint",
+    "tune_loader": "trainpace.tune.search",
+}
+
+__all__ = [
+    "TARGET_WAIT_PCT",
+    "DatasetError",
+    "Probe",
+    "Setting",
+    "Trial",
+    "TuneResult",
+    "advice_lines",
+    "command_hint",
+    "load_factory",
+    "tune_advice",
+    "tune_loader",
+]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'trainpace.tune' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

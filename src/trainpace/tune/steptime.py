@@ -1,0 +1,37 @@
+"""The training step to simulate, taken from a run folder the Meter wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainpace.errors import RunFolderError
+from trainpace.runlog import read_run
+from trainpace.stats import median
+
+
+def step_from_run(path: str | Path) -> tuple[float, str]:
+    """(step time without the data wait, how it was found) for a run folder.
+
+    The median over the measured steps of ``step_s − wait_s`` from ``steps.jsonl``: the time
+    a step spends outside the loader, which is what the loader must keep up with. Without
+    step records, the summary's median step minus its mean wait.
+    """
+    run = read_run(path)
+    outside = [
+        float(r["step_s"]) - float(r.get("wait_s") or 0.0)
+        for r in run.steps
+        if not r.get("warmup") and isinstance(r.get("step_s"), (int, float))
+    ]
+    outside = [s for s in outside if s > 0]
+    if outside:
+        value = median(outside)
+        if value is not None and value > 0:
+            return value, f"{run.path}: median of {len(outside)} measured steps, data wait excluded"
+    summary = run.summary
+    if summary is not None and summary.time.step_s_median:
+        wait = summary.data.wait_s_per_step or 0.0
+        if summary.time.step_s_median - wait > 0:
+            return (summary.time.step_s_median - wait,
+                    f"{run.path}: summary median step, data wait excluded")
+    raise RunFolderError(f"{run.path}: no measured step times to take the step from; "
+                         "pass --step-ms instead")

@@ -1,0 +1,142 @@
+"""The exchange and the monitor over an in-memory store: posts, reads, gaps, faults."""
+
+import logging
+
+import pytest
+
+from dist.fakes import MemoryStore, record
+from trainpace.dist.exchange import RING, Exchange
+from trainpace.dist.monitor import RankMonitor, timeout_from_env
+from trainpace.dist.ranks import RankInfo
+from trainpace.summary import Summary
+
+
+def exchanges(world, store):
+    return [Exchange(RankInfo(rank=r, world_size=world), connect=lambda info, t: store)
+            for r in range(world)]
+
+
+def test_rank0_reads_every_new_record_once_in_two_round_trips():
+    store = MemoryStore()
+    ex = exchanges(3, store)
+    for r in range(3):
+        ex[r].post(record(r, 1))
+    store.calls = 0
+    got = ex[0].collect()
+    assert sorted((g["rank"], g["window"]) for g in got) == [(0, 1), (1, 1), (2, 1)]
+    assert store.calls == 3  # check, multi_get of last/*, multi_get of the records
+    assert ex[0].collect() == []
+    ex[2].post(record(2, 2))
+    assert [(g["rank"], g["window"]) for g in ex[0].collect()] == [(2, 2)]
+
+
+def test_a_rank_that_never_posted_does_not_block_the_read():
+    store = MemoryStore()
+    ex = exchanges(3, store)
+    ex[0].post(record(0, 1))
+    ex[2].post(record(2, 1))
+    assert sorted(g["rank"] for g in ex[0].collect()) == [0, 2]
+
+
+def test_records_older_than_the_ring_are_skipped_not_misread():
+    store = MemoryStore()
+    ex = exchanges(2, store)
+    for w in range(1, RING + 4):
+        ex[1].post(record(1, w))
+    windows = [g["window"] for g in ex[0].collect()]
+    assert windows == list(range(4, RING + 4))
+
+
+def test_two_monitors_merge_and_rank0_publishes_the_merged_run():
+    store = MemoryStore()
+    published = []
+    clock = iter(float(t) for t in range(1000, 2000))
+    m0 = RankMonitor(RankInfo(rank=0, world_size=2, host="a"), run_id="job",
+                     publish=published.append, timeout_s=1.0, connect=lambda i, t: store,
+                     unix_clock=lambda: next(clock))
+    m1 = RankMonitor(RankInfo(rank=1, world_size=2, host="b"), run_id="job",
+                     connect=lambda i, t: store, timeout_s=1.0)
+    steps = [{"step": i, "step_s": 0.1, "wait_s": 0.0, "samples": 8, "tokens": None}
+             for i in range(1, 6)]
+    slow = [dict(s, step_s=0.1, wait_s=0.05) for s in steps]
+    m1.window({"warmup_steps": 0}, slow)
+    m0.window({"warmup_steps": 0}, steps)
+    m1.finish(Summary())
+    merged = m0.finish(Summary(run_id="job"))
+    assert merged is not None
+    assert merged.world_size == 2
+    assert merged.throughput.samples_per_s == pytest.approx(80 / 0.5)
+    assert [(r.rank, r.host) for r in merged.ranks] == [(0, "a"), (1, "b")]
+    assert merged.ranks[1].wait_pct == pytest.approx(50.0)
+    kinds = [r.kind for r in published]
+    assert kinds[-2:] == ["summary", "meta"]
+    summary, meta = published[-2].data, published[-1].data
+    assert meta["world_size"] == 2 and meta["rank"] is None and meta["finished_at"]
+    assert meta["dist"]["missing"] == []
+    assert summary["ranks"][1]["relative_score"] == pytest.approx(1 - 0.05 / 0.1)
+    assert summary["ranks"][1]["final"] is True
+
+
+def test_a_dead_rank_is_named_after_the_bounded_wait():
+    store = MemoryStore()
+    t = [0.0]
+
+    def clock():
+        t[0] += 0.5
+        return t[0]
+
+    m0 = RankMonitor(RankInfo(rank=0, world_size=2), run_id="job", timeout_s=2.0,
+                     connect=lambda i, _: store, unix_clock=clock)
+    m1 = RankMonitor(RankInfo(rank=1, world_size=2), run_id="job", timeout_s=2.0,
+                     connect=lambda i, _: store, unix_clock=clock)
+    steps = [{"step": 1, "step_s": 0.1, "wait_s": 0.0, "samples": 8, "tokens": None}]
+    m1.window({}, steps)  # then it dies: no final window
+    m0.window({}, steps)
+    merged = m0.finish(Summary())
+    assert merged is not None
+    [gone] = m0.merger.missing(done=True)
+    assert (gone["rank"], gone["last_step"], gone["reason"]) == (1, 1, "ended early (no final window)")
+    assert merged.throughput.samples_per_s == pytest.approx(16 / 0.1)
+
+
+def test_a_store_that_fails_stops_the_exchange_once_and_logs_it(caplog):
+    def unreachable(info, timeout_s):
+        raise ConnectionError("no store at 127.0.0.1:1")
+
+    m = RankMonitor(RankInfo(rank=1, world_size=2, master_addr="127.0.0.1", master_port=1),
+                    run_id="x", connect=unreachable)
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        m.window({}, [{"step": 1, "step_s": 0.1, "wait_s": 0.0, "samples": 1, "tokens": None}])
+        m.window({}, [{"step": 2, "step_s": 0.1, "wait_s": 0.0, "samples": 1, "tokens": None}])
+        assert m.finish(Summary()) is None
+    assert m.broken.startswith("exchanging window figures: ConnectionError")
+    assert len([r for r in caplog.records if "failed" in r.message]) == 1
+
+
+def test_run_folder_agreed_through_the_store(tmp_path):
+    store = MemoryStore()
+    taken = tmp_path / "run"
+    (taken / "rank0").mkdir(parents=True)
+    m0 = RankMonitor(RankInfo(rank=0, world_size=2), run_id="x", connect=lambda i, t: store)
+    m1 = RankMonitor(RankInfo(rank=1, world_size=2), run_id="x", connect=lambda i, t: store)
+    assert m0.run_folder(taken, lambda p: p.with_name("run-2")) == tmp_path / "run-2" / "rank0"
+    assert m1.run_folder(taken, lambda p: p) == tmp_path / "run-2" / "rank1"
+    elsewhere = tmp_path / "node1" / "run"  # another node's out=: its own parent, the same name
+    assert m1.run_folder(elsewhere, lambda p: p) == tmp_path / "node1" / "run-2" / "rank1"
+
+
+def test_timeout_from_env():
+    assert timeout_from_env({"TRAINPACE_DIST_TIMEOUT_S": "2.5"}) == 2.5
+    assert timeout_from_env({"TRAINPACE_DIST_TIMEOUT_S": "soon"}) == 10.0
+    assert timeout_from_env({}) == 10.0
+
+
+def test_without_rank0s_answer_a_rank_keeps_out_and_its_exchange(tmp_path, caplog):
+    store = MemoryStore()
+    m1 = RankMonitor(RankInfo(rank=1, world_size=2), run_id="x", connect=lambda i, t: store)
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        assert m1.run_folder(tmp_path / "run", lambda p: p) == tmp_path / "run" / "rank1"
+    assert "agreeing on the run folder failed (TimeoutError" in caplog.text
+    assert m1.broken is None
+    m1.window({}, [{"step": 1, "step_s": 0.1, "wait_s": 0.0, "samples": 1, "tokens": None}])
+    assert "run/last/1" in store.data  # posted under the run's name

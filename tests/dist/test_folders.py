@@ -1,0 +1,60 @@
+"""Rank folders gathered into one run folder, merged afterwards (hand-made folders)."""
+
+import json
+
+import pytest
+
+from trainpace.dist.folders import read_distributed
+
+
+def write_rank(run, rank, step_s, wait_s, *, world=2, finished=True, window=2, host="h"):
+    folder = run / f"rank{rank}"
+    folder.mkdir(parents=True)
+    meta = {"schema": "trainpace.meta/1", "run_id": "run", "world_size": world, "rank": rank,
+            "local_rank": rank, "node": 0, "host": host, "started_at": "2026-01-01T00:00:00+00:00",
+            "finished_at": "2026-01-01T00:01:00+00:00" if finished else None,
+            "config": {"window": window, "warmup": 0}}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    t, lines = 0.0, []
+    for i, (s, w) in enumerate(zip(step_s, wait_s, strict=True), start=1):
+        t += s
+        lines.append(json.dumps({"step": i, "t_s": t, "step_s": s, "wait_s": w, "samples": 4,
+                                 "tokens": None}))
+    (folder / "steps.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_merged_afterwards_with_exact_throughput_and_the_straggler(tmp_path):
+    run = tmp_path / "run"
+    write_rank(run, 0, [0.1] * 8, [0.0] * 8)
+    write_rank(run, 1, [0.125] * 8, [0.05] * 8)
+    merged = read_distributed(run)
+    assert merged is not None and merged.notes == []
+    s = merged.summary
+    assert s.world_size == 2
+    assert s.throughput.samples_per_s == pytest.approx(64 / 1.0)  # Σ samples / the slower rank's 1 s
+    assert [r.rank for r in s.ranks] == [0, 1]
+    assert s.ranks[1].wait_pct == pytest.approx(40.0)
+    [r1] = [r for r in merged.meta["dist"]["ranks"] if r["rank"] == 1]
+    assert [w for w, _, _ in r1["scores"]] == [1, 2, 3, 4]
+    assert r1["scores"][0][1] == pytest.approx(1 - 0.05 / 0.1125)
+    assert merged.meta["dist"]["missing"] == []
+
+
+def test_a_rank_that_ended_early_and_a_rank_not_gathered(tmp_path):
+    run = tmp_path / "run"
+    write_rank(run, 0, [0.1] * 6, [0.0] * 6, world=3)
+    write_rank(run, 2, [0.1] * 3, [0.0] * 3, world=3, finished=False)
+    with (run / "rank2" / "steps.jsonl").open("a") as f:
+        f.write('{"step": 4, "t_s"')  # killed mid-write
+    merged = read_distributed(run)
+    assert merged is not None
+    assert merged.notes == [
+        "rank2/steps.jsonl: the last line was cut off (a rank killed mid-write); it is left out",
+        f"rank folders of ranks 1 are not in {run} (other nodes write theirs locally: copy "
+        "them here to merge them)"]
+    missing = {m["rank"]: (m["reason"], m["last_step"]) for m in merged.meta["dist"]["missing"]}
+    assert missing == {1: ("never reported", 0), 2: ("ended early (no final window)", 3)}
+
+
+def test_a_folder_without_rank_folders_is_not_distributed(tmp_path):
+    assert read_distributed(tmp_path) is None

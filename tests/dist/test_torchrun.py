@@ -1,0 +1,185 @@
+"""Real torchrun jobs (gloo on the CPU, a tiny model, few steps): folders, merge, faults."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import trainpace.cli as cli
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).with_name("train_ddp.py")
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def torchrun(*args, env, timeout=180):
+    full = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1",
+            "TRAINPACE_DIST_TIMEOUT_S": "3", **env}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", *args, str(SCRIPT)],
+                          env=full, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measured(folder, warmup=2):
+    """(samples, seconds) over a rank's measured steps, from its steps.jsonl."""
+    steps = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
+    kept = [s for s in steps if s["step"] > warmup]
+    return sum(s["samples"] for s in kept), sum(s["step_s"] for s in kept), len(steps)
+
+
+def report_json(path, capsys):
+    assert cli.main(["report", str(path), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def findings(summary):
+    return {f["id"]: f for f in summary["diagnosis"]["findings"]}
+
+
+def test_two_ranks_one_slowed_by_its_data_is_the_straggler(tmp_path, capsys):
+    out = tmp_path / "run"
+    done = torchrun("--standalone", "--nproc-per-node=2",
+                    env={"OUT": str(out), "STEPS": "30", "SLOW_RANK": "1", "DELAY_S": "0.03"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        meta = json.loads((out / f"rank{rank}" / "meta.json").read_text())
+        assert (meta["rank"], meta["world_size"], meta["local_rank"]) == (rank, 2, rank)
+        assert measured(out / f"rank{rank}")[2] == 30  # every step once, in its own folder
+    merged = json.loads((out / "summary.json").read_text())
+    assert merged["world_size"] == 2
+    (s0, t0, _), (s1, t1, _) = measured(out / "rank0"), measured(out / "rank1")
+    assert merged["throughput"]["samples_per_s"] == pytest.approx((s0 + s1) / max(t0, t1), rel=1e-9)
+    assert merged["diagnosis"]["bottleneck"] == "straggler"
+    e = findings(merged)["straggler"]["evidence"]
+    assert (e["rank"], e["host"], e["cause"]) == (1, socket.gethostname(), "data_wait")
+    assert e["relative_score"] < 0.9
+    assert [r["rank"] for r in merged["ranks"]] == [0, 1]
+    assert merged["ranks"][1]["wait_pct"] > merged["ranks"][0]["wait_pct"] + 10
+    wait = findings(merged).get("data_wait")  # the mean wait: rank 1's, and it says so
+    assert wait is None or wait["evidence"]["concentrated_on_rank"] == 1
+    # the same, merged afterwards from the rank folders alone
+    shutil.copytree(out / "rank0", tmp_path / "gathered" / "rank0")
+    shutil.copytree(out / "rank1", tmp_path / "gathered" / "rank1")
+    again = report_json(tmp_path / "gathered", capsys)
+    assert again["throughput"]["samples_per_s"] == pytest.approx(merged["throughput"]["samples_per_s"])
+    assert findings(again)["straggler"]["evidence"]["rank"] == 1
+
+
+def test_a_rank_slow_in_compute_is_seen_through_the_comm_hook(tmp_path):
+    out = tmp_path / "run"
+    done = torchrun("--standalone", "--nproc-per-node=2",
+                    env={"OUT": str(out), "STEPS": "30", "COMPUTE_RANK": "0", "COMPUTE_S": "0.03",
+                         "WATCH_DDP": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads((out / "summary.json").read_text())
+    r0, r1 = merged["ranks"]
+    # the all-reduce made their step times equal; the time before it did not
+    assert r0["step_s_median"] == pytest.approx(r1["step_s_median"], rel=0.25)
+    assert r0["pre_collective_pct"] > r1["pre_collective_pct"] + 30
+    assert r1["communication_pct"] > r0["communication_pct"]  # rank 1 waits in the exchange
+    e = findings(merged)["straggler"]["evidence"]
+    assert (e["rank"], e["cause"], e["score_source"]) == (0, "compute", "comm_hook")
+    assert merged["communication"]["source"] == "ddp_comm_hook (least-waiting rank)"
+    assert merged["communication"]["share_pct"] == pytest.approx(r0["communication_pct"])
+
+
+def test_four_balanced_ranks_name_no_straggler(tmp_path):
+    out = tmp_path / "run"
+    done = torchrun("--standalone", "--nproc-per-node=4", env={"OUT": str(out), "STEPS": "25"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = json.loads((out / "summary.json").read_text())
+    assert merged["world_size"] == 4
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["rank0", "rank1", "rank2", "rank3"]
+    totals = [measured(out / f"rank{r}") for r in range(4)]
+    expected = sum(s for s, _, _ in totals) / max(t for _, t, _ in totals)
+    assert merged["throughput"]["samples_per_s"] == pytest.approx(expected, rel=1e-9)
+    assert "straggler" not in findings(merged)
+    assert merged["dist"]["missing"] == []
+
+
+def test_a_rank_killed_with_sigkill_is_named_and_the_folder_reads(tmp_path, capsys):
+    out = tmp_path / "run"
+    # No collective in this job, and rank 0 lets the launcher's SIGTERM (sent when it sees the
+    # dead worker) pass, as a script that checkpoints on SIGTERM does: it trains on to its end.
+    done = torchrun("--standalone", "--nproc-per-node=2",
+                    env={"OUT": str(out), "STEPS": "40", "DDP": "0", "KILL_RANK": "1",
+                         "KILL_STEP": "23", "STEP_SLEEP_S": "0.02", "IGNORE_SIGTERM": "1"})
+    assert done.returncode != 0  # the launcher reports the killed worker
+    merged = json.loads((out / "summary.json").read_text())
+    [gone] = merged["dist"]["missing"]
+    assert gone["rank"] == 1 and gone["reason"] == "ended early (no final window)"
+    assert gone["last_step"] in (15, 20) and gone["last_seen_unix"] is not None
+    assert measured(out / "rank0")[2] == 40  # the survivor's folder is complete
+    assert json.loads((out / "rank0" / "meta.json").read_text())["finished_at"] is not None
+    read = report_json(out, capsys)
+    assert findings(read)["ranks_missing"]["evidence"]["missing"][0]["rank"] == 1
+
+
+def test_a_hung_rank_does_not_hang_rank0s_monitoring(tmp_path):
+    out = tmp_path / "run"
+    full = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1",
+            "TRAINPACE_DIST_TIMEOUT_S": "3", "OUT": str(out), "STEPS": "30", "DDP": "0",
+            "HANG_RANK": "1", "HANG_STEP": "12", "STEP_SLEEP_S": "0.02"}
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            "--nproc-per-node=2", str(SCRIPT)], env=full, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 150
+        merged_meta = out / "meta.json"  # the merged run's: finished once rank 0 gave up waiting
+        while time.monotonic() < deadline:
+            if merged_meta.exists() and json.loads(merged_meta.read_text()).get("finished_at"):
+                break
+            time.sleep(0.5)
+        merged = json.loads((out / "summary.json").read_text())
+        [gone] = merged["dist"]["missing"]
+        assert (gone["rank"], gone["last_step"]) == (1, 10)
+        assert measured(out / "rank0")[2] == 30
+        assert job.poll() is None  # rank 1 still hangs; rank 0 finished without it
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=30)
+
+
+def test_two_nodes_each_write_their_own_folder_and_merge_through_their_leaders(tmp_path, capsys):
+    # 2 nodes × 2 ranks, the two-level merge forced (it starts past 64 ranks): rank 2 leads node 1
+    port = free_port()
+    common = ["--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+              f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=tp-two-nodes"]
+    full = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1",
+            "TRAINPACE_DIST_TIMEOUT_S": "3", "STEPS": "20", "TRAINPACE_DIST_FLAT_MAX_RANKS": "2"}
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *common,
+                                f"--node-rank={node}", str(SCRIPT)],
+                               env={**full, "OUT": str(tmp_path / f"node{node}" / "run")},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for node in (0, 1)]
+    results = [a.communicate(timeout=240) for a in agents]
+    assert [a.returncode for a in agents] == [0, 0], [err[-2000:] for _, err in results]
+    node0, node1 = tmp_path / "node0" / "run", tmp_path / "node1" / "run"
+    assert sorted(p.name for p in node0.iterdir() if p.is_dir()) == ["rank0", "rank1"]
+    assert sorted(p.name for p in node1.iterdir() if p.is_dir()) == ["rank2", "rank3"]
+    meta2 = json.loads((node1 / "rank2" / "meta.json").read_text())
+    assert (meta2["rank"], meta2["node"], meta2["world_size"]) == (2, 1, 4)
+    merged = json.loads((node0 / "summary.json").read_text())  # rank 0 merged both nodes live
+    assert [(r["rank"], r["node"]) for r in merged["ranks"]] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    totals = [measured(folder / f"rank{r}") for folder, r in
+              ((node0, 0), (node0, 1), (node1, 2), (node1, 3))]
+    assert merged["throughput"]["samples_per_s"] == pytest.approx(
+        sum(s for s, _, _ in totals) / max(t for _, t, _ in totals), rel=1e-9)
+    meta = json.loads((node0 / "meta.json").read_text())
+    assert meta["dist"]["merge"]["levels"] == 2 and meta["dist"]["missing"] == []
+    # the report of node 0's folder alone says which rank folders are elsewhere
+    alone = report_json(node0, capsys)
+    assert alone["world_size"] == 4 and len(alone["ranks"]) == 4

@@ -1,0 +1,174 @@
+"""The W&B sink, in offline mode, read back from the run's own ``.wandb`` file."""
+
+import json
+import logging
+import struct
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import trainpace
+
+wandb = pytest.importorskip("wandb")
+from wandb.proto import wandb_internal_pb2  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+BLOCK = 32768  # the .wandb file is a LevelDB-style log: 32 KiB blocks of framed chunks
+FRAME = 7  # crc32 (4), length (2), type (1)
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+
+
+def read_run(path: Path, timeout_s: float = 30.0) -> tuple[list[dict], dict]:
+    """History rows and the summary of one finished offline run.
+
+    wandb-core may still be writing the file when ``finish()`` returns: it is read again
+    until it holds the run's exit record (bounded).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        kinds, history, summary = _read(path)
+        if "exit" in kinds or time.monotonic() > deadline:
+            return history, summary
+        time.sleep(0.05)
+
+
+def _read(path: Path) -> tuple[set[str], list[dict], dict]:
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, pending, raws = FRAME, b"", []
+    while pos + FRAME <= len(data):
+        if BLOCK - pos % BLOCK < FRAME:  # a block's tail too short for a frame is padding
+            pos += BLOCK - pos % BLOCK
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + FRAME])
+        chunk = data[pos + FRAME:pos + FRAME + length]
+        pos += FRAME + length
+        if kind == FULL:
+            raws.append(chunk)
+        elif kind == FIRST:
+            pending = chunk
+        elif kind == MIDDLE:
+            pending += chunk
+        elif kind == LAST:
+            raws.append(pending + chunk)
+        elif kind == 0:
+            break
+    kinds, history, summary = set(), [], {}
+    for raw in raws:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        kind = record.WhichOneof("record_type")
+        kinds.add(kind)
+        if kind == "history":
+            history.append({_key(item): json.loads(item.value_json) for item in record.history.item})
+        elif kind == "summary":
+            summary.update({_key(item): json.loads(item.value_json)
+                            for item in record.summary.update})
+    return kinds, history, summary
+
+
+def _key(item) -> str:
+    return item.key or "/".join(item.nested_key)  # a key holding "/" may come split
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_PROJECT", "trainpace-test")
+    wandb.teardown()  # wandb reads its settings (WANDB_DIR) once per setup
+    yield tmp_path
+    if wandb.run is not None:
+        wandb.run.finish()
+    wandb.teardown()
+
+
+def run_file(root: Path) -> Path:
+    (found,) = root.glob("wandb/offline-run-*/run-*.wandb")
+    return found
+
+
+def metered_run(clock, **kwargs) -> trainpace.Summary:
+    meter = trainpace.Meter(window=10, clock=clock, console=False, report=False,
+                            count_flops=False, warmup=0, **kwargs)
+    for batch in meter.loader([torch.zeros(8, 2)] * 30):
+        with meter.step(batch):
+            clock.advance(0.02)
+            meter.observe(loss=1.5)
+    return meter.finish()
+
+
+def test_windows_are_history_rows_and_the_summary_is_the_runs(offline, clock):
+    summary = metered_run(clock, wandb=True, run_id="wb-test")
+    assert wandb.run is None  # the sink started the run, so it finished it
+    history, final = read_run(run_file(offline))
+    rows = [row for row in history if "throughput/samples_per_s" in row]
+    assert [row["trainpace/step"] for row in rows] == [10, 20, 30]
+    assert [row["throughput/samples_per_s"] for row in rows] == pytest.approx([400.0] * 3)
+    assert [row["time/step_median_ms"] for row in rows] == pytest.approx([20.0] * 3)
+    assert [row["train/loss"] for row in rows] == pytest.approx([1.5] * 3)
+    assert all("throughput/tokens_per_s" not in row for row in rows)  # not measured: no point
+    assert final["throughput/samples_per_s"] == pytest.approx(summary.throughput.samples_per_s)
+    assert final["time/wall_s"] == pytest.approx(0.6)
+    assert final["diagnosis/bottleneck"] == summary.diagnosis.bottleneck
+
+
+def test_logs_into_the_active_run_and_leaves_it_open(offline, clock):
+    run = wandb.init(project="mine")
+    run.log({"user/metric": 1.0})
+    metered_run(clock, wandb=True)
+    assert wandb.run is run  # not ours to finish
+    run.log({"user/metric": 2.0})
+    run.finish()
+    history, final = read_run(run_file(offline))
+    assert [row["user/metric"] for row in history if "user/metric" in row] == [1.0, 2.0]
+    assert [row["trainpace/step"] for row in history if "trainpace/step" in row] == [10, 20, 30]
+    assert final["throughput/samples_per_s"] == pytest.approx(400.0)
+
+
+def test_a_run_object_is_logged_into(offline, clock):
+    run = wandb.init(project="mine")
+    metered_run(clock, wandb=run)
+    run.finish()
+    history, _ = read_run(run_file(offline))
+    assert [row["trainpace/step"] for row in history if "trainpace/step" in row] == [10, 20, 30]
+
+
+class BrokenRun:
+    """A run whose server went away after the run was set up."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def define_metric(self, *args, **kwargs):
+        pass
+
+    @property
+    def config(self):
+        return self
+
+    def update(self, *args, **kwargs):
+        pass
+
+    def log(self, row):
+        self.calls += 1
+        raise ConnectionError("server gone")
+
+
+def test_a_failing_run_is_dropped_with_one_warning_and_training_goes_on(clock, caplog):
+    run = BrokenRun()
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        summary = metered_run(clock, wandb=run)
+    assert summary.steps.total == 30
+    assert run.calls == 1  # dropped at the first failure: no retries
+    warnings = [r for r in caplog.records if "W&B" in r.getMessage()]
+    assert len(warnings) == 1 and "dropped" in warnings[0].getMessage()
+
+
+def test_a_bad_value_is_a_config_error():
+    with pytest.raises(trainpace.ConfigError, match="wandb must be True or a W&B run object"):
+        trainpace.Meter(wandb="yes", console=False)
