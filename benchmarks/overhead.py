@@ -6,8 +6,10 @@ moment earlier (process-to-process differences of a percent or more would otherw
 figures). The step is, by ``--step``: ``sleep`` (default: the host waits through the step, as
 it waits for a GPU), ``torch`` (matrix products calibrated to the step length on one torch
 thread; the GIL is free inside them, but their speed varies by a few percent between blocks on
-a shared machine) or ``spin`` (a pure-Python busy wait: the worst case for any tool with a
-background thread, which then competes with the step for the GIL). Each step gets a new batch
+a shared machine), ``spin`` (a pure-Python busy wait: the worst case for any tool with a
+background thread, which then competes with the step for the GIL) or ``none`` (no work at all:
+what watching costs per step laid bare, the writer thread's work included, since it then
+needs the GIL the loop holds). Each step gets a new batch
 tensor by default (``--loader slices``: a slice of data in memory, as any loader yields a new
 batch); ``--loader same`` yields one tensor over and over, so that no torch code runs between
 two steps and any read of the batch finds torch out of the CPU's caches (a worst case no real
@@ -32,6 +34,7 @@ and TraceML are optional (``pip install lightning traceml-ai``).
     python benchmarks/overhead.py                # 6 rounds per tool and step length
     python benchmarks/overhead.py --quick        # 3 rounds, shorter blocks
     python benchmarks/overhead.py --step spin    # or torch
+    python benchmarks/overhead.py --step none    # no work: µs per step against the floor
     python benchmarks/overhead.py --loader same  # one batch tensor over and over: worst case
 """
 
@@ -56,13 +59,20 @@ from typing import Any
 TOOLS = ("floor", "trainpace", "lightning", "traceml")
 STEP_MS = (1.0, 10.0)
 TARGETS_PCT = {1.0: 2.0, 10.0: 0.5}
+NO_WORK = (0.0,)  # --step none: steps of no work, the cost per step laid bare
+NO_WORK_TARGET_US = 10.0
 MATRIX = 192  # one product: ~0.1 ms on one thread of a current CPU core
 
 
 def make_step(kind: str, step_ms: float, iters: int) -> Callable[[], None]:
-    """The work of one step: ``iters`` matrix products, or a busy wait of ``step_ms``."""
+    """The work of one step: ``iters`` matrix products, a wait of ``step_ms``, or nothing."""
     import torch
 
+    if kind == "none":
+        def nothing() -> None:
+            pass
+
+        return nothing
     if kind == "sleep":
         seconds = step_ms / 1000.0
 
@@ -267,9 +277,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds, shorter blocks")
     parser.add_argument("--rounds", type=int, default=None, help="bare/tool block pairs")
-    parser.add_argument("--step", choices=("sleep", "torch", "spin"), default="sleep",
+    parser.add_argument("--step", choices=("sleep", "torch", "spin", "none"), default="sleep",
                         help="the step: a sleep (default: the host waiting for a GPU), matrix "
-                        "products on one thread, or a Python busy wait (holds the GIL)")
+                        "products on one thread, a Python busy wait (holds the GIL), or no "
+                        "work at all (what watching costs per step, the writer's work included)")
     parser.add_argument("--loader", choices=("slices", "same"), default="slices",
                         help="a new batch tensor per step (default, as any loader yields), or "
                         "one tensor over and over (nothing runs torch between steps: the "
@@ -288,15 +299,17 @@ def main() -> int:
                                 rounds, Path(args.out), args.port, args.loader)))
         return 0
 
-    steps_for = {1.0: 500 if args.quick else 1000, 10.0: 100 if args.quick else 300}
+    step_ms = NO_WORK if args.step == "none" else STEP_MS
+    steps_for = {1.0: 500 if args.quick else 1000, 10.0: 100 if args.quick else 300,
+                 0.0: 5000 if args.quick else 20000}
     tools = [t for t in TOOLS if available(t)]
     missing = [t for t in TOOLS if t not in tools]
     iters = ({ms: calibrate(ms) for ms in STEP_MS} if args.step == "torch"
-             else dict.fromkeys(STEP_MS, 1))
+             else dict.fromkeys(step_ms, 1))
     if args.step == "torch":
         print(f"calibrated: {iters[1.0]} and {iters[10.0]} products of {MATRIX}x{MATRIX} for "
               "1 ms and 10 ms steps", file=sys.stderr)
-    results: dict[float, dict[str, dict[str, list[float]]]] = {ms: {} for ms in STEP_MS}
+    results: dict[float, dict[str, dict[str, list[float]]]] = {ms: {} for ms in step_ms}
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         server = start_traceml(port, Path(tmp) / "traceml-logs") if "traceml" in tools else None
@@ -304,7 +317,7 @@ def main() -> int:
             tools.remove("traceml")
             missing.append("traceml (its aggregator did not start)")
         try:
-            for ms in STEP_MS:
+            for ms in step_ms:
                 for tool in tools:
                     out = Path(tmp) / f"{tool}-{ms}"
                     out.mkdir()
@@ -331,7 +344,7 @@ def main() -> int:
           "included)")
     print(f"{'step':>6} {'tool':>10} {'bare ms':>9} {'overhead µs':>12} {'overhead %':>11} "
           f"{'÷ trainpace':>12}")
-    for ms in STEP_MS:
+    for ms in step_ms:
         rows: dict[str, dict[str, float | None]] = {}
         for tool in tools:
             figures = results[ms][tool]
@@ -347,6 +360,13 @@ def main() -> int:
             row["overhead_x_trainpace"] = ratio
             print(f"{ms:>4g}ms {tool:>10} {row['bare_ms']:>9.3f} {row['overhead_us']:>12.1f} "
                   f"{row['overhead_pct']:>10.3f}% {(f'{ratio:.1f}x' if ratio else ''):>12}")
+        floor = rows.get("floor", {}).get("overhead_us")
+        if ms == 0.0 and ours is not None:
+            verdict = "meets" if ours <= NO_WORK_TARGET_US else "MISSES"
+            print(f"       trainpace {verdict} its target of <= {NO_WORK_TARGET_US:g} µs per step "
+                  f"with no work" + (f"; {ours / floor:.1f}x the floor" if floor else ""))
+            report["steps"]["none"] = rows
+            continue
         if "trainpace" in rows:
             pct = rows["trainpace"]["overhead_pct"]
             assert pct is not None

@@ -1,4 +1,4 @@
-"""CPU cost of the background sampler (target: under 1% of one core at 10 Hz).
+"""CPU cost of the background sampler (target: 0.5% of one core at 10 Hz, issue 9 §5).
 
 The main thread sleeps while the sampler thread of a ``DeviceVitals`` reads the host (and
 the GPU) at the asked rate; the process's CPU time over the wall time is the sampler's cost
@@ -10,6 +10,10 @@ binding; a real driver's own cost is only seen with ``--device cuda`` on a GPU m
     python benchmarks/sampler.py             # 10 s at 10 Hz, host only
     python benchmarks/sampler.py --quick     # 3 s
     python benchmarks/sampler.py --workers 4 --fake-gpu
+
+Beside the sampler as it is, the same run measures it the way it read before (host figures
+through psutil, each reading added to the aggregate table on its own), so the ratio between
+the two holds on a loaded machine where the absolute figures drift.
 """
 
 from __future__ import annotations
@@ -31,6 +35,39 @@ def cpu_share_pct(seconds: float) -> tuple[float, float]:
     return 100.0 * (time.process_time() - cpu0) / wall, wall
 
 
+def measure(device: str, nvml: object, hz: float, seconds: float, *,
+            legacy: bool) -> dict[str, object]:
+    """One sampler's CPU share; ``legacy`` reads as before (psutil, a table row per reading)."""
+    from trainpace.sampling import series
+    from trainpace.sampling.host import HostSource
+    from trainpace.vitals import DeviceVitals
+
+    pending = series.PENDING_MAX
+    series.PENDING_MAX = 1 if legacy else pending
+    try:
+        host = HostSource(procfs=False) if legacy else None
+        vitals = DeviceVitals(device=device, interval_s=1.0 / hz, t0=time.perf_counter(),
+                              nvml=nvml, dcgm=False, count_flops=False, host=host)
+        started = time.process_time()
+        vitals.start()  # opening the sources is a one-time cost, reported apart
+        start_ms = 1000 * (time.process_time() - started)
+        with_sampler, wall = cpu_share_pct(seconds)
+        vitals.stop()
+        sampler = vitals._sampler
+        rows = vitals.drain_rows()
+    finally:
+        series.PENDING_MAX = pending
+    return {
+        "seconds": round(wall, 2),
+        "readings": sampler.readings,
+        "rows": len(rows),
+        "reading_ms": round(1000 * sampler.busy_s / max(sampler.readings, 1), 3),
+        "reading_cpu_ms": round(1000 * sampler.busy_cpu_s / max(sampler.readings, 1), 3),
+        "start_cpu_ms": round(start_ms, 1),
+        "with_sampler_cpu_pct": round(with_sampler, 3),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -43,8 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seconds = 3.0 if args.quick else args.seconds
 
-    from trainpace.vitals import DeviceVitals
-
     children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
                 for _ in range(args.workers)]
     try:
@@ -56,35 +91,26 @@ def main(argv: list[str] | None = None) -> int:
 
             nvml = fake_pynvml([FakeGpu(gpm={2: 50.0, 3: 20.0, 5: 30.0, 10: 40.0})]).pynvml
             device = "cuda"
-        vitals = DeviceVitals(device=device, interval_s=1.0 / args.hz, t0=time.perf_counter(),
-                              nvml=nvml, dcgm=False, count_flops=False)
-        started = time.process_time()
-        vitals.start()  # opening the sources is a one-time cost, reported apart
-        start_ms = 1000 * (time.process_time() - started)
-        with_sampler, wall = cpu_share_pct(seconds)
-        vitals.stop()
-        sampler = vitals._sampler
-        rows = vitals.drain_rows()
+        now = measure(device, nvml, args.hz, seconds, legacy=False)
+        before = measure(device, nvml, args.hz, seconds, legacy=True)
     finally:
         for child in children:
             child.kill()
             child.wait()
-    cost = max(with_sampler - baseline, 0.0)
+    cost = max(now["with_sampler_cpu_pct"] - baseline, 0.0)
+    cost_before = max(before["with_sampler_cpu_pct"] - baseline, 0.0)
     result = {
         "hz": args.hz,
-        "seconds": round(wall, 2),
-        "readings": sampler.readings,
-        "rows": len(rows),
-        "reading_ms": round(1000 * sampler.busy_s / max(sampler.readings, 1), 3),
-        "reading_cpu_ms": round(1000 * sampler.busy_cpu_s / max(sampler.readings, 1), 3),
         "workers": args.workers,
         "gpu": "fake" if args.fake_gpu else ("real" if device == "cuda" else None),
-        "start_cpu_ms": round(start_ms, 1),
         "baseline_cpu_pct": round(baseline, 3),
-        "with_sampler_cpu_pct": round(with_sampler, 3),
+        "now": now,
+        "as_before": before,
         "sampler_cpu_pct_of_one_core": round(cost, 3),
-        "target_pct": 1.0,
-        "ok": cost < 1.0,
+        "sampler_cpu_pct_as_before": round(cost_before, 3),
+        "ratio_before_over_now": round(cost_before / cost, 2) if cost > 0 else None,
+        "target_pct": 0.5,
+        "ok": cost <= 0.5,
     }
     print(json.dumps(result, indent=2))
     return 0

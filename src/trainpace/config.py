@@ -1,9 +1,16 @@
-"""The Meter's settings: one frozen dataclass, validated when it is made."""
+"""The Meter's settings: one frozen dataclass, validated when it is made.
+
+Each setting is written here once: its name, type, default and meaning. The Meter's docstring
+(its argument list) and the ``config`` section of ``meta.json`` are made from these fields, and
+a test checks that the Meter's keywords are exactly these.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +25,8 @@ class MeterConfig:
     """Settings of a :class:`trainpace.Meter`. Every check names the key and the bad value."""
 
     out: Path | None = None
-    """Run folder to write (meta.json, steps.jsonl, system.jsonl, summary.json); None: none."""
+    """Run folder to write (meta.json, steps.jsonl, system.jsonl, summary.json); None: none.
+    An existing run is never overwritten: the run goes to ``out-2``, ``out-3``... instead."""
     window: int = 100
     """Steps per tumbling window: the console line, the TensorBoard points and file flushes."""
     warmup: WarmupSetting = "auto"
@@ -28,29 +36,53 @@ class MeterConfig:
     smoothing: float = 0.9
     """EMA weight of the past for the value timed to a target (0: the raw value)."""
     samples: Callable[[Any], int] | None = None
-    """Override: the number of samples in a batch."""
+    """Override: ``batch -> int``, the number of samples in a batch."""
     tokens: Callable[[Any], int] | None = None
-    """Override: the number of tokens in a batch."""
+    """Override: ``batch -> int``, the number of tokens in a batch."""
     device: str | None = None
     """Device whose clock times the steps: "cpu", "cuda[:i]", "mps"; None picks the accelerator."""
     tensorboard: Path | None = None
     """Folder for TensorBoard event files (needs the 'tensorboard' extra); None: off."""
+    wandb: Any = None
+    """W&B: True (the active run, else a new one) or a run object (``wandb.init()``); None: off
+    (these four are checked by :func:`trainpace.sinks.options.check_options`)."""
+    mlflow: bool | str | None = None
+    """MLflow: True (the active run, else a new one) or a tracking URI; None: off."""
+    prometheus: int | None = None
+    """Prometheus: the port of an exporter to serve the window figures on; None: off."""
+    prometheus_host: str | None = None
+    """The address the Prometheus exporter listens on (default 127.0.0.1)."""
     console: bool = True
-    """Print one line per window (to stderr)."""
+    """Print one line per window (to ``stream``, default stderr)."""
     report: bool = True
-    """Print the report at finish (to stderr)."""
+    """Print the report at finish (to ``stream``, default stderr)."""
     sample_interval_s: float = 0.1
     """Background sampler period (device and host readings)."""
     count_flops: bool = True
     """Count FLOPs and bytes of one (warm-up) step, for MFU and the roofline."""
     flops_per_step: float | None = None
-    """Override: FLOPs of one optimizer step (skips counting)."""
+    """Override: FLOPs of one optimizer step (they replace the counted FLOPs; bytes are still
+    counted for the roofline)."""
     profile_steps: tuple[int, int] | None = None
     """Capture a torch.profiler trace of steps [start, stop) and analyze it at the end."""
+    peaks: Mapping[str, Any] | None = None
+    """Your device's peaks, over the spec table and measured ceilings:
+    ``{"bandwidth_gb_s": 900, "tflops": {"bf16": 120}}``."""
+    dtype: str | None = None
+    """The dtype whose peak MFU is measured against (default: the one that carried most of the
+    counted FLOPs)."""
     run_id: str | None = None
     """Name of the run; defaults to the run folder's name or a timestamp."""
+    sink_timeout_s: float = 5.0
+    """At finish, the most time each sink (``sinks=``, TensorBoard, console...) gets to take
+    its last records; a sink still busy then is abandoned with a warning."""
 
     def __post_init__(self) -> None:
+        _normalize(self)
+        for key in ("out", "tensorboard"):
+            folder = getattr(self, key)
+            if folder is not None and folder.exists() and not folder.is_dir():
+                raise ConfigError(key, str(folder), "must be a folder, but it is a file")
         if not is_int_at_least(self.window, 1):
             raise ConfigError("window", self.window, "must be an integer >= 1")
         if self.warmup != "auto" and not is_int_at_least(self.warmup, 0):
@@ -74,6 +106,51 @@ class MeterConfig:
         if self.profile_steps is not None and not _step_range(self.profile_steps):
             constraint = "must be (start, stop) with 1 <= start < stop"
             raise ConfigError("profile_steps", self.profile_steps, constraint)
+        if self.peaks is not None:
+            from trainpace.devices.specs import override_peaks
+
+            override_peaks(self.peaks)  # a bad override fails here, not mid-training
+        if self.dtype is not None:
+            from trainpace.devices.specs import canonical_dtype
+
+            canonical_dtype(self.dtype)
+        if self.run_id is not None and not isinstance(self.run_id, str):
+            raise ConfigError("run_id", self.run_id, "must be a string or None")
+        if not _finite(self.sink_timeout_s) or self.sink_timeout_s < 0:
+            raise ConfigError("sink_timeout_s", self.sink_timeout_s, "must be a number >= 0")
+
+    def meta(self) -> dict[str, Any]:
+        """The settings as ``meta.json`` records them (JSON values; a callable by its name)."""
+        return {field.name: _json_value(getattr(self, field.name))
+                for field in dataclasses.fields(self)}
+
+
+def _normalize(config: MeterConfig) -> None:
+    """Accept the spellings a user writes (a str path, a list, a torch.device) as their type."""
+    for key in ("out", "tensorboard"):
+        value = getattr(config, key)
+        if isinstance(value, (str, os.PathLike)):
+            object.__setattr__(config, key, Path(value))
+        elif value is not None and not isinstance(value, Path):
+            raise ConfigError(key, value, "must be a folder path (str or Path) or None")
+    if isinstance(config.profile_steps, list):
+        object.__setattr__(config, "profile_steps", tuple(config.profile_steps))
+    if config.device is not None and not isinstance(config.device, str):
+        object.__setattr__(config, "device", str(config.device))  # a torch.device
+
+
+def _json_value(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}"
+    return repr(value)
 
 
 def is_int_at_least(value: object, low: int) -> bool:

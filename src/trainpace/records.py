@@ -47,3 +47,39 @@ STEP_FIELDS: tuple[str, ...] = tuple(StepRecord.__annotations__)
 
 INTEGRAL_FIELDS: frozenset[str] = frozenset({"step", "samples", "tokens", "micro_batches"})
 """Fields that hold whole numbers (a column store keeps them as floats, NaN for None)."""
+
+
+class WindowFigures(TypedDict, total=False):
+    """The figures of one window (the console line, TensorBoard points, window observers).
+
+    The step figures are always there (``None`` when unknown); the device readings, the target
+    and ``device_kind`` are added by the Meter when it has them.
+    """
+
+    first_step: int | None
+    last_step: int | None
+    steps: int
+    measured_steps: int
+    warmup_steps: int
+    measured_s: float | None
+    samples_per_s: float | None
+    tokens_per_s: float | None
+    steps_per_s: float | None
+    step_s_median: float | None
+    step_s_p90: float | None
+    step_s_mean: float | None
+    wait_s_per_step: float | None
+    wait_pct: float | None
+    exposed_wait_s_per_step: float | None
+    h2d_s_per_step: float | None
+    outside_s: float | None
+    loss: float | None
+    loss_nonfinite_steps: int
+    t_s: float | None
+    time_to_target_s: float | None
+    eta_to_target_s: float | None
+    device_kind: str
+    device_util_pct: float | None
+    memory_used_pct: float | None
+    temperature_c: float | None
+    bandwidth_util_pct: float | None

@@ -82,6 +82,10 @@ class Time:
     steps_to_target: int | None = None
     target: Target | None = None
     clock: str | None = None  # "host" (perf_counter) or "cuda"/"mps" (device events)
+    # Time the loop spent outside both the metered loader and the steps (evaluation,
+    # checkpointing, logging between steps): in the wall time, out of every step time.
+    outside_steps_s: float | None = None
+    outside_steps_pct: float | None = None  # of wall_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,6 +195,8 @@ class Host:
     process_cpu_pct_max: float | None = None
     memory_total_gb: float | None = None  # the cgroup limit when lower than the machine's
     memory_used_pct: float | None = None
+    python_pct: float | None = None  # CPU trace: share of the steps' host time in Python
+    # between operators
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,7 +236,7 @@ class Finding:
 class Diagnosis:
     """The bottleneck (one of :data:`BOTTLENECKS`, None before diagnosis) and the findings."""
 
-    bottleneck: str | None = None
+    bottleneck: Bottleneck | None = None
     findings: list[Finding] = field(default_factory=list)
 
 

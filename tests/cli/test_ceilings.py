@@ -79,3 +79,37 @@ def test_an_unknown_device_is_one_line_and_exit_1(capsys):
     assert main(["ceilings", "--device", "tpu"]) == 1
     err = capsys.readouterr().err
     assert err.strip() == "trainpace ceilings: error: tpu: not a device name; use cpu, cuda or cuda:N"
+
+
+def test_threads_choose_the_thread_count_and_the_cache_entry(cache, capsys):
+    before = torch.get_num_threads()
+    assert main(["ceilings", "--device", "cpu", "--threads", "1", "--quick", "--dtype",
+                 "float32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["device"]["threads"] == 1
+    assert out["cache"].endswith("-1t.json")
+    assert torch.get_num_threads() == before  # restored after the measurement
+    assert main(["ceilings", "--device", "cpu", "--threads", "1", "--cached", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["device"]["threads"] == 1
+    assert main(["ceilings", "--device", "cpu", "--threads", "0"]) == 1
+    assert "--threads must be an integer ≥ 1, got 0" in capsys.readouterr().err
+
+
+def test_a_quick_run_warns_and_keeps_the_full_figures(cache, capsys, monkeypatch):
+    monkeypatch.setattr(ceilings_module, "measure_ceilings", _fake_measure)
+    assert main(["ceilings", "--device", "cpu"]) == 0
+    capsys.readouterr()
+
+    def quick(device, *, dtypes=None, quick=False):
+        full = _fake_measure(device)
+        return Ceilings(**{**full.__dict__, "matmul_tflops": {"float32": 0.006},
+                           "method": {"quick": True}})
+
+    monkeypatch.setattr(ceilings_module, "measure_ceilings", quick)
+    assert main(["ceilings", "--device", "cpu", "--quick", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert "a quick measurement does not replace the full one" in captured.err
+    assert out["cached"]["matmul_tflops"] == {"float32": 0.5}
+    assert main(["ceilings", "--device", "cpu", "--cached", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["matmul_tflops"] == {"float32": 0.5}

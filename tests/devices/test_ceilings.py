@@ -1,19 +1,23 @@
 import json
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from trainpace.devices import ceilings as ceilings_module
+from trainpace.devices import _timing
+from trainpace.devices._timing import best_seconds
 from trainpace.devices.ceilings import (
     Ceilings,
-    _best_seconds,
     cache_dir,
     cache_path,
     device_identity,
+    ensure_ceilings,
     load_ceilings,
     measure_ceilings,
     save_ceilings,
+    store_ceilings,
+    thread_count,
 )
 from trainpace.errors import ConfigError, DeviceError
 
@@ -35,7 +39,7 @@ def test_best_seconds_keeps_the_fastest_batch():
 
     # warm-up 0.5 s (ignored), single 0.01 s -> batches of 2 runs; best batch: 0.004 + 0.03?
     # batches are (0.02+0.01), (0.004+0.03), (0.02+0.01), ... -> best per run = 0.015
-    best = _best_seconds(run, lambda: None, budget_s=0.1, clock=clock)
+    best = best_seconds(run, lambda: None, budget_s=0.1, clock=clock)
     assert best == pytest.approx(0.015)
 
 
@@ -67,11 +71,11 @@ def test_slow_dtypes_get_smaller_matrices(monkeypatch):
         def __call__(self):
             clock.now += 2 * self.n**3 / self.rate
 
-    monkeypatch.setattr(ceilings_module, "_matmul_runner", lambda dtype, n, dev: Runner(n, 1e9))
-    size = ceilings_module._matmul_size("bfloat16", 4096, torch.device("cpu"), lambda: None, clock)
+    monkeypatch.setattr(_timing, "matmul_runner", lambda dtype, n, dev: Runner(n, 1e9))
+    size = _timing.matmul_size("bfloat16", 4096, torch.device("cpu"), lambda: None, clock)
     assert size == 256  # (1e9 * 0.05 / 2) ** (1/3) = 292 -> 256
-    monkeypatch.setattr(ceilings_module, "_matmul_runner", lambda dtype, n, dev: Runner(n, 1e12))
-    size = ceilings_module._matmul_size("float32", 4096, torch.device("cpu"), lambda: None, clock)
+    monkeypatch.setattr(_timing, "matmul_runner", lambda dtype, n, dev: Runner(n, 1e12))
+    size = _timing.matmul_size("float32", 4096, torch.device("cpu"), lambda: None, clock)
     assert size == 2880  # (1e12 * 0.05 / 2) ** (1/3) = 2924 -> a multiple of 64
 
 
@@ -135,3 +139,140 @@ def test_peaks_name_their_source():
 def test_from_dict_rejects_other_schemas():
     with pytest.raises(ValueError, match="schema is 'x'"):
         Ceilings.from_dict({"schema": "x"})
+
+
+# ---- the cache keeps its best figures ----------------------------------------------------
+
+def _measured(bandwidth=12.5, tflops=0.25, quick=False, **overrides):
+    return _fake(bandwidth_gb_s=bandwidth, matmul_tflops={"float32": tflops},
+                 method={"quick": quick}, **overrides)
+
+
+def test_a_quick_figure_never_replaces_a_full_one(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    full = _measured()
+    assert store_ceilings(full, env).saved
+    # the case: a quick run 84× lower than the cached full one
+    stored = store_ceilings(_measured(bandwidth=1.0, tflops=0.25 / 84, quick=True), env)
+    assert not stored.saved
+    assert stored.ceilings == full
+    assert "a quick measurement does not replace the full one" in stored.warnings[0]
+    assert load_ceilings("cpu", env) == full
+
+
+def test_a_full_figure_far_from_the_cached_one_is_rejected_the_rest_kept(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    store_ceilings(_measured(), env)
+    stored = store_ceilings(_measured(bandwidth=13.0, tflops=0.25 / 84), env)
+    assert set(stored.rejected) == {"matmul float32"}
+    assert "0.012× the cached 0.25 TFLOP/s" in stored.rejected["matmul float32"]
+    assert "rejected" in stored.warnings[0]
+    kept = load_ceilings("cpu", env)
+    assert kept.bandwidth_gb_s == 13.0  # within 4× of the cached figure: the new one
+    assert kept.matmul_tflops == {"float32": 0.25}  # the cached figure stays
+
+
+def test_a_quick_figure_fills_an_empty_cache_and_a_full_one_replaces_it(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    assert store_ceilings(_measured(quick=True), env).saved
+    assert load_ceilings("cpu", env).quick
+    assert store_ceilings(_measured(bandwidth=20.0, tflops=0.3), env).saved
+    kept = load_ceilings("cpu", env)
+    assert (kept.quick, kept.bandwidth_gb_s) == (False, 20.0)
+
+
+def test_a_figure_beyond_the_spec_sheet_is_rejected(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    h100 = _measured(bandwidth=9000.0, tflops=500.0, kind="cuda", name="NVIDIA H100 80GB HBM3",
+                     threads=None)
+    stored = store_ceilings(h100, env)  # the sheet: 3350 GB/s, 67 TFLOP/s float32
+    assert set(stored.rejected) == {"bandwidth", "matmul float32"}
+    assert not stored.saved  # nothing left worth caching
+    assert "the spec sheet's" in stored.rejected["bandwidth"]
+
+
+def test_thread_count_is_set_inside_and_restored(monkeypatch):
+    before = torch.get_num_threads()
+    with thread_count(1):
+        assert torch.get_num_threads() == 1
+        assert device_identity("cpu")[2] == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(ConfigError, match="threads must be an integer ≥ 1, got 0"), thread_count(0):
+        pass
+
+
+# ---- the first run -----------------------------------------------------------------------
+
+class Counting:
+    def __init__(self, tflops=0.25):
+        self.calls, self.tflops = [], tflops
+
+    def __call__(self, device, **kwargs):
+        self.calls.append(kwargs)
+        with thread_count(kwargs["threads"]):
+            kind, name, threads = device_identity(device)
+        return _measured(tflops=self.tflops, quick=True, kind=kind, name=name, threads=threads)
+
+
+def test_the_first_run_measures_once_then_reads_the_cache(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    measure = Counting()
+    first = ensure_ceilings("cpu", threads=1, env=env, measure=measure)
+    assert first.status == "measured" and first.measured
+    assert measure.calls[0]["threads"] == 1 and measure.calls[0]["quick"] is True
+    assert measure.calls[0]["dtypes"] == ["float32"]
+    assert "measured a quick ceiling after the run" in first.note
+    assert "`trainpace ceilings --threads 1` measures the full one" in first.note
+    assert first.path.endswith("-1t.json")
+    with thread_count(1):
+        assert load_ceilings("cpu", env).matmul_tflops == {"float32": 0.25}
+    second = ensure_ceilings("cpu", threads=1, env=env, measure=measure)
+    assert second.status == "cached"
+    assert len(measure.calls) == 1
+    # another thread count is another identity: measured for itself
+    other = 2 if torch.get_num_threads() != 2 else 3
+    assert ensure_ceilings("cpu", threads=other, env=env, measure=measure).status == "measured"
+    assert first.to_dict()["ceilings"]["device"]["threads"] == 1
+
+
+def test_the_first_run_never_raises(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+
+    def broken(device, **kwargs):
+        raise RuntimeError("no memory")
+
+    failed = ensure_ceilings("cpu", env=env, measure=broken)
+    assert failed.status == "failed"
+    assert "RuntimeError: no memory" in failed.note
+
+
+def test_the_first_run_measures_for_real_within_its_budget(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    started = time.perf_counter()
+    found = ensure_ceilings("cpu", threads=1, env=env)
+    elapsed = time.perf_counter() - started
+    assert found.status == "measured", found.note
+    assert found.ceilings.matmul_tflops["float32"] > 0
+    assert found.ceilings.bandwidth_gb_s > 0
+    assert found.seconds == pytest.approx(elapsed, abs=0.05)
+    # about 2 s; a loaded 2-core machine stretches it, but not by an order of magnitude
+    assert elapsed < 10.0
+
+
+def test_a_first_run_never_overwrites_a_full_measurement_and_says_so(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    with thread_count(1):
+        kind, name, threads = device_identity("cpu")
+    full = _measured(bandwidth=12.5, tflops=10.0, kind=kind, name=name, threads=threads)
+    store_ceilings(full, env)
+
+    def quick_fp16(device, **kwargs):
+        return Ceilings(kind=kind, name=name, threads=threads, bandwidth_gb_s=0.1,
+                        matmul_tflops={"float16": 0.1}, method={"quick": True})
+
+    # float16 is not in the full measurement: the first run measures it, quick
+    found = ensure_ceilings("cpu", threads=1, dtype="fp16", env=env, measure=quick_fp16)
+    assert found.status == "rejected"
+    assert "a quick measurement does not replace the full one" in found.note
+    with thread_count(1):
+        assert load_ceilings("cpu", env) == full

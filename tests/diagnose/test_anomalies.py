@@ -156,7 +156,7 @@ def test_steps_within_the_summarys_warmup_are_not_measured():
     # records written before warm-up was decided say warmup=false; the summary knows better
     c = ctx(Summary(steps=Steps(warmup=5)), steps=records([1.0] * 5 + [0.1] * 30))
     assert c.times.step[0] == 6
-    assert c.times.step_s == [0.1] * 30
+    assert c.times.step_s.tolist() == [0.1] * 30
 
 
 @given(period=st.integers(3, 200), offset=st.integers(0, 199), cycles=st.integers(4, 30),
@@ -170,3 +170,53 @@ def test_a_periodic_event_is_found_among_random_slow_steps(period, offset, cycle
     assert found is not None
     assert found[0] == period
     assert set(events) <= set(found[1])
+
+
+def test_a_loss_that_stops_being_finite_is_critical_and_names_the_step():
+    steps = records([0.1] * 30)
+    for i, r in enumerate(steps, start=1):
+        r["loss"] = None if i >= 17 else 2.0
+        r["loss_nonfinite"] = i >= 17
+    v = only(anomalies.loss_finite(ctx(steps=steps)))
+    assert (v.finding.id, v.finding.severity) == ("loss_nonfinite", "critical")
+    assert v.finding.evidence["first_step"] == 17
+    assert v.finding.evidence["nonfinite_steps"] == 14
+    assert v.finding.title == "The loss stopped being finite at step 17 (NaN or inf in 14 steps)"
+    finite = records([0.1] * 5)
+    for r in finite:
+        r["loss"], r["loss_nonfinite"] = 1.5, False
+    assert anomalies.loss_finite(ctx(steps=finite)).checked == "loss finite in every step (5 with a loss)"
+    assert anomalies.loss_finite(ctx(steps=records([0.1] * 5))).skipped.startswith("no loss observed")
+
+
+def _with_tokens(step_s, tokens):
+    out = records(step_s)
+    for r, n in zip(out, tokens, strict=True):
+        r["tokens"] = n
+    return out
+
+
+def test_drift_blames_growing_inputs_only_when_the_work_per_step_grew():
+    step_s = [1.0] * 10 + [1.1] * 20 + [1.2] * 10
+    grown = only(anomalies.drift(ctx(steps=_with_tokens(step_s, [1000] * 10 + [1100] * 20 + [1200] * 10))))
+    assert grown.finding.advice[0].startswith("the inputs grew: the work per step (tokens, else samples) rose 20%")
+    # variable-length batches whose typical size does not change: not "inputs that grow"
+    lengths = [800, 1200, 1000] * 13 + [1000]
+    v = only(anomalies.drift(ctx(steps=_with_tokens(step_s, lengths))))
+    assert "inputs that grow" not in v.finding.advice[0]
+    assert v.finding.advice[0].startswith("the growth is in the step itself")
+    assert "the inputs do not explain it" in v.finding.advice[0]
+
+
+def test_a_long_run_as_columns_is_never_turned_into_records(monkeypatch):
+    from trainpace.diagnose import diagnose
+    from trainpace.series import StepSeries
+
+    n = 200_000
+    series = StepSeries.from_records({"step": i, "t_s": i * 0.01, "step_s": 0.01,
+                                      "wait_s": 0.0} for i in range(1, n + 1))
+    monkeypatch.setattr(StepSeries, "records", lambda self: pytest.fail("turned into records"))
+    started = time.perf_counter()
+    d = diagnose(Summary(steps=Steps(total=n, warmup=0, measured=n)), steps=series)
+    assert time.perf_counter() - started < 10.0  # about 0.1 s; bounded work, not speed
+    assert [f.id for f in d.findings] == ["checks"]

@@ -21,7 +21,12 @@ def test_slow_data_is_data_loading(tmp_path):
     settings = DemoSettings(steps=30, workers=0, slow_data_ms=10.0, batch_size=16, seq_len=16)
     summary, _ = run_demo(settings, out=tmp_path / "slow", console=False, report=False, warmup=2)
     d = summary.diagnosis
-    assert d.bottleneck == "data_loading"
+    # on a crowded machine, other processes may cost the run more than its data wait: then a
+    # slow phase names the contention as the bottleneck, with the figures to show it
+    contended = any(p["cause"] == "cpu_contention" for f in d.findings if f.id == "slow_phase"
+                    for p in f.evidence["phases"])
+    assert d.bottleneck == "data_loading" or (d.bottleneck == "host_overhead" and contended), [
+        (f.id, f.severity, f.title) for f in d.findings]
     finding = next(f for f in d.findings if f.id == "data_wait")
     assert finding.evidence["wait_pct"] == summary.data.wait_pct >= 20.0
     assert summary.data.wait_s_per_step >= 16 * 0.010  # at least the injected sleep

@@ -93,6 +93,11 @@ def test_cpu_threads_starved_by_other_processes_is_contention():
     assert v.finding.id == "cpu_contention"
     assert v.finding.title == "Other processes take the CPU: it is 90% busy while this run's threads get 48% of their time"
     assert v.bottleneck == "host_overhead"
+    s = Summary(device=Device(kind="cpu", util_pct=48.0), data=Data(wait_pct=0.0),
+                host=Host(system_cpu_pct=100.0, process_cpu_pct=96.0, cpu_threads=2))
+    v = only(rules.device_util(ctx(s, meta={"cpu_count": 4})))
+    assert v.finding.title.endswith("get 48% of their time; this process had 24% of the machine")
+    assert v.finding.evidence["process_share_pct"] == 24.0
     s = Summary(device=Device(kind="cpu", util_pct=48.0), host=Host(system_cpu_pct=79.0, cpu_threads=2))
     assert only(rules.device_util(ctx(s))).finding.id == "device_idle"
 
@@ -162,9 +167,9 @@ def test_the_hottest_reading_counts():
 
 def test_bandwidth_bound_roofline_names_the_families_moving_the_bytes():
     f = Flops(roofline="bandwidth_bound", intensity_flop_per_byte=0.25, ridge_flop_per_byte=12.0,
-              by_family=[{"family": "elementwise", "flops": 1e6, "bytes": 3e6, "intensity": 0.33,
+              by_family=[{"family": "elementwise", "flops": 1e6, "bytes": 3e6, "intensity_flop_per_byte": 0.33,
                           "roofline": "bandwidth_bound"},
-                         {"family": "matmul", "flops": 9e6, "bytes": 1e6, "intensity": 9.0,
+                         {"family": "matmul", "flops": 9e6, "bytes": 1e6, "intensity_flop_per_byte": 9.0,
                           "roofline": "compute_bound"}])
     v = only(rules.hardware(ctx(Summary(flops=f))))
     assert v.bottleneck == "memory_bandwidth"
@@ -260,3 +265,46 @@ def test_samples_per_step_for_advice():
     assert "(now 64 samples per step)" in v.finding.advice[0]
 
 
+
+
+def test_a_figure_over_its_peak_is_a_wrong_peak_finding_never_a_figure():
+    from trainpace.devices.specs import Peak, Peaks
+    from trainpace.measure.flops import FamilyCount, StepCount
+    from trainpace.measure.roofline import step_figures
+
+    count = StepCount(flops=1e9, bytes=1e8, ops=1, flops_by_dtype={"torch.float32": 1e9},
+                      families=(FamilyCount(family="matmul", flops=1e9, bytes=1e8, ops=1),))
+    # the case: a quick ceiling 84× too low made "MFU 3760%"
+    flops, _ = step_figures(count, peaks=Peaks(tflops={"float32": Peak(0.0024, "ceilings")}),
+                            step_s=0.011)
+    assert flops.mfu_pct is None and "exceeds 100%" in flops.error
+    outcome = rules.hardware(ctx(Summary(flops=flops)))
+    wrong = outcome.verdicts[0].finding
+    assert wrong.id == "peak_wrong"
+    assert wrong.evidence["mfu_pct"] is None
+    assert "MFU 3788% exceeds 100%" in wrong.title
+    assert "`trainpace ceilings`" in wrong.advice[0]
+
+
+def test_the_producers_family_figures_reach_the_bandwidth_advice():
+    from trainpace.devices.specs import Peak, Peaks
+    from trainpace.measure.flops import FamilyCount, StepCount
+    from trainpace.measure.roofline import step_figures
+
+    count = StepCount(flops=2e6, bytes=8e6, ops=3, flops_by_dtype={"torch.float32": 2e6},
+                      families=(FamilyCount(family="elementwise", flops=2e6, bytes=8e6, ops=3),))
+    flops, _ = step_figures(count, peaks=Peaks(tflops={"float32": Peak(1.0, "t")},
+                                               bandwidth_gb_s=Peak(100.0, "t")), step_s=0.01)
+    v = only(rules.hardware(ctx(Summary(flops=flops))))
+    assert v.finding.advice[0] == "elementwise ops move 100% of the bytes at 0.25 FLOP/byte"
+
+
+def test_python_between_operators_is_host_overhead():
+    from trainpace.diagnose import diagnose
+    from trainpace.summary import Host, Summary
+
+    summary = Summary(host=Host(python_pct=42.0))
+    found = {f.id: f for f in diagnose(summary).findings}
+    assert found["python_overhead"].severity == "warning"
+    assert found["python_overhead"].evidence["python_pct"] == 42.0
+    assert diagnose(Summary(host=Host(python_pct=12.0))).findings[0].id != "python_overhead"

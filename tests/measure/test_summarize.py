@@ -11,21 +11,25 @@ from trainpace.measure.summarize import (
     warmup_steps,
     window_figures,
 )
+from trainpace.records import STEP_FIELDS
 from trainpace.runlog import RunData
 from trainpace.series import StepSeries
 from trainpace.stats import ema
 from trainpace.summary import Device, Summary
 
 
-def records(step_s, *, wait_s=0.0, samples=10, tokens=None, losses=None):
+def records(step_s, *, wait_s=0.0, samples=10, tokens=None, losses=None, outside_s=None):
     out, t = [], 0.0
     for i, s in enumerate(step_s):
-        t += s
+        outside = outside_s[i] if outside_s is not None else None
+        t += s + (outside or 0.0)
         out.append({
             "step": i + 1, "t_s": t, "step_s": s, "wait_s": wait_s, "exposed_wait_s": None,
             "h2d_s": None, "samples": samples, "tokens": tokens, "micro_batches": 1,
             "loss": losses[i] if losses else None, "metric": None,
+            "outside_s": outside, "loss_nonfinite": False if losses else None,
         })
+    assert all(set(r) == set(STEP_FIELDS) for r in out)
     return out
 
 
@@ -174,3 +178,22 @@ def test_auto_warmup_tolerates_noise_after_warmup():
 def test_auto_warmup_does_not_start_on_a_fast_step_amid_slow_ones():
     step_s = np.array([0.5, 0.4, 0.01, 0.3, 0.2, 0.15] + [0.01] * 40)
     assert warmup_steps(step_s, "auto") == 6
+
+
+def test_time_outside_the_steps_is_in_the_wall_time_and_out_of_throughput():
+    # 10 steps of 0.1 s; one evaluation of 1 s between steps 5 and 6
+    outside = [0.0] * 5 + [1.0] + [0.0] * 4
+    s = summarize(StepSeries.from_records(records([0.1] * 10, outside_s=outside)), warmup=0)
+    assert s.time.outside_steps_s == pytest.approx(1.0)
+    assert s.time.wall_s == pytest.approx(2.0)
+    assert s.time.outside_steps_pct == pytest.approx(50.0)
+    assert s.throughput.samples_per_s == pytest.approx(100.0)  # 10 samples / 0.1 s
+    assert s.time.step_s_median == pytest.approx(0.1)
+    w = window_figures(records([0.1] * 10, outside_s=outside), warmup=0)
+    assert w["outside_s"] == pytest.approx(1.0)
+    assert w["samples_per_s"] == pytest.approx(100.0)
+
+
+def test_outside_time_unknown_without_a_metered_loader():
+    s = summarize(StepSeries.from_records(records([0.1] * 4)), warmup=0)
+    assert s.time.outside_steps_s is None and s.time.outside_steps_pct is None

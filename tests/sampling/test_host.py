@@ -252,3 +252,33 @@ def test_real_psutil_matches_this_process_cpu_time():
     assert 0.0 <= reading["system_cpu_pct"] <= 100.0
     assert reading["rss_gb"] > 0
     assert 0 < reading["available_gb"] <= reading["memory_total_gb"]
+
+
+def test_procfs_and_psutil_readings_agree():
+    fast, slow = HostSource(slow_every_s=10.0), HostSource(slow_every_s=10.0, procfs=False)
+    assert fast._procfs and not slow._procfs
+    fast.read(), slow.read()
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        sum(i * i for i in range(1000))
+    a, b = fast.read(), slow.read()
+    assert a["main_cpu_pct"] == pytest.approx(b["main_cpu_pct"], abs=15.0)
+    assert a["system_cpu_pct"] == pytest.approx(b["system_cpu_pct"], abs=25.0)
+    assert a["memory_total_gb"] == pytest.approx(b["memory_total_gb"], rel=1e-6)
+    assert a["rss_gb"] == pytest.approx(b["rss_gb"], rel=0.2)
+    assert b["main_demand_pct"] is None  # psutil has no run-queue time
+
+
+def test_demand_counts_waiting_for_a_core_and_not_sleeping():
+    host = HostSource(slow_every_s=10.0)
+    host.read()
+    time.sleep(0.3)  # sleeping: no demand
+    idle = host.read()["main_demand_pct"]
+    wall0, cpu0 = time.monotonic(), time.process_time()
+    while time.monotonic() - wall0 < 0.3:  # computing: demand at least the CPU time it got
+        sum(i * i for i in range(1000))
+    busy = host.read()
+    cpu_pct = 100.0 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
+    assert idle < 10.0
+    assert busy["main_demand_pct"] >= 0.8 * cpu_pct
+    assert busy["main_demand_pct"] > 80.0  # running or runnable the whole time

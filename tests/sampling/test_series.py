@@ -98,3 +98,20 @@ def test_growth_past_the_first_capacity_keeps_every_row():
 def test_bad_bucket_count():
     with pytest.raises(ValueError, match="max_buckets must be >= 2, got 1"):
         SeriesSet(max_buckets=1)
+
+
+def test_readings_joining_the_table_in_blocks_give_the_same_figures(monkeypatch):
+    from trainpace.sampling import series as series_module
+
+    def fill(pending_max):
+        monkeypatch.setattr(series_module, "PENDING_MAX", pending_max)
+        s = series_module.SeriesSet(max_buckets=16)
+        s.start(0.0)
+        for i in range(1, 101):  # halved several times on the way
+            s.add(i * 0.1, {"a": float(i % 7), "b": None if i % 3 else float(i)})
+        return s
+
+    one, blocks = fill(1), fill(256)
+    assert len(one) == len(blocks)
+    for window in ((0.0, 10.0), (2.35, 7.1), (9.0, 9.05)):
+        assert one.window(*window) == blocks.window(*window)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 HELP = "measure this machine's real memory bandwidth and matmul TFLOP/s per dtype, and cache them"
@@ -15,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", action="append", default=None, metavar="DTYPE",
                         help="measure only this dtype (float32, tf32, bfloat16, float16, float8); "
                         "repeatable")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="CPU: measure with N torch threads (the run's "
+                        "torch.set_num_threads); the cache keeps one entry per thread count")
     parser.add_argument("--quick", action="store_true",
                         help="small sizes and short budgets: seconds, less exact")
     parser.add_argument("--cached", action="store_true",
@@ -33,30 +37,48 @@ def run(args: argparse.Namespace) -> int:
         device_identity,
         load_ceilings,
         measure_ceilings,
-        save_ceilings,
+        store_ceilings,
+        thread_count,
     )
-    from trainpace.errors import DeviceError
+    from trainpace.errors import ConfigError, DeviceError
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    kind, name, threads = device_identity(device)
-    path = cache_path(kind, name, threads)
-    if args.cached:
-        ceilings = load_ceilings(device)
-        if ceilings is None:
-            raise DeviceError(f"{name}: no ceilings cached at {path}; run `trainpace ceilings`")
-    else:
-        print(f"trainpace ceilings: measuring {name} ({kind}); "
-              f"{'a few seconds' if args.quick else 'about half a minute'}", file=sys.stderr)
-        ceilings = measure_ceilings(device, dtypes=args.dtype, quick=args.quick)
-        if not args.no_save:
-            path = save_ceilings(ceilings)
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError("--threads", args.threads, "must be an integer ≥ 1")
+    threads = args.threads if device_identity(device)[0] == "cpu" else None
+    with contextlib.ExitStack() as stack:
+        if threads is not None:
+            stack.enter_context(thread_count(threads))
+        kind, name, threads = device_identity(device)
+        path = cache_path(kind, name, threads)
+        warnings: tuple[str, ...] = ()
+        kept = None
+        if args.cached:
+            ceilings = load_ceilings(device)
+            if ceilings is None:
+                again = f" --threads {threads}" if args.threads else ""
+                raise DeviceError(f"{name}: no ceilings cached at {path}; run "
+                                  f"`trainpace ceilings{again}`")
+        else:
+            where = f"{name} ({kind}" + (f", {threads} threads)" if threads else ")")
+            print(f"trainpace ceilings: measuring {where}; "
+                  f"{'a few seconds' if args.quick else 'about half a minute'}", file=sys.stderr)
+            ceilings = measure_ceilings(device, dtypes=args.dtype, quick=args.quick)
+            if not args.no_save:
+                stored = store_ceilings(ceilings)
+                warnings, path, kept = stored.warnings, stored.path, stored.ceilings
+                for warning in warnings:
+                    print(f"trainpace ceilings: warning: {warning}", file=sys.stderr)
     saved = args.cached or not args.no_save
     if args.json:
-        print_json({**ceilings.to_dict(), "cache": str(path) if saved else None})
+        print_json({**ceilings.to_dict(), "cache": str(path) if saved else None,
+                    "warnings": list(warnings),
+                    "cached": kept.to_dict() if kept is not None and warnings else None})
         return 0
     threads_text = f", {ceilings.threads} threads" if ceilings.threads else ""
+    quick = " (quick)" if ceilings.quick else ""
     print(f"ceilings of {ceilings.name} ({ceilings.kind}{threads_text}), "
-          f"measured {ceilings.measured_at}")
+          f"measured {ceilings.measured_at}{quick}")
     if ceilings.bandwidth_gb_s is not None:
         print(f"  memory bandwidth  {ceilings.bandwidth_gb_s:10.1f} GB/s      "
               f"({ceilings.method.get('bandwidth')})")
@@ -65,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  matmul {dtype:<10} {tflops:10.4g} TFLOP/s   (n={sizes.get(dtype, '?')})")
     for dtype, why in ceilings.skipped.items():
         print(f"  matmul {dtype:<10} not measured: {why}")
-    if saved:
+    if saved and not warnings:
         print(f"cached in {path}; the meter uses these where the spec table has no entry")
+    elif saved:
+        print(f"the cache at {path} keeps its earlier figures where the warnings above say so")
     return 0

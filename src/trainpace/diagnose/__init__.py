@@ -13,15 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainpace.diagnose._context import Context, Verdict
+from trainpace.diagnose._context import Context, StepColumns, Verdict
 from trainpace.diagnose.rules import RULES
 from trainpace.diagnose.thresholds import SOURCES, Thresholds, threshold_table
-from trainpace.summary import Diagnosis, Finding, Summary
+from trainpace.summary import SEVERITIES, Diagnosis, Finding, Summary
 
 __all__ = ["SOURCES", "Thresholds", "diagnose", "threshold_table"]
-
-_RANK = {"info": 0, "warning": 1, "critical": 2}
-
 
 def _bottleneck(verdicts: Sequence[Verdict]) -> Verdict | None:
     candidates = [(i, v) for i, v in enumerate(verdicts) if v.bottleneck is not None]
@@ -30,7 +27,7 @@ def _bottleneck(verdicts: Sequence[Verdict]) -> Verdict | None:
     _, best = max(
         candidates,
         key=lambda iv: (
-            _RANK[iv[1].finding.severity],
+            SEVERITIES.index(iv[1].finding.severity),
             iv[1].lost_pct if iv[1].lost_pct is not None else -1.0,
             -iv[0],
         ),
@@ -41,7 +38,7 @@ def _bottleneck(verdicts: Sequence[Verdict]) -> Verdict | None:
 def diagnose(
     summary: Summary,
     *,
-    steps: Sequence[Mapping[str, Any]] | None = None,
+    steps: Sequence[Mapping[str, Any]] | StepColumns | None = None,
     system: Sequence[Mapping[str, Any]] | None = None,
     meta: Mapping[str, Any] | None = None,
     thresholds: Thresholds | None = None,
@@ -50,7 +47,10 @@ def diagnose(
 
     Args:
         summary: the run's figures (a Meter's, a run folder's, or one built from a trace).
-        steps: the ``steps.jsonl`` records (warm-up ones are skipped), or None.
+        steps: the step records: a :class:`~trainpace.series.StepSeries` (columns; a long
+            run is never turned into one object per step) or a list of ``steps.jsonl``
+            records, or None. Warm-up steps are left out of the steady figures; the
+            slow-phase check reads them too.
         system: the ``system.jsonl`` rows, or None.
         meta: ``meta.json`` (DataLoader settings under ``loader``, ``host.cpu_count``), or None.
         thresholds: the rules' thresholds (:class:`Thresholds` defaults when None).

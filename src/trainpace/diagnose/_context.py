@@ -1,15 +1,37 @@
-"""What a rule sees (:class:`Context`) and what it returns (:class:`Outcome`)."""
+"""What a rule sees (:class:`Context`) and what it returns (:class:`Outcome`).
+
+The per-step records are held as columns (float64, NaN for unknown), whether they came as a
+:class:`~trainpace.series.StepSeries` (a run of millions of steps is never turned into one
+Python object per step) or as a list of ``steps.jsonl`` records.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from trainpace.diagnose.thresholds import Thresholds
+from trainpace.records import STEP_FIELDS
+from trainpace.series import StepSeries
 from trainpace.stats import median
-from trainpace.summary import Finding, Severity, Summary
+from trainpace.summary import Bottleneck, Finding, Severity, Summary
+from trainpace.units import number_or_none
+
+
+class StepColumns(Protocol):
+    """Anything that gives a step field as a float64 column (NaN for null): a StepSeries."""
+
+    def column(self, name: str) -> np.ndarray: ...
+
+    def __len__(self) -> int: ...
+
+
+StepsInput = Sequence[Mapping[str, Any]] | StepColumns | None
 
 
 @dataclass(frozen=True)
@@ -20,7 +42,7 @@ class Verdict:
     """
 
     finding: Finding
-    bottleneck: str | None = None
+    bottleneck: Bottleneck | None = None
     lost_pct: float | None = None
 
 
@@ -40,7 +62,7 @@ def verdict(
     evidence: dict[str, Any],
     advice: Sequence[str],
     *,
-    bottleneck: str | None = None,
+    bottleneck: Bottleneck | None = None,
     lost_pct: float | None = None,
 ) -> Outcome:
     """An outcome holding one finding."""
@@ -54,20 +76,67 @@ def banded(value: float, warning: float, critical: float) -> Severity:
     return "critical" if value >= critical else "warning" if value >= warning else "info"
 
 
+def _record_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Records → columns. The column store's fast path; a record with a value of the wrong
+    type (hand-made input, a trace's records) goes through the slow, forgiving one."""
+    try:
+        series = StepSeries.from_records(records)
+        return {name: np.asarray(series.column(name)) for name in STEP_FIELDS}
+    except (TypeError, ValueError, OverflowError):
+        out = {}
+        for name in STEP_FIELDS:
+            values = (number_or_none(r.get(name)) for r in records)
+            out[name] = np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+        return out
+
+
+class Steps:
+    """Every step record as columns (warm-up included), and which were warm-up."""
+
+    def __init__(self, steps: Sequence[Mapping[str, Any]] | StepColumns, warmup: int) -> None:
+        flags: np.ndarray | None = None
+        if isinstance(steps, Sequence):
+            self._columns = _record_columns(steps)
+            if any("warmup" in r for r in steps[:1]):  # hand-made or older records say so
+                flags = np.array([bool(r.get("warmup")) for r in steps])
+        else:
+            self._columns = {}
+            for name in STEP_FIELDS:
+                try:
+                    self._columns[name] = np.asarray(steps.column(name), dtype=np.float64)
+                except KeyError:  # a field the producer does not keep
+                    self._columns[name] = np.full(len(steps), math.nan)
+        self.n = len(self._columns["step"])
+        step = self._columns["step"]
+        index = np.arange(1, self.n + 1, dtype=np.float64)
+        self.step = np.where(np.isnan(step) | (step <= 0), index, step).astype(np.int64)
+        self.warmup = self.step <= warmup
+        if flags is not None:
+            self.warmup |= flags
+
+    def column(self, name: str) -> np.ndarray:
+        """One field over every step (NaN for unknown)."""
+        return self._columns[name]
+
+
 @dataclass(frozen=True)
 class StepTimes:
-    """The measured (non-warm-up) steps with a known step time, as parallel lists."""
+    """The measured (non-warm-up) steps with a known step time, as parallel columns."""
 
-    step: list[int] = field(default_factory=list)
-    step_s: list[float] = field(default_factory=list)
-    wait_s: list[float] = field(default_factory=list)
-    t_s: list[float | None] = field(default_factory=list)
+    step: np.ndarray  # int64
+    step_s: np.ndarray
+    wait_s: np.ndarray  # unknown as 0
+    t_s: np.ndarray  # NaN unknown
+    index: np.ndarray  # positions in :class:`Steps`
+
+    def __len__(self) -> int:
+        return int(self.step_s.size)
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+def _empty_times() -> StepTimes:
+    empty = np.empty(0)
+    return StepTimes(np.empty(0, dtype=np.int64), empty, empty, empty,
+                     np.empty(0, dtype=np.int64))
 
 
 @dataclass(frozen=True)
@@ -75,30 +144,38 @@ class Context:
     """The inputs of every rule. ``steps``/``system`` are None when not given (a trace summary)."""
 
     summary: Summary
-    steps: Sequence[Mapping[str, Any]] | None
+    steps: StepsInput
     system: Sequence[Mapping[str, Any]] | None
     meta: Mapping[str, Any]
     t: Thresholds
+
+    @cached_property
+    def all_steps(self) -> Steps | None:
+        """Every step's columns, warm-up included (None when no records were given)."""
+        if self.steps is None:
+            return None
+        return Steps(self.steps, self.summary.steps.warmup)
 
     @cached_property
     def times(self) -> StepTimes:
         """The measured steps' times (empty when no step records were given).
 
         A step is warm-up when its record says so or when it is among the first
-        ``summary.steps.warmup`` (records written before warm-up was decided say false).
+        ``summary.steps.warmup``.
         """
-        out = StepTimes()
-        warmup = self.summary.steps.warmup
-        for index, record in enumerate(self.steps or (), start=1):
-            step_s = _number(record.get("step_s"))
-            step = int(record.get("step") or index)
-            if record.get("warmup") or step <= warmup or step_s is None:
-                continue
-            out.step.append(step)
-            out.step_s.append(step_s)
-            out.wait_s.append(_number(record.get("wait_s")) or 0.0)
-            out.t_s.append(_number(record.get("t_s")))
-        return out
+        steps = self.all_steps
+        if steps is None or steps.n == 0:
+            return _empty_times()
+        step_s = steps.column("step_s")
+        keep = np.flatnonzero(~steps.warmup & np.isfinite(step_s))
+        wait = steps.column("wait_s")[keep]
+        return StepTimes(
+            step=steps.step[keep],
+            step_s=step_s[keep],
+            wait_s=np.where(np.isfinite(wait), wait, 0.0),
+            t_s=steps.column("t_s")[keep],
+            index=keep,
+        )
 
     @cached_property
     def step_s(self) -> float | None:
@@ -110,7 +187,7 @@ class Context:
     @property
     def measured_steps(self) -> int:
         """How many steps the figures cover."""
-        return self.summary.steps.measured or len(self.times.step_s)
+        return self.summary.steps.measured or len(self.times)
 
     @property
     def loader(self) -> Mapping[str, Any] | None:
@@ -131,8 +208,53 @@ class Context:
 
     def system_values(self, key: str) -> list[float]:
         """The sampler rows' readings of a top-level key, in time order, unknowns dropped."""
-        values = (_number(row.get(key)) for row in self.system or ())
+        values = (number_or_none(row.get(key)) for row in self.system or ())
         return [v for v in values if v is not None]
+
+    @cached_property
+    def host_rows(self) -> dict[str, np.ndarray]:
+        """The sampler rows' host readings as columns (``t_s`` and each ``host.*`` key)."""
+        keys = ("system_cpu_pct", "process_cpu_pct", "main_cpu_pct", "memory_used_pct",
+                "available_gb", "main_demand_pct", "workers_demand_pct", "workers")
+        rows = [r for r in self.system or () if number_or_none(r.get("t_s")) is not None]
+        out = {"t_s": np.array([float(r["t_s"]) for r in rows], dtype=np.float64)}
+        for key in keys:
+            values = []
+            for r in rows:  # system.jsonl nests them under "host"; a flat row has them too
+                host = r.get("host")
+                v = number_or_none(host.get(key) if isinstance(host, Mapping) else r.get(key))
+                values.append(math.nan if v is None else v)
+            out[key] = np.array(values, dtype=np.float64)
+        out["temperature_c"] = np.array(
+            [math.nan if (v := number_or_none(r.get("temperature_c"))) is None else v
+             for r in rows],
+            dtype=np.float64)
+        out["throttled"] = np.array([_throttled(r) for r in rows], dtype=np.float64)
+        return out
+
+    def measured_mean(self, key: str) -> float | None:
+        """A host reading's time-weighted mean over the measured steps (None unknown)."""
+        rows, times = self.host_rows, self.times
+        t = rows["t_s"]
+        if t.size < 2 or len(times) == 0 or not np.isfinite(times.t_s).any():
+            return None
+        ends = times.t_s[np.isfinite(times.t_s)]
+        start, stop = float(ends[0] - times.step_s[0]), float(ends[-1])
+        begin = np.concatenate(([t[0] - (t[1] - t[0])], t[:-1]))
+        weights = np.clip(np.minimum(t, stop) - np.maximum(begin, start), 0.0, None)
+        values = rows[key]
+        known = np.isfinite(values) & (weights > 0)
+        if not known.any():
+            return None
+        return float((values[known] * weights[known]).sum() / weights[known].sum())
+
+    @cached_property
+    def phases(self) -> list[Any]:
+        """The run's slow phases (:func:`trainpace.diagnose.phases.find_phases`), found once
+        for every rule that needs them."""
+        from trainpace.diagnose.phases import find_phases  # phases builds on this module
+
+        return find_phases(self)
 
     @property
     def samples_per_step(self) -> float | None:
@@ -141,3 +263,15 @@ class Context:
         if tp.samples_per_s is None or not tp.steps_per_s:
             return None
         return tp.samples_per_s / tp.steps_per_s
+
+
+def _throttled(row: Mapping[str, Any]) -> float:
+    """100 when the row's (first) GPU reported a throttle reason, 0 when not, NaN unknown."""
+    flat = number_or_none(row.get("throttled_pct"))
+    if flat is not None:
+        return flat
+    gpus = row.get("gpus")
+    if not isinstance(gpus, list) or not gpus or not isinstance(gpus[0], Mapping):
+        return math.nan
+    value = gpus[0].get("throttled")
+    return math.nan if value is None else 100.0 * bool(value)

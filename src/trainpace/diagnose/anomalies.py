@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from trainpace.diagnose import advice as adv
 from trainpace.diagnose._context import Context, Outcome, Verdict, banded, verdict
+from trainpace.diagnose.phases import HostSigns, host_signs
 from trainpace.diagnose.thresholds import Thresholds
 from trainpace.stats import median
+from trainpace.summary import Bottleneck
 from trainpace.units import format_duration as duration
 
 PERIOD_COVERAGE = 0.8  # a period holds when the slow steps fill 80% of its places in the run
@@ -106,7 +112,7 @@ def too_few_steps(ctx: Context, need: int, what: str) -> Outcome | None:
     """A skip outcome when there are no step records or fewer measured steps than ``need``."""
     if ctx.steps is None:
         return Outcome(skipped=f"no per-step records (steps.jsonl) for the {what} check")
-    n = len(ctx.times.step_s)
+    n = len(ctx.times)
     if n < need:
         return Outcome(skipped=f"only {n} measured steps; the {what} check needs {need}")
     return None
@@ -117,60 +123,88 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
     t, times = ctx.t, ctx.times
     med = median(times.step_s) or 0.0
     wait_med = median(times.wait_s) or 0.0
-    lost_s = sum(times.step_s[i] - med for i in chosen)
-    lost_pct = 100.0 * lost_s / sum(times.step_s)
-    in_wait_s = sum(max(0.0, times.wait_s[i] - wait_med) for i in chosen)
+    ix = np.asarray(chosen, dtype=np.int64)
+    slow = times.step_s[ix]
+    lost_s = float((slow - med).sum())
+    lost_pct = 100.0 * lost_s / float(times.step_s.sum())
+    in_wait_s = float(np.maximum(0.0, times.wait_s[ix] - wait_med).sum())
     in_loader = in_wait_s >= 0.5 * lost_s
     severity = banded(lost_pct, t.outlier_warning_pct, t.outlier_critical_pct)
-    slow = [times.step_s[i] for i in chosen]
-    worst = max(chosen, key=lambda i: times.step_s[i])
-    evidence = {
-        "measured_steps": len(times.step_s),
+    worst = int(ix[int(np.argmax(slow))])
+    evidence: dict[str, Any] = {
+        "measured_steps": len(times),
         "step_s_median": med,
         "count": len(chosen),
         "period_steps": period,
-        "outlier_steps": [times.step[i] for i in chosen[:20]],
+        "outlier_steps": [int(s) for s in times.step[ix[:20]]],
         "outlier_step_s_median": median(slow),
-        "worst_step": times.step[worst],
-        "worst_step_s": times.step_s[worst],
+        "worst_step": int(times.step[worst]),
+        "worst_step_s": float(times.step_s[worst]),
         "lost_s": lost_s,
         "lost_pct": lost_pct,
         "in_data_wait_pct": 100.0 * in_wait_s / lost_s if lost_s > 0 else None,
     }
+    signs = None if in_loader else _signs_of(ctx, ix)
+    if signs is not None:
+        evidence["host_signs"] = signs.to_dict()
     each, gain = duration(lost_s / len(chosen)), adv.gain_text(lost_pct)
+    persistent = bool((ctx.loader or {}).get("persistent_workers"))
     if period:
-        kind = "stall" if max(slow) > t.stall_factor * med else "slow step"
+        kind = "stall" if float(slow.max()) > t.stall_factor * med else "slow step"
         title = (f"Periodic {kind} every {period} steps: {len(chosen)} steps took "
                  f"{duration(median(slow) or 0.0)} instead of {duration(med)} "
                  f"({lost_pct:.1f}% of the time)")
-        advice = (
-            f"the extra {each} each time is in the data wait: the loader runs dry every "
-            f"{period} steps — an epoch boundary that restarts the workers "
-            "(persistent_workers=True) or a prefetch queue too short for slow batches "
-            f"(raise prefetch_factor) — {gain}"
-            if in_loader
-            else f"periodic work outside the loader costs {each} every {period} steps: a "
-            "checkpoint save, an evaluation or a logging sync; save asynchronously "
-            "(torch.distributed.checkpoint.async_save) or less often, evaluate less often "
-            f"— {gain}"
-        )
+        restart = ("an epoch boundary that restarts the workers (persistent_workers=True)"
+                   if not persistent else "a slow first batch of each epoch (the workers "
+                   "persist already: shuffle cost or files opened per epoch)")
+        if in_loader:
+            advice = (f"the extra {each} each time is in the data wait: the loader runs dry "
+                      f"every {period} steps — {restart} or a prefetch queue too short for "
+                      f"slow batches (raise prefetch_factor) — {gain}")
+        elif _outside_known(ctx):
+            advice = (f"periodic work inside the step costs {each} every {period} steps (work "
+                      "between steps, such as an evaluation, is kept out of the step time): "
+                      "a synchronizing call, logging or a checkpoint save inside the step — "
+                      f"save asynchronously (torch.distributed.checkpoint.async_save) or less "
+                      f"often — {gain}")
+        else:
+            advice = (f"periodic work outside the loader costs {each} every {period} steps: "
+                      "a checkpoint save, an evaluation or a logging sync; save "
+                      "asynchronously (torch.distributed.checkpoint.async_save) or less "
+                      f"often, evaluate less often — {gain}")
     else:
         title = (f"{len(chosen)} stall{'s' if len(chosen) > 1 else ''} over "
                  f"{t.stall_factor:g}× the median step: worst "
-                 f"{duration(times.step_s[worst])} at step {times.step[worst]} "
+                 f"{duration(float(times.step_s[worst]))} at step {int(times.step[worst])} "
                  f"({lost_pct:.1f}% of the time)")
-        advice = (
-            "the stalls are in the data wait: a slow read or a slow sample (check storage and "
-            f"samples that decode slowly) — {gain}"
-            if in_loader
-            else "the stalls are outside the loader: garbage collection (gc.freeze() after "
-            "setup), host memory swapping, a competing process, or a synchronizing call "
-            f"(.item(), .cpu()) behind queued work — {gain}"
-        )
-    category = None if severity == "info" else "data_loading" if in_loader else "host_overhead"
+        if in_loader:
+            advice = ("the stalls are in the data wait: a slow read or a slow sample (check "
+                      f"storage and samples that decode slowly) — {gain}")
+        elif signs is not None and signs.contended(t):
+            advice = (f"the stalls are outside the loader, while {signs.text()}: other "
+                      f"processes took the CPU — run where the cores are free — {gain}")
+        else:
+            measured = f" ({signs.text()}: no contention)" if signs is not None else ""
+            advice = ("the stalls are outside the loader" + measured + ": garbage collection "
+                      "(gc.freeze() after setup), host memory swapping, or a synchronizing "
+                      f"call (.item(), .cpu()) behind queued work — {gain}")
+    category: Bottleneck | None = (None if severity == "info" else
+                                   "data_loading" if in_loader else "host_overhead")
     outcome = verdict("periodic_stall" if period else "stalls", severity, title, evidence,
                       [advice], bottleneck=category, lost_pct=lost_pct)
     return outcome.verdicts[0]
+
+
+def _signs_of(ctx: Context, ix: np.ndarray) -> HostSigns | None:
+    """The host readings over the slow steps' own time (None without sampler rows)."""
+    times = ctx.times
+    ends = times.t_s[ix]
+    known = np.isfinite(ends)
+    if not known.any():
+        return None
+    spans = [(float(e - s), float(e)) for e, s in zip(ends[known], times.step_s[ix][known],
+                                                        strict=True)]
+    return host_signs(ctx, spans)
 
 
 def step_outliers(ctx: Context) -> Outcome:
@@ -181,15 +215,19 @@ def step_outliers(ctx: Context) -> Outcome:
     if short is not None:
         return short
     med = median(times.step_s) or 0.0
-    spikes = [i for i, s in enumerate(times.step_s) if s > t.spike_factor * med]
+    spikes = np.flatnonzero(times.step_s > t.spike_factor * med)
+    in_phase = np.zeros(len(times), dtype=bool)
+    for phase in ctx.phases:  # a stall inside a named slow phase is reported with it
+        in_phase |= (times.step >= phase.start_step) & (times.step <= phase.stop_step)
     found = None
     if len(spikes) >= t.spike_min_count:
-        extra = {times.step[i]: times.step_s[i] - med for i in spikes}
-        found = periodic(extra, times.step[0], times.step[-1], t)
+        extra = {int(times.step[i]): float(times.step_s[i]) - med for i in spikes}
+        found = periodic(extra, int(times.step[0]), int(times.step[-1]), t)
     on_period = set(found[1]) if found else set()
-    periodic_ix = [i for i in spikes if times.step[i] in on_period]
-    stalls = [i for i in spikes
-              if times.step[i] not in on_period and times.step_s[i] > t.stall_factor * med]
+    periodic_ix = [int(i) for i in spikes if int(times.step[i]) in on_period]
+    stalls = [int(i) for i in spikes
+              if int(times.step[i]) not in on_period and times.step_s[i] > t.stall_factor * med
+              and not in_phase[i]]
     verdicts = []
     if found:
         verdicts.append(_outliers(ctx, periodic_ix, found[0]))
@@ -198,27 +236,47 @@ def step_outliers(ctx: Context) -> Outcome:
     if verdicts:
         return Outcome(verdicts=tuple(verdicts))
     return Outcome(checked=f"no step over {t.stall_factor:g}× the median ({duration(med)}) "
-                           f"in {len(times.step_s)} steps, no periodic slow step")
+                           f"in {len(times)} steps, no periodic slow step")
+
+
+def _outside_known(ctx: Context) -> bool:
+    """Whether the records keep time between steps apart (``outside_s`` measured)."""
+    steps = ctx.all_steps
+    return steps is not None and bool(np.isfinite(steps.column("outside_s")).any())
+
+
+def _grown_pct(ctx: Context, head: np.ndarray, tail: np.ndarray) -> float | None:
+    """How much the work per step (tokens, else samples) grew, first quarter to last."""
+    steps = ctx.all_steps
+    if steps is None:
+        return None
+    for name in ("tokens", "samples"):
+        work = steps.column(name)[ctx.times.index]
+        first, last = median(work[head]), median(work[tail])
+        if first is not None and last is not None and math.isfinite(first + last) and first > 0:
+            return 100.0 * (last / first - 1.0)
+    return None
 
 
 def drift(ctx: Context) -> Outcome:
     """Step time that grows (or falls) over the run: first quarter against last quarter."""
     t, times = ctx.t, ctx.times
-    n = len(times.step_s)
+    n = len(times)
     short = too_few_steps(ctx, t.drift_min_steps, "drift")
     if short is not None:
         return short
     med = median(times.step_s) or 0.0
-    keep = [i for i, s in enumerate(times.step_s) if s <= t.stall_factor * med]
+    keep = np.flatnonzero(times.step_s <= t.stall_factor * med)
     quarter = max(1, len(keep) // 4)
     head, tail = keep[:quarter], keep[-quarter:]
-    first = median([times.step_s[i] for i in head]) or 0.0
-    last = median([times.step_s[i] for i in tail]) or 0.0
+    first = median(times.step_s[head]) or 0.0
+    last = median(times.step_s[tail]) or 0.0
     if first <= 0:
         return Outcome(skipped="the first steps have no duration")
     drift_pct = 100.0 * (last / first - 1.0)
-    wait_first = median([times.wait_s[i] for i in head]) or 0.0
-    wait_last = median([times.wait_s[i] for i in tail]) or 0.0
+    wait_first = median(times.wait_s[head]) or 0.0
+    wait_last = median(times.wait_s[tail]) or 0.0
+    grown = _grown_pct(ctx, head, tail)
     evidence = {
         "measured_steps": n,
         "first_quarter_step_s": first,
@@ -226,23 +284,30 @@ def drift(ctx: Context) -> Outcome:
         "drift_pct": drift_pct,
         "first_quarter_wait_s": wait_first,
         "last_quarter_wait_s": wait_last,
+        "work_grown_pct": grown,
     }
     span = f"from {duration(first)} to {duration(last)} over {n} steps"
     if drift_pct >= t.drift_warning_pct:
         temps = ctx.system_values("temperature_c")
         if wait_last - wait_first >= 0.5 * (last - first):
-            cause = "the growth is in the data wait: the loader slows down (a cache filling, "
-            "files growing, workers leaking memory)"
+            cause = ("the growth is in the data wait: the loader slows down (a cache filling, "
+                     "files growing, workers leaking memory)")
         elif len(temps) >= 2 and temps[-1] - temps[0] >= 10:
             cause = (
                 f"the device warmed from {temps[0]:.0f} to {temps[-1]:.0f} °C: "
                 "check clocks and throttling"
             )
+        elif grown is not None and grown >= 0.5 * drift_pct:
+            cause = (f"the inputs grew: the work per step (tokens, else samples) rose "
+                     f"{grown:.0f}% from the first quarter to the last, the step time "
+                     f"{drift_pct:.0f}% — the step is as fast per unit of work")
         else:
+            inputs = (f"; the work per step changed {grown:+.0f}%, so the inputs do not "
+                      "explain it" if grown is not None else "")
             cause = (
                 "the growth is in the step itself: tensors kept across steps (summing losses "
-                "without .item() or .detach() keeps their graphs alive), allocator "
-                "fragmentation, or inputs that grow (sequence length)"
+                "without .item() or .detach() keeps their graphs alive) or allocator "
+                f"fragmentation{inputs}"
             )
         return verdict(
             "drift",
@@ -263,3 +328,31 @@ def drift(ctx: Context) -> Outcome:
             ],
         )
     return Outcome(checked=f"step time steady ({round(drift_pct):+d}% {span})")
+
+
+def loss_finite(ctx: Context) -> Outcome:
+    """A loss that became NaN or infinite: the run diverged, whatever its speed."""
+    steps = ctx.all_steps
+    if steps is None:
+        return Outcome(skipped="no per-step records (steps.jsonl) for the loss check")
+    flags = steps.column("loss_nonfinite")
+    bad = np.flatnonzero(flags > 0)
+    if bad.size == 0:
+        known = np.isfinite(steps.column("loss")).sum()
+        if not known and not np.isfinite(flags).any():
+            return Outcome(skipped="no loss observed (meter.observe(loss=...))")
+        return Outcome(checked=f"loss finite in every step ({int(known)} with a loss)")
+    first = int(steps.step[bad[0]])
+    finite_after = np.isfinite(steps.column("loss")[bad[0]:]).sum()
+    return verdict(
+        "loss_nonfinite", "critical",
+        f"The loss stopped being finite at step {first} (NaN or inf in {bad.size} steps)",
+        {"first_step": first, "nonfinite_steps": int(bad.size),
+         "finite_steps_after": int(finite_after),
+         "steps": [int(s) for s in steps.step[bad[:20]]]},
+        ["the run diverged: its speed figures after that step train nothing; lower the "
+         "learning rate or add warm-up, clip gradients (torch.nn.utils.clip_grad_norm_), "
+         "and with float16 use a GradScaler (bf16 has float32's range)",
+         "torch.autograd.set_detect_anomaly(True) on a rerun names the op that made the first "
+         "NaN"],
+    )

@@ -12,10 +12,11 @@ from collections.abc import Callable
 
 from trainpace.diagnose import advice as adv
 from trainpace.diagnose._context import Context, Outcome, Verdict, verdict
-from trainpace.diagnose.anomalies import drift, step_outliers
+from trainpace.diagnose.anomalies import drift, loss_finite, step_outliers
 from trainpace.diagnose.distributed import communication, ranks
-from trainpace.stats import median
-from trainpace.summary import Finding, Severity
+from trainpace.diagnose.loading import data_wait
+from trainpace.diagnose.phases import outside_steps, slow_phases
+from trainpace.summary import Finding
 
 Rule = Callable[[Context], Outcome]
 
@@ -31,13 +32,35 @@ def _bandwidth_families(ctx: Context) -> list[str]:
         moved = float(fam.get("bytes") or 0.0)
         if fam.get("roofline") != "bandwidth_bound" or total <= 0 or moved <= 0:
             continue
-        intensity = fam.get("intensity")
+        intensity = fam.get("intensity_flop_per_byte")
         at = f" at {intensity:.2g} FLOP/byte" if isinstance(intensity, (int, float)) else ""
         lines.append(f"{fam.get('family')} ops move {100.0 * moved / total:.0f}% of the bytes{at}")
     return lines[:3]
 
 
 def hardware(ctx: Context) -> Outcome:
+    """The roofline verdict and the bandwidth reading; a figure above its peak is named as a
+    wrong peak (or count) instead of being shown."""
+    outcome = _roofline(ctx)
+    f, b = ctx.summary.flops, ctx.summary.bandwidth
+    errors = [e for e in (f.error, b.error) if e]
+    if not errors:
+        return outcome
+    wrong = Verdict(Finding(
+        id="peak_wrong", severity="warning",
+        title="A figure exceeds its peak, so it is not shown: " + errors[0],
+        evidence={"flops_error": f.error, "bandwidth_error": b.error,
+                  "peak_tflops": f.peak_tflops, "peak_source": f.peak_source,
+                  "peak_gb_s": b.peak_gb_s, "bandwidth_peak_source": b.peak_source,
+                  "mfu_pct": f.mfu_pct, "bandwidth_util_pct": b.util_pct},
+        advice=["MFU over 100% is not a measurement: the peak (or the FLOP count) is wrong; "
+                "measure this machine's ceilings in full (`trainpace ceilings`, with the run's "
+                "--threads on a CPU) or pass the right one (Meter(peaks={...}))"]))
+    return Outcome(verdicts=(wrong, *outcome.verdicts), checked=outcome.checked,
+                   skipped=None if outcome.verdicts else outcome.skipped)
+
+
+def _roofline(ctx: Context) -> Outcome:
     """The roofline verdict and the bandwidth reading: compute-bound or bandwidth-bound."""
     s, t = ctx.summary, ctx.t
     f, b, d = s.flops, s.bandwidth, s.device
@@ -105,8 +128,10 @@ def hardware(ctx: Context) -> Outcome:
         # FLOPs counted but no peak known (a CPU before `trainpace ceilings`), or not counted.
         if f.per_step is not None:
             missing = f"no peak known for the {d.kind or 'device'}"
-            fix = ("run `trainpace ceilings` once on this machine (or pass Meter(peaks=...)) "
-                   "to get the roofline verdict")
+            threads = ctx.summary.host.cpu_threads
+            flag = f" --threads {threads}" if d.kind == "cpu" and threads else ""
+            fix = (f"run `trainpace ceilings{flag}` once on this machine (or pass "
+                   "Meter(peaks=...)) to get the roofline verdict")
         else:
             missing = "no FLOP count"
             fix = "count FLOPs (the Meter does on its first step) to get the roofline verdict"
@@ -152,8 +177,13 @@ def device_util(ctx: Context) -> Outcome:
     finding_id = "device_idle"
     if d.kind == "cpu" and system_cpu is not None and system_cpu >= t.cpu_contention_system_pct:
         finding_id = "cpu_contention"
+        process, cores = s.host.process_cpu_pct, ctx.cpu_count
+        share = (f"; this process had {min(100.0, process / cores):.0f}% of the machine"
+                 if process is not None and cores else "")
+        evidence["process_share_pct"] = (min(100.0, process / cores)
+                                         if process is not None and cores else None)
         title = (f"Other processes take the CPU: it is {system_cpu:.0f}% busy while this run's "
-                 f"threads get {d.util_pct:.0f}% of their time")
+                 f"threads get {d.util_pct:.0f}% of their time{share}")
         advice = [
             "run where the cores are free, or use fewer threads than the cores left "
             f"(torch.set_num_threads; now {s.host.cpu_threads or 'unknown'}) — "
@@ -260,69 +290,6 @@ def thermal(ctx: Context) -> Outcome:
                    lost_pct=d.throttle_pct)
 
 
-# ---- 4. data loading ---------------------------------------------------------------------
-
-
-def data_wait(ctx: Context) -> Outcome:
-    """Does the step wait for its batch? And does the host-to-device copy cost much?"""
-    s, t = ctx.summary, ctx.t
-    wait_pct, wait_s, step_s = s.data.wait_pct, s.data.wait_s_per_step, ctx.step_s
-    if wait_pct is None:
-        return Outcome(skipped="no data wait measured (wrap the DataLoader with meter.loader)")
-    n = ctx.measured_steps
-    if n < t.data_wait_min_steps_warning:
-        return Outcome(skipped=f"only {n} measured steps for the data wait")
-    verdicts: list[Verdict] = []
-    if wait_pct >= t.data_wait_warning_pct:
-        severity: Severity = "warning"
-        note = ""
-        if wait_pct >= t.data_wait_critical_pct:
-            if n >= t.data_wait_min_steps_critical:
-                severity = "critical"
-            else:
-                note = f" (only {n} steps measured: not enough to call it critical)"
-        waits = ctx.times.wait_s
-        mean_wait = sum(waits) / len(waits) if waits else 0.0
-        bursty = mean_wait > 0 and (median(waits) or 0.0) < 0.5 * mean_wait
-        evidence = {
-            "wait_pct": wait_pct, "wait_s_per_step": wait_s, "step_s_median": step_s,
-            "exposed_wait_s_per_step": s.data.exposed_wait_s_per_step,
-            "measured_steps": n, "device_util_pct": s.device.util_pct,
-            "loader": dict(ctx.loader) if ctx.loader else None, "bursty": bursty,
-        }
-        if wait_s is not None and step_s:
-            advice = adv.loader_advice(
-                wait_pct=wait_pct, wait_s=wait_s, step_s=step_s, loader=ctx.loader,
-                device_kind=s.device.kind, cpu_count=ctx.cpu_count, bursty=bursty,
-                headroom=t.loader_headroom,
-            )
-        else:
-            advice = [f"raise DataLoader num_workers — {adv.gain_text(wait_pct)}"]
-        title = f"The step waits for data {wait_pct:.0f}% of the time{note}"
-        verdicts.append(Verdict(Finding(id="data_wait", severity=severity, title=title,
-                                        evidence=evidence, advice=advice),
-                                "data_loading", wait_pct))
-    h2d_s = s.data.h2d_s_per_step
-    h2d_pct = 100.0 * h2d_s / step_s if h2d_s is not None and step_s else None
-    if h2d_pct is not None and h2d_pct >= t.h2d_warning_pct:
-        pinned = (ctx.loader or {}).get("pin_memory")
-        verdicts.append(Verdict(Finding(
-            id="h2d_copy", severity="warning",
-            title=f"Host-to-device copies take {h2d_pct:.0f}% of the step",
-            evidence={"h2d_s_per_step": h2d_s, "h2d_pct": h2d_pct, "pin_memory": pinned},
-            advice=[("DataLoader(pin_memory=True) and " if not pinned else "")
-                    + ".to(device, non_blocking=True) let the copy overlap compute — "
-                    + adv.gain_text(h2d_pct)]),
-            "data_loading", h2d_pct))
-    if verdicts:
-        return Outcome(verdicts=tuple(verdicts))
-    h2d_text = f", host-to-device {h2d_pct:.0f}%" if h2d_pct is not None else ""
-    return Outcome(
-        checked=f"data wait {wait_pct:.1f}% of the step (< {t.data_wait_warning_pct:g}%)"
-        f"{h2d_text}"
-    )
-
-
 # ---- host overhead -----------------------------------------------------------------------
 
 
@@ -364,20 +331,35 @@ def host_overhead(ctx: Context) -> Outcome:
                     "training loop for the CPU: fewer workers doing cheaper work, or move "
                     "preprocessing offline"]),
             "host_overhead", None))
+    py = h.python_pct
+    if py is not None and py >= t.python_overhead_warning_pct:
+        verdicts.append(Verdict(Finding(
+            id="python_overhead", severity="warning",
+            title=f"Python between operators takes {py:.0f}% of the step",
+            evidence={"python_pct": py, "source": "trace"},
+            advice=["torch.compile fuses the step's ops and removes the Python between them; "
+                    "a larger batch makes each op longer against the same Python; move "
+                    "per-step Python (logging, metrics, .item()) out of the step or to every "
+                    "N steps"]),
+            "host_overhead", py))
     if verdicts:
         return Outcome(verdicts=tuple(verdicts))
-    if k.short_pct is None and h.system_cpu_pct is None:
+    if k.short_pct is None and h.system_cpu_pct is None and h.python_pct is None:
         return Outcome(skipped="no kernel statistics (profiler trace) and no host CPU reading")
     deep = (f" but the launch queue is deep (median launch-to-start lag "
             f"{k.launch_lag_us:.0f} µs): not launch-bound" if queue_deep else "")
     parts = [f"{k.short_pct:.0f}% short kernels{deep}" if k.short_pct is not None else None,
-             f"host CPU {h.system_cpu_pct:.0f}%" if h.system_cpu_pct is not None else None]
+             f"host CPU {h.system_cpu_pct:.0f}%" if h.system_cpu_pct is not None else None,
+             f"Python {h.python_pct:.0f}% of the step" if h.python_pct is not None else None]
     return Outcome(checked=", ".join(p for p in parts if p))
 
 
 RULES: tuple[tuple[str, Rule], ...] = (
+    ("slow phases", slow_phases),
     ("step-time outliers", step_outliers),
     ("step-time drift", drift),
+    ("loss", loss_finite),
+    ("time outside steps", outside_steps),
     ("roofline and bandwidth", hardware),
     ("device utilization", device_util),
     ("device memory", memory),

@@ -43,11 +43,21 @@ class Thresholds:
     outlier_critical_pct: float = 20.0
     drift_warning_pct: float = 10.0
     drift_min_steps: int = 20
+    slow_phase_factor: float = 1.5
+    slow_phase_min_steps: int = 5
+    slow_phase_min_wall_pct: float = 2.0
+    slow_phase_warning_pct: float = 5.0
+    slow_phase_critical_pct: float = 20.0
+    compile_warmup_steps: int = 3
+    warmup_long_pct: float = 33.3
+    outside_steps_info_pct: float = 10.0
     # host overhead
     short_kernel_warning_pct: float = 50.0
     launch_lag_starved_us: float = 100.0
     host_cpu_saturated_pct: float = 90.0
+    python_overhead_warning_pct: float = 30.0
     cpu_contention_system_pct: float = 80.0
+    cpu_others_pct: float = 30.0
     # distributed
     communication_warning_pct: float = 10.0
     communication_critical_pct: float = 30.0
@@ -66,12 +76,16 @@ class Thresholds:
             ("communication_warning_pct", "communication_critical_pct"),
             ("straggler_warning_pct", "straggler_critical_pct"),
             ("spike_factor", "stall_factor"),
+            ("slow_phase_warning_pct", "slow_phase_critical_pct"),
         )
         for low, high in pairs:
             if getattr(self, low) > getattr(self, high):
                 raise ConfigError(
                     f"thresholds.{low}", getattr(self, low), f"must be ≤ thresholds.{high}"
                 )
+        if self.slow_phase_factor <= 1.0:
+            raise ConfigError("thresholds.slow_phase_factor", self.slow_phase_factor,
+                              "must be > 1")
         if self.spike_factor <= 1.0:
             raise ConfigError("thresholds.spike_factor", self.spike_factor, "must be > 1")
         if self.loader_headroom < 1.0:
@@ -125,12 +139,29 @@ SOURCES: Mapping[str, str] = {
     "outlier_critical_pct": "TraceML overhead_share_crit = 0.20 (same band as other overheads)",
     "drift_warning_pct": "issue 4 (trainpace): > 10% slower over the run",
     "drift_min_steps": "TraceML min_steps_for_confident_diag = 20",
+    "slow_phase_factor": "inferred: the spike factor (1.5× the median) held by a run of steps "
+    "instead of one",
+    "slow_phase_min_steps": "inferred: five slow steps in a row are a phase, not a stall or two",
+    "slow_phase_min_wall_pct": "inferred: a phase under 2% of the wall time changes no figure",
+    "slow_phase_warning_pct": "inferred: the outlier band — 5% of the run lost is worth fixing",
+    "slow_phase_critical_pct": "TraceML overhead_share_crit = 0.20 (same band as other overheads)",
+    "compile_warmup_steps": "inferred: torch.compile, the allocator and cuDNN autotuning settle "
+    "in the first few steps (torchtitan's and Lightning's timers skip 1–3)",
+    "warmup_long_pct": "issue 10 (trainpace): an excluded warm-up over a third of the wall time "
+    "leaves the steady figures describing a minority of the run",
+    "outside_steps_info_pct": "inferred: the TraceML/TF profiler 10% band, applied to time "
+    "between steps",
+    "cpu_others_pct": "inferred: when other processes keep ≥ 30% of the machine's CPU busy, "
+    "a run's threads wait for cores (the contention seen in issue 10 took half of it)",
     "short_kernel_warning_pct": "inferred from HTA CUDA launch stats: when most kernels are "
     "shorter than their ~5–20 µs launch overhead, the step is launch-bound",
     "launch_lag_starved_us": "inferred from HTA's launch stats (launch overhead 5–20 µs): a "
     "kernel that starts within ~100 µs of its launch found the device queue empty; a longer "
     "lag means the host runs ahead, so short kernels do not make the step launch-bound",
     "host_cpu_saturated_pct": "inferred: a CPU near 100% busy cannot feed the device on time",
+    "python_overhead_warning_pct": "inferred: with a third of a CPU step in Python outside any "
+    "operator, removing it (torch.compile, a larger batch) is the largest gain left after "
+    "loading",
     "cpu_contention_system_pct": "inferred: with under a fifth of the CPU idle, a CPU run whose "
     "threads are idle half the time is being crowded out by other processes",
     "communication_warning_pct": "torch-tb-profiler: communication / step > 0.10 → gradient "

@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 import torch
 
+from trainpace.errors import DeviceError
+
 Marker = Any  # a recorded device event (opaque to the callers)
 
 
@@ -86,9 +88,26 @@ def _mps_events_available() -> bool:
 
 
 def resolve_device(requested: str | None) -> torch.device:
-    """The device whose clock times the steps: the one asked for, else the accelerator present."""
+    """The device whose clock times the steps: the one asked for, else the accelerator present.
+
+    A device this machine does not have is refused (timing a CUDA run with the host clock
+    would time the enqueueing of its kernels, not their work).
+    """
     if requested is not None:
-        return torch.device(requested)
+        device = torch.device(requested)
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise DeviceError(f"device={requested!r}: CUDA is not available on this machine "
+                                  "(torch.cuda.is_available() is False); pass device='cpu' or "
+                                  "leave device unset")
+            if (device.index or 0) >= torch.cuda.device_count():
+                raise DeviceError(f"device={requested!r}: this machine has "
+                                  f"{torch.cuda.device_count()} CUDA device(s); pass one of "
+                                  f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+        if device.type == "mps" and not _mps_events_available():
+            raise DeviceError(f"device={requested!r}: MPS is not available on this machine; "
+                              "pass device='cpu' or leave device unset")
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     if _mps_events_available():

@@ -6,7 +6,10 @@ finished steps into ``steps.jsonl`` records once their device events and values 
 without a synchronization. It does no I/O and never prints.
 
 A *step* is an optimizer step. Its cycle runs from the end of the previous step to its own
-end, so the wait for its batch, fetched before ``with meter.step(...)``, is inside it.
+end, so the wait for its batch, fetched before ``with meter.step(...)``, is inside it. When
+the loop pulls its batches through the metered loader, the part of the cycle before the
+step's first fetch (an evaluation, a checkpoint between steps) is its ``outside_s``, kept out
+of its ``step_s``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 
 from trainpace.measure.batch import TokenCount, count_samples, count_tokens
 from trainpace.measure.clock import DeviceTimer, Marker
+from trainpace.records import StepRecord
 
 Clock = Callable[[], float]
 _TENSOR = torch.Tensor
@@ -35,27 +39,30 @@ class _Row:
     """
 
     __slots__ = ("batches", "cycle_s", "emitted", "end_marker", "end_s", "fetched_since_micro",
-                 "h2d_markers", "h2d_s", "losses", "metrics", "micro_done", "record", "samples",
-                 "start_marker", "step", "tokens", "wait_markers", "wait_s")
+                 "h2d_markers", "h2d_s", "losses", "metrics", "micro_done", "outside_s", "record",
+                 "samples", "start_marker", "step", "tokens", "wait_markers", "wait_s")
 
     def __init__(self) -> None:
         self.wait_s = 0.0
+        self.outside_s = 0.0  # between the previous step's end and this step's first fetch
         self.h2d_s: float | None = None
         self.samples = 0
-        self.tokens: list[TokenCount] = []
+        # Lists are made when a first value comes (an empty tuple until then): most steps
+        # never have tokens or markers, and a row is made per step.
+        self.tokens: list[TokenCount] | tuple[()] = ()
         self.batches = 0
         self.fetched_since_micro = 0
         self.micro_done = 0
-        self.losses: list[Any] = []
-        self.metrics: list[Any] = []
-        self.wait_markers: list[tuple[Marker, Marker]] = []
-        self.h2d_markers: list[tuple[Marker, Marker]] = []
+        self.losses: list[Any] | tuple[()] = ()
+        self.metrics: list[Any] | tuple[()] = ()
+        self.wait_markers: list[tuple[Marker, Marker]] | tuple[()] = ()
+        self.h2d_markers: list[tuple[Marker, Marker]] | tuple[()] = ()
         self.step = 0
         self.end_s = 0.0  # clock() at the step's end
         self.cycle_s = 0.0  # host cycle time
         self.start_marker: Marker | None = None
         self.end_marker: Marker | None = None
-        self.record: dict[str, Any] | None = None  # resolved, waiting for device values
+        self.record: StepRecord | None = None  # resolved, waiting for device values
         self.emitted = False  # handed out by take_records()
 
 
@@ -97,7 +104,12 @@ class StepRecorder:
         self._spare_rows: list[_Row] = []
         self._plain_batches = samples is None and tokens is None
         self._tensors_layout: tuple[type, ...] | None = None  # see _count
-        self.fault: tuple[str, Exception] | None = None  # a failure in fetch(), to report
+        self.fault: tuple[str, Exception] | None = None  # a failure of ours, to report
+        # Time outside the steps (evaluation, checkpoints between steps) is measured only on
+        # loops that pull their batches through the metered loader: without it, the time
+        # between two steps may be the loop's own data loading, which belongs to the step.
+        self._metered = False
+        self._idle_since: float | None = None  # a step ended (or the loader ran out) here
 
     # -- the loop's side ------------------------------------------------------------------
 
@@ -139,7 +151,13 @@ class StepRecorder:
         if self.t0 is None:
             self.touch()
         marker = self.timer.mark() if self.timer is not None else None
-        return self.clock(), marker
+        now = self.clock()
+        idle = self._idle_since
+        if idle is not None:
+            self._cur.outside_s += now - idle
+            self._idle_since = None
+        self._metered = True
+        return now, marker
 
     def fetch_done(self, started: tuple[float, Marker | None], batch: Any = None,
                    got_batch: bool = True) -> None:
@@ -149,10 +167,16 @@ class StepRecorder:
         row = self._cur
         row.wait_s += now - t_start
         if self.timer is not None and m_start is not None:
-            row.wait_markers.append((m_start, self.timer.mark()))
+            pair = (m_start, self.timer.mark())
+            if isinstance(row.wait_markers, list):
+                row.wait_markers.append(pair)
+            else:
+                row.wait_markers = [pair]
         if got_batch:
             row.fetched_since_micro += 1
             self._count(row, batch)  # last: a failing user counter leaves the timing intact
+        elif not self.in_step:
+            self._idle_since = now  # the loader ran out: what follows is outside the steps
 
     def copy_started(self) -> tuple[float, Marker | None]:
         """Call right before moving a batch to the device."""
@@ -165,7 +189,11 @@ class StepRecorder:
         row = self._cur
         row.h2d_s = (row.h2d_s or 0.0) + (self.clock() - t_start)
         if self.timer is not None and m_start is not None:
-            row.h2d_markers.append((m_start, self.timer.mark()))
+            pair = (m_start, self.timer.mark())
+            if isinstance(row.h2d_markers, list):
+                row.h2d_markers.append(pair)
+            else:
+                row.h2d_markers = [pair]
 
     def enter(self, accumulate: int) -> bool:
         """A ``meter.step()`` block begins. Returns False when it is nested (ignored)."""
@@ -173,12 +201,17 @@ class StepRecorder:
             self.touch()
         if self.in_step:
             return False
+        idle = self._idle_since
+        if idle is not None:  # no fetch since the last step: what passed is outside
+            self._cur.outside_s += self.clock() - idle
+            self._idle_since = None
         self.in_step = True
         self._accumulate = accumulate
         return True
 
     def exit(self, batch: Any, failed: bool) -> bool:
-        """A ``meter.step()`` block ended; True when it closed an optimizer step.
+        """A ``meter.step()`` block ended; True when it closed an optimizer step. Never
+        raises: a failure to count the batch is kept in :attr:`fault` (the step is kept).
 
         Kept to few operations on purpose: it runs right after the step's own work, when
         little of trainpace is still in the CPU's caches.
@@ -188,23 +221,22 @@ class StepRecorder:
         if failed:
             # The step raised: it never finished, so it is not a step. Start afresh.
             self._cur = _Row()
-            self._prev_end_s = self.clock()
+            self._prev_end_s = now = self.clock()
+            if self._metered:
+                self._idle_since = now
             if self.timer is not None:
                 self._next_start_marker = self.timer.mark()
             return False
-        count_error: Exception | None = None
         if row.fetched_since_micro:
             row.fetched_since_micro = 0
         elif batch is not None:
             try:  # no loader batch for this micro-step: count the argument
                 self._count(row, batch)
-            except Exception as exc:  # noqa: BLE001 - re-raised once the step is recorded
-                count_error = exc
+            except Exception as exc:  # noqa: BLE001 - reported by the caller
+                self.fault = ("counting a batch", exc)
         if self._accumulate != 1:
             row.micro_done += 1
             if row.micro_done < self._accumulate:
-                if count_error is not None:
-                    raise count_error
                 return False
         now = self.clock()
         steps = self.steps_closed = self.steps_closed + 1
@@ -220,8 +252,8 @@ class StepRecorder:
         self.last_closed = row
         spare = self._spare_rows
         self._cur = spare.pop() if spare else _Row()
-        if count_error is not None:
-            raise count_error
+        if self._metered:
+            self._idle_since = now
         return True
 
     def observe(self, loss: Any = None, metric: Any = None) -> None:
@@ -231,15 +263,23 @@ class StepRecorder:
         # unless that one was already written out; then it goes to the next step.
         row = last if not self.in_step and last is not None and not last.emitted else self._cur
         if loss is not None:
-            row.losses.append(_keep(loss))
+            if isinstance(row.losses, list):
+                row.losses.append(_keep(loss))
+            else:
+                row.losses = [_keep(loss)]
         if metric is not None:
-            row.metrics.append(_keep(metric))
+            if isinstance(row.metrics, list):
+                row.metrics.append(_keep(metric))
+            else:
+                row.metrics = [_keep(metric)]
 
     def exclude_from_cycle(self, seconds: float) -> None:
         """Time the meter spent on its own work between steps; kept out of the next step."""
         self.overhead_s += seconds
         if self._prev_end_s is not None:
             self._prev_end_s += seconds
+        if self._idle_since is not None:
+            self._idle_since += seconds
 
     @property
     def open_samples(self) -> int:
@@ -274,11 +314,11 @@ class StepRecorder:
         if samples is not None:
             row.samples += int(samples)
         if self._tokens_fn is not None:
-            row.tokens.append(int(self._tokens_fn(batch)))
+            _add_tokens(row, int(self._tokens_fn(batch)))
             return
         tokens, how = count_tokens(batch)
         if tokens is not None:
-            row.tokens.append(tokens)
+            _add_tokens(row, tokens)
             if self.tokens_counted is None:
                 self.tokens_counted = how
         elif type(batch) in (tuple, list) and batch and samples is not None:
@@ -288,7 +328,7 @@ class StepRecorder:
 
     # -- the window boundary's side -------------------------------------------------------
 
-    def take_records(self, *, final: bool = False) -> list[dict[str, Any]]:
+    def take_records(self, *, final: bool = False) -> list[StepRecord]:
         """Finished ``steps.jsonl`` records, oldest first (those whose values can be read now).
 
         Without ``final`` it never blocks: a step whose device events have not completed, or
@@ -297,7 +337,7 @@ class StepRecorder:
         """
         return self.take_ready(final=final)()
 
-    def take_ready(self, *, final: bool = False) -> Callable[[], list[dict[str, Any]]]:
+    def take_ready(self, *, final: bool = False) -> Callable[[], list[StepRecord]]:
         """:meth:`take_records`, with the making of the records left to the caller of the
         function returned (another thread may call it): on the host clock the steps are
         handed over as they are, which keeps the training thread's share of a window short.
@@ -311,10 +351,10 @@ class StepRecorder:
         records = self._device_records(final)
         return lambda: records
 
-    def _host_records(self, rows: list[_Row]) -> list[dict[str, Any]]:
+    def _host_records(self, rows: list[_Row]) -> list[StepRecord]:
         return [self._host_record(row) for row in rows]
 
-    def _device_records(self, final: bool) -> list[dict[str, Any]]:
+    def _device_records(self, final: bool) -> list[StepRecord]:
         timer = self.timer
         assert timer is not None
         ready: list[_Row] = []
@@ -332,24 +372,27 @@ class StepRecorder:
         self._start_readback(ready)
         return self._finish_readback(final)
 
-    def _host_record(self, row: _Row) -> dict[str, Any]:
+    def _host_record(self, row: _Row) -> StepRecord:
         assert self.t0 is not None
         row.emitted = True
+        loss, nonfinite = _loss(row.losses)
         return {
             "step": row.step,
             "t_s": row.end_s - self.t0,
-            "step_s": row.cycle_s,
+            "step_s": row.cycle_s - row.outside_s,
             "wait_s": row.wait_s,
             "exposed_wait_s": None,
             "h2d_s": row.h2d_s,
             "samples": row.samples,
             "tokens": int(sum(row.tokens)) if row.tokens else None,
             "micro_batches": row.batches,
-            "loss": _mean(row.losses) if row.losses else None,
+            "loss": loss,
             "metric": _mean(row.metrics) if row.metrics else None,
+            "outside_s": row.outside_s if self._metered else None,
+            "loss_nonfinite": nonfinite,
         }
 
-    def _resolve_times(self, row: _Row) -> dict[str, Any]:
+    def _resolve_times(self, row: _Row) -> StepRecord:
         step_s = row.cycle_s
         exposed: float | None = None
         h2d = row.h2d_s
@@ -363,6 +406,10 @@ class StepRecorder:
             for marker in [row.start_marker, *(m for pair in row.wait_markers for m in pair),
                            *(m for pair in row.h2d_markers for m in pair)]:
                 timer.release(marker)
+            # the device ran the work done outside the step (an evaluation) in that time too
+            step_s = max(step_s - row.outside_s, 0.0)
+        else:
+            step_s -= row.outside_s
         assert self.t0 is not None
         return {
             "step": row.step,
@@ -376,6 +423,8 @@ class StepRecorder:
             "micro_batches": row.batches,
             "loss": None,
             "metric": None,
+            "outside_s": row.outside_s if self._metered else None,
+            "loss_nonfinite": None,
         }
 
     def _start_readback(self, rows: list[_Row]) -> None:
@@ -384,8 +433,10 @@ class StepRecorder:
         slots: list[tuple[list[Any], int]] = []
         blocked: set[int] = set()
         for row in rows:
-            lists: tuple[list[Any], ...] = (row.tokens, row.losses, row.metrics)
-            for values in lists:
+            for kept in (row.tokens, row.losses, row.metrics):
+                if not isinstance(kept, list):
+                    continue
+                values: list[Any] = kept  # device values are replaced by floats once read
                 for i, value in enumerate(values):
                     if isinstance(value, torch.Tensor) and value.device.type == "cuda":
                         device_values.append(value.float().reshape(-1).mean())
@@ -405,7 +456,7 @@ class StepRecorder:
         host.copy_(stacked, non_blocking=True)
         self._readback = _Readback(self.timer.mark(), host, slots, blocked)
 
-    def _finish_readback(self, final: bool) -> list[dict[str, Any]]:
+    def _finish_readback(self, final: bool) -> list[StepRecord]:
         readback = self._readback
         if readback is not None:
             assert self.timer is not None
@@ -415,13 +466,13 @@ class StepRecorder:
                 readback.apply()
                 self._readback = readback = None
         blocked = readback.rows if readback is not None else set()
-        out: list[dict[str, Any]] = []
+        out: list[StepRecord] = []
         while self._reading and id(self._reading[0]) not in blocked:
             row = self._reading.popleft()
             record = row.record
             assert record is not None
             record["tokens"] = int(sum(row.tokens)) if row.tokens else None
-            record["loss"] = _mean(row.losses)
+            record["loss"], record["loss_nonfinite"] = _loss(row.losses)
             record["metric"] = _mean(row.metrics)
             row.emitted = True
             out.append(record)
@@ -442,6 +493,13 @@ class _Readback:
             values[i] = value
 
 
+def _add_tokens(row: _Row, tokens: TokenCount) -> None:
+    if isinstance(row.tokens, list):
+        row.tokens.append(tokens)
+    else:
+        row.tokens = [tokens]
+
+
 def _keep(value: Any) -> Any:
     """A loss/metric as kept until the boundary: a float, or a detached device tensor."""
     if isinstance(value, torch.Tensor):
@@ -451,7 +509,17 @@ def _keep(value: Any) -> Any:
     return float(value)
 
 
-def _mean(values: list[Any]) -> float | None:
+def _loss(values: list[Any] | tuple[()]) -> tuple[float | None, bool | None]:
+    """The step's mean loss and whether a loss was NaN or infinite (then no mean: None)."""
+    if not values:
+        return None, None
+    kept = [float(v) for v in values if v is not None]
+    if not all(map(math.isfinite, kept)):
+        return None, True
+    return (sum(kept) / len(kept) if kept else None), False
+
+
+def _mean(values: list[Any] | tuple[()]) -> float | None:
     finite = [float(v) for v in values if v is not None]
     if not finite:
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from trainpace.records import StepRecord, WindowFigures
 from trainpace.runlog import RunData
 from trainpace.series import StepSeries
 from trainpace.stats import linear_fit, median, percentile, percentile_sorted, steady_start
@@ -60,39 +62,61 @@ def warmup_steps(step_s: np.ndarray, setting: int | str) -> int:
     return 1 if start is None else start
 
 
-def window_figures(records: Sequence[Mapping[str, Any]], warmup: int) -> dict[str, Any]:
+_WINDOW_COLUMNS = operator.itemgetter("step_s", "samples", "tokens", "wait_s", "exposed_wait_s",
+                                     "h2d_s")
+_EVERY_STEP = operator.itemgetter("loss", "outside_s", "loss_nonfinite")
+
+
+def window_figures(records: Sequence[StepRecord], warmup: int) -> WindowFigures:
     """Figures of one window: its steps past warm-up. The same definitions as the summary's,
-    in plain Python (a window is small and this runs between two training steps)."""
-    measured = [r for r in records if r["step"] > warmup]
-    step_s = sorted(r["step_s"] for r in measured)
-    total_s = sum(step_s)
+    in plain Python (a window is small and this runs between two training steps); the
+    columns are taken out in one pass, in C."""
+    n = len(records)
+    skip = 0
+    while skip < n and records[skip]["step"] <= warmup:  # steps are in order
+        skip += 1
+    measured = n - skip
+    step_s, samples, tokens, wait, exposed, h2d = (
+        zip(*map(_WINDOW_COLUMNS, records[skip:]), strict=True) if measured else ((),) * 6)
+    losses, outside, nonfinite = zip(*map(_EVERY_STEP, records), strict=True) if n else ((),) * 3
+    ordered = sorted(step_s)
+    total_s = sum(ordered)
     ok = total_s > 0
-    tokens = [r["tokens"] for r in measured]
-    losses = [r["loss"] for r in records if r["loss"] is not None]
-    exposed = [r["exposed_wait_s"] for r in measured if r["exposed_wait_s"] is not None]
-    h2d = [r["h2d_s"] for r in measured if r["h2d_s"] is not None]
-    wait_s = sum(r["wait_s"] for r in measured)
+    wait_s = sum(wait)
+    kept_losses = [v for v in losses if v is not None]
+    kept_exposed = [v for v in exposed if v is not None]
+    kept_h2d = [v for v in h2d if v is not None]
+    kept_outside = [v for v in outside if v is not None]
     return {
-        "first_step": records[0]["step"] if records else None,
-        "last_step": records[-1]["step"] if records else None,
-        "steps": len(records),
-        "measured_steps": len(measured),
+        "first_step": records[0]["step"] if n else None,
+        "last_step": records[-1]["step"] if n else None,
+        "steps": n,
+        "measured_steps": measured,
         "warmup_steps": warmup,
         "measured_s": total_s if measured else None,
-        "samples_per_s": sum(r["samples"] for r in measured) / total_s if ok else None,
-        "tokens_per_s": (sum(tokens) / total_s
-                         if ok and all(t is not None for t in tokens) else None),
-        "steps_per_s": len(measured) / total_s if ok else None,
-        "step_s_median": percentile_sorted(step_s, 50.0),
-        "step_s_p90": percentile_sorted(step_s, 90.0),
-        "step_s_mean": total_s / len(measured) if measured else None,
-        "wait_s_per_step": wait_s / len(measured) if measured else None,
+        "samples_per_s": _rate(samples, total_s),
+        "tokens_per_s": _rate(tokens, total_s),
+        "steps_per_s": measured / total_s if ok else None,
+        "step_s_median": percentile_sorted(ordered, 50.0),
+        "step_s_p90": percentile_sorted(ordered, 90.0),
+        "step_s_mean": total_s / measured if measured else None,
+        "wait_s_per_step": wait_s / measured if measured else None,
         "wait_pct": 100.0 * wait_s / total_s if ok else None,
-        "exposed_wait_s_per_step": sum(exposed) / len(exposed) if exposed else None,
-        "h2d_s_per_step": sum(h2d) / len(h2d) if h2d else None,
-        "loss": sum(losses) / len(losses) if losses else None,
-        "t_s": records[-1]["t_s"] if records else None,
+        "exposed_wait_s_per_step": (sum(kept_exposed) / len(kept_exposed)
+                                    if kept_exposed else None),
+        "h2d_s_per_step": sum(kept_h2d) / len(kept_h2d) if kept_h2d else None,
+        "outside_s": sum(kept_outside) if kept_outside else None,
+        "loss": sum(kept_losses) / len(kept_losses) if kept_losses else None,
+        "loss_nonfinite_steps": nonfinite.count(True),
+        "t_s": records[-1]["t_s"] if n else None,
     }
+
+
+def _rate(counts: Sequence[int | None], total_s: float) -> float | None:
+    """Counts per second over ``total_s``; None unless every step was counted."""
+    if total_s <= 0 or not counts or any(c is None for c in counts):
+        return None
+    return sum(c for c in counts if c is not None) / total_s
 
 
 def _rates(series: StepSeries, lo: int) -> dict[str, Any]:
@@ -220,8 +244,16 @@ def summarize(
     t_s = series.column("t_s")
     if progress is None and goal is not None:
         progress = target_progress(series, goal)
+    outside = series.column("outside_s")
+    outside = outside[np.isfinite(outside)]
+    # Measured only when the loop pulls its batches through meter.loader() (see StepRecord);
+    # then the time from the last step to the end of the run (a last evaluation) is too.
+    outside_s = float(outside.sum()) if outside.size else None
+    if outside_s is not None and wall_s is not None and n:
+        outside_s += max(wall_s - float(t_s[-1]), 0.0)
+    wall_s = wall_s if wall_s is not None else (float(t_s[-1]) if n else None)
     time = Time(
-        wall_s=wall_s if wall_s is not None else (float(t_s[-1]) if n else None),
+        wall_s=wall_s,
         measured_s=rates["measured_s"],
         step_s_median=rates["step_s_median"],
         step_s_p90=rates["step_s_p90"],
@@ -233,6 +265,9 @@ def summarize(
         target=(Target(name=goal.name, value=goal.value, higher_is_better=goal.higher_is_better)
                 if goal is not None else None),
         clock=clock,
+        outside_steps_s=outside_s,
+        outside_steps_pct=(100.0 * outside_s / wall_s
+                           if outside_s is not None and wall_s else None),
     )
     return Summary(
         run_id=run_id,

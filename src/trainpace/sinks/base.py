@@ -1,8 +1,10 @@
 """One small sink interface, a null sink and a fan-out.
 
-The Meter sees exactly one sink. Every output (the run folder, the console line, TensorBoard,
-later W&B, MLflow, Prometheus) is a :class:`Sink` behind a :class:`FanOut`, which contains the
-failures of each: a sink that raises is logged once and the training goes on.
+Every output (the run folder, the console line, TensorBoard, W&B, MLflow, Prometheus) is a
+:class:`Sink`. The Meter writes the run folder itself, on its writer thread, and gives every
+other sink its own thread and bounded queue (:class:`trainpace.sinks.background.SinkThread`),
+so that no sink can hold the run folder back. :class:`FanOut` is the synchronous fan-out for
+other callers: a sink that raises is logged once and the others go on.
 """
 
 from __future__ import annotations

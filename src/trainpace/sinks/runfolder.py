@@ -2,17 +2,26 @@
 
 Lines are appended and flushed at each window, and summary.json is replaced atomically, so a
 run killed with SIGKILL leaves a folder that reads back, losing at most the last window.
+
+A folder is claimed when the run starts (:func:`claim_run_folder`): an exclusive claim file,
+so two Meters (or two processes) given the same ``out=`` never write into one folder. When a
+write fails (a full disk), the steps it held are listed in ``meta.json`` as
+``missing_steps`` once the folder can be written again, and a warning names them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
+from trainpace.errors import ConfigError
 from trainpace.runlog import (
     META_FILE,
     PROFILE_FILE,
@@ -22,18 +31,57 @@ from trainpace.runlog import (
     Record,
 )
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("trainpace")
+
+CLAIM_FILE = ".trainpace-claim"
+"""Made with O_EXCL in a run folder when a run takes it: whoever makes it owns the folder."""
 
 
-def fresh_run_folder(path: Path) -> Path:
-    """``path``, or ``path-2``, ``path-3``... if it already holds a run (never overwrite one)."""
+def claim_run_folder(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3``... : the first one no other run holds, claimed
+    atomically for this one (a folder of an earlier run, or claimed by another Meter or
+    process a moment before, is never written into)."""
     candidate, n = path, 1
-    while (candidate / META_FILE).exists() or (candidate / SUMMARY_FILE).exists():
+    while True:
+        if _claim(candidate, key_value=path):
+            break
         n += 1
         candidate = path.with_name(f"{path.name}-{n}")
     if candidate != path:
         logger.warning("trainpace: %s already holds a run; writing this one to %s", path, candidate)
     return candidate
+
+
+def release_run_folder(folder: Path) -> None:
+    """Give back a folder claimed for a run that never started (a sink could not be made)."""
+    (folder / CLAIM_FILE).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # only when empty: never removes anything else
+
+
+def _claim(folder: Path, *, key_value: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        if folder.exists() and not folder.is_dir():
+            if folder == key_value:
+                raise ConfigError("out", str(key_value), "must be a folder, but it is a file"
+                                  ) from None
+            return False  # a file named like the next candidate: skip it
+        return False  # claimed by another run
+    except OSError as exc:
+        raise ConfigError("out", str(key_value),
+                          f"cannot be made into a run folder ({exc.strerror or exc})") from exc
+    try:
+        os.write(fd, f"{os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    if (folder / META_FILE).exists() or (folder / SUMMARY_FILE).exists():
+        # a run written before claims existed: leave it as it was
+        (folder / CLAIM_FILE).unlink(missing_ok=True)
+        return False
+    return True
 
 
 class RunFolderSink:
@@ -42,39 +90,109 @@ class RunFolderSink:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
-        self._files: dict[str, IO[bytes]] = {}
+        self._fds: dict[str, int] = {}
+        self._sizes: dict[str, int] = {}  # bytes in each appended file (cut back to on failure)
+        self.missing_steps: list[list[int]] = []  # [first, last] ranges that are not on disk
+        self.missing_system_rows = 0
+        self._failing: OSError | None = None  # the error of the write failing now, if any
+        self._meta: Mapping[str, Any] | None = None
+        self._meta_stale = False  # meta.json does not say what is missing yet
 
     def log(self, record: Record) -> None:
         """Write the record where it belongs in the folder."""
         if record.kind == "meta":
-            self._replace(META_FILE, record.data)
+            self._meta = record.data
+            self._write_meta()
         elif record.kind == "summary":
             self._replace(SUMMARY_FILE, record.data)
         elif record.kind == "window":
-            self._append(STEPS_FILE, record.data["steps"])
+            self._append_steps(record.data["steps"])
         elif record.kind == "system":
-            self._append(SYSTEM_FILE, record.data["rows"])
+            try:
+                self._append(SYSTEM_FILE, record.data["rows"])
+            except OSError:
+                self.missing_system_rows += len(record.data["rows"])
         elif record.kind == "profile":
             self._replace(PROFILE_FILE, record.data)
 
     def close(self) -> None:
         """Close the appended files."""
-        for handle in self._files.values():
-            handle.close()
-        self._files.clear()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
-    def _append(self, name: str, rows: list[dict[str, Any]]) -> None:
+    def _append_steps(self, steps: list[Any]) -> None:
+        if not steps:
+            return
+        try:
+            self._append(STEPS_FILE, steps)
+        except OSError as exc:
+            self._lost(int(steps[0]["step"]), int(steps[-1]["step"]), exc)
+            return
+        if self._failing is not None:
+            self._failing = None
+            ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in self.missing_steps)
+            logger.warning("trainpace: %s is written again from step %s; steps %s are missing "
+                           "from it (listed in meta.json as missing_steps)",
+                           self.path / STEPS_FILE, steps[0]["step"], ranges)
+        if self._meta_stale:
+            self._write_meta()
+
+    def _lost(self, first: int, last: int, exc: OSError) -> None:
+        if self.missing_steps and self.missing_steps[-1][1] + 1 >= first:
+            self.missing_steps[-1][1] = last
+        else:
+            self.missing_steps.append([first, last])
+        self._meta_stale = True
+        if self._failing is None:
+            self._failing = exc
+            logger.warning("trainpace: cannot write %s (%s) from step %d on; training goes on, "
+                           "the steps not written will be listed in meta.json as missing_steps",
+                           self.path / STEPS_FILE, exc.strerror or exc, first)
+
+    def _write_meta(self) -> None:
+        if self._meta is None:
+            return
+        meta = dict(self._meta)
+        meta["missing_steps"] = [list(r) for r in self.missing_steps]
+        meta["missing_system_rows"] = self.missing_system_rows
+        try:
+            self._replace(META_FILE, meta)
+        except OSError:
+            self._meta_stale = True  # written with the next lines that reach the disk
+            return
+        self._meta_stale = False
+
+    def _append(self, name: str, rows: list[Any]) -> None:
         if not rows:
             return
-        handle = self._files.get(name)
-        if handle is None:
-            handle = self._files[name] = open(self.path / name, "ab")  # noqa: SIM115 - kept open
+        fd = self._fds.get(name)
+        if fd is None:
+            fd = self._fds[name] = os.open(self.path / name,
+                                           os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._sizes[name] = os.fstat(fd).st_size
         # orjson writes NaN and infinities as null: strict JSON without a pass over the rows
-        handle.write(b"\n".join(map(orjson.dumps, rows)) + b"\n")
-        handle.flush()  # in the OS's hands now: survives the process being killed
+        whole = b"\n".join(map(orjson.dumps, rows)) + b"\n"
+        data = memoryview(whole)
+        size = self._sizes[name]
+        try:
+            while data:  # in the OS's hands once written: survives the process being killed
+                data = data[os.write(fd, data):]
+            self._sizes[name] = size + len(whole)
+        except OSError:
+            try:  # no half line left behind for the next write to join
+                os.ftruncate(fd, size)
+            except OSError as exc:
+                if exc.errno != errno.EBADF:
+                    logger.debug("trainpace: could not cut %s back: %s", name, exc)
+            raise
 
     def _replace(self, name: str, data: Any) -> None:
         target = self.path / name
         temporary = target.with_suffix(target.suffix + ".tmp")
-        temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+        try:
+            temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+        except OSError:
+            temporary.unlink(missing_ok=True)
+            raise
         os.replace(temporary, target)  # atomic: a reader sees the old file or the new one

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from trainpace.diagnose import diagnose
-from trainpace.stats import median
+from trainpace.stats import mean_known, median
 from trainpace.summary import (
     Communication,
     Data,
     Device,
+    Host,
     Kernels,
     RankEntry,
     Steps,
@@ -32,11 +33,6 @@ from trainpace.summary import (
 from trainpace.trace.result import RankAnalysis
 
 SOURCE = "trace"
-
-
-def _mean(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None
 
 
 def _s(us: float | None) -> float | None:
@@ -106,21 +102,22 @@ def build_summary(ranks: Sequence[RankAnalysis],
         world_size=max(1, len(ranks)),
         steps=Steps(total=total, warmup=0, measured=count),
         throughput=Throughput(
-            steps_per_s=count / (_mean(measured) or 0) * 1e6 if count and _mean(measured) else None
+            steps_per_s=(count / (mean_known(measured) or 0) * 1e6
+                         if count and mean_known(measured) else None)
         ),
         time=Time(
             wall_s=_s(wall),
-            measured_s=_s(_mean(measured)),
+            measured_s=_s(mean_known(measured)),
             step_s_median=_s(median([m for m in step_medians if m is not None])),
             step_s_p90=_s(median([s.duration_us_p90 for s in rank_steps
                                   if s.duration_us_p90 is not None])),
-            step_s_mean=_s(_mean([s.duration_us_mean for s in rank_steps])),
+            step_s_mean=_s(mean_known([s.duration_us_mean for s in rank_steps])),
             clock=SOURCE,
         ),
         data=Data(
-            wait_s_per_step=_mean([_wait_s(r) for r in ranks]),
-            wait_pct=_mean([r.steps.dataloader_span_pct for r in ranks]),
-            exposed_wait_s_per_step=_mean(
+            wait_s_per_step=mean_known([_wait_s(r) for r in ranks]),
+            wait_pct=mean_known([r.steps.dataloader_span_pct for r in ranks]),
+            exposed_wait_s_per_step=mean_known(
                 [_s(r.steps.roles_us_mean.get("dataloader")) for r in ranks if r.steps.count]
             ) if has_device else None,
             loader=dict(loader) if isinstance(loader, Mapping) and loader else None,
@@ -129,17 +126,19 @@ def build_summary(ranks: Sequence[RankAnalysis],
             kind=_device_kind(ranks, meta),
             name=next((r.device_name for r in ranks if r.device_name),
                       meta_name if isinstance(meta_name, str) else None),
-            util_pct=_mean([_rank_util(r) for r in ranks]),
+            util_pct=mean_known([_rank_util(r) for r in ranks]),
         ),
         communication=Communication(
-            share_pct=_mean([_comm_share(r) for r in ranks]),
-            overlap_pct=_mean([r.comm_comp_overlap_pct for r in ranks]),
+            share_pct=mean_known([_comm_share(r) for r in ranks]),
+            overlap_pct=mean_known([r.comm_comp_overlap_pct for r in ranks]),
             source=SOURCE if has_device else None,
         ),
+        host=Host(python_pct=None if has_device else mean_known(
+            [r.host.python_pct for r in ranks if r.host is not None])),
         kernels=Kernels(
-            per_step=_mean([k.per_step for k in kernels]),
+            per_step=mean_known([k.per_step for k in kernels]),
             median_us=median([k.median_us for k in kernels if k.median_us is not None]),
-            short_pct=_mean([k.short_pct for k in kernels]),
+            short_pct=mean_known([k.short_pct for k in kernels]),
             launch_lag_us=median([k.launch_lag_us for k in kernels
                                   if k.launch_lag_us is not None]),
             source=SOURCE if kernels else None,

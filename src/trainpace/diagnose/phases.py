@@ -1,0 +1,397 @@
+"""Slow phases: stretches of steps much slower than the steady median, warm-up included.
+
+A phase is named with when it ran (steps and seconds), how much slower it was, its share
+of the wall time, and its cause from the signs recorded then: the data wait in the step
+records; the sampler's host rows (the machine's busy CPU against this process's share of it:
+other processes taking the cores), memory, and the GPU's throttle flags. A warm-up that
+excludes a third of the run, or far more than compile warm-up needs, is a finding too: the
+steady figures then describe a small part of the run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from trainpace.diagnose import advice as adv
+from trainpace.diagnose._context import Context, Outcome, Verdict, banded
+from trainpace.diagnose.thresholds import Thresholds
+from trainpace.stats import median
+from trainpace.summary import Bottleneck, Finding
+from trainpace.units import format_duration as duration
+from trainpace.units import number_or_none
+
+MAX_SPANS = 200  # host signs over at most this many spans (the longest): bounded work
+
+
+@dataclass(frozen=True)
+class HostSigns:
+    """Time-weighted host readings over some spans of the run (None where not measured)."""
+
+    readings: int
+    system_cpu_pct: float | None  # the whole machine's busy share, 0–100
+    process_cpu_pct: float | None  # this process and its workers, 100 = one core
+    process_share_pct: float | None  # the same as a share of the machine, 0–100
+    others_pct: float | None  # the machine's CPU busy with other processes, 0–100
+    memory_used_pct_max: float | None
+    throttled_pct: float | None
+    temperature_c_max: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def contended(self, t: Thresholds, baseline: HostSigns | None = None) -> bool:
+        """Other processes took a large share of a busy CPU — more than in ``baseline``, or
+        this process got clearly less of it (a saturated machine reads 100% busy either way)."""
+        if self.others_pct is None or self.others_pct < t.cpu_others_pct:
+            return False
+        if (self.system_cpu_pct or 0.0) < t.cpu_contention_system_pct:
+            return False
+        if baseline is None or baseline.others_pct is None:
+            return True
+        more_others = self.others_pct - baseline.others_pct >= 0.5 * t.cpu_others_pct
+        share, base_share = self.process_share_pct, baseline.process_share_pct
+        less_mine = share is not None and base_share is not None and share <= 0.7 * base_share
+        return more_others or less_mine
+
+    def text(self) -> str:
+        """``the machine's CPU was 100% busy, this process had 48% of it``."""
+        if self.system_cpu_pct is None:
+            return "no host CPU reading"
+        mine = (f", this process had {self.process_share_pct:.0f}% of it"
+                if self.process_share_pct is not None else "")
+        return f"the machine's CPU was {self.system_cpu_pct:.0f}% busy{mine}"
+
+
+def _weighted(values: np.ndarray, weights: np.ndarray) -> float | None:
+    known = np.isfinite(values) & (weights > 0)
+    if not known.any():
+        return None
+    return float((values[known] * weights[known]).sum() / weights[known].sum())
+
+
+def host_signs(ctx: Context, spans: Sequence[tuple[float, float]]) -> HostSigns | None:
+    """The sampler's host readings over ``spans`` ((start_s, stop_s), the run's clock).
+
+    A row read at ``t_i`` covers ``(t_{i-1}, t_i]`` (its CPU figures are averages over it),
+    and weighs by its overlap with the spans. None when no row overlaps them.
+    """
+    rows = ctx.host_rows
+    t = rows["t_s"]
+    if t.size == 0 or not spans:
+        return None
+    begin = np.concatenate(([t[0] - (t[1] - t[0]) if t.size > 1 else t[0]], t[:-1]))
+    weights = np.zeros(t.size)
+    for start, stop in sorted(spans, key=lambda s: s[0] - s[1])[:MAX_SPANS]:
+        weights += np.clip(np.minimum(t, stop) - np.maximum(begin, start), 0.0, None)
+    # a span shorter than the reading interval still takes the row it falls in
+    if not (weights > 0).any():
+        for start, stop in spans[:MAX_SPANS]:
+            i = int(np.searchsorted(t, 0.5 * (start + stop)))
+            if i < t.size:
+                weights[i] += 1.0
+    if not (weights > 0).any():
+        return None
+    system = _weighted(rows["system_cpu_pct"], weights)
+    process = _weighted(rows["process_cpu_pct"], weights)
+    cores = ctx.cpu_count
+    share = min(100.0, process / cores) if process is not None and cores else None
+    others = max(0.0, system - share) if system is not None and share is not None else None
+    memory = rows["memory_used_pct"][weights > 0]
+    temps = rows["temperature_c"][weights > 0]
+    return HostSigns(
+        readings=int((weights > 0).sum()),
+        system_cpu_pct=system,
+        process_cpu_pct=process,
+        process_share_pct=share,
+        others_pct=others,
+        memory_used_pct_max=float(np.nanmax(memory)) if np.isfinite(memory).any() else None,
+        throttled_pct=_weighted(rows["throttled"], weights),
+        temperature_c_max=float(np.nanmax(temps)) if np.isfinite(temps).any() else None,
+    )
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One slow phase: positions ``first..last`` (inclusive) among the timed steps."""
+
+    first: int
+    last: int
+    start_step: int
+    stop_step: int
+    start_s: float
+    stop_s: float
+    slowdown: float
+    wall_pct: float
+    extra_s: float
+    cause: str
+    signs: HostSigns | None
+    wait_share_pct: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start_step": self.start_step, "stop_step": self.stop_step,
+            "start_s": self.start_s, "stop_s": self.stop_s, "slowdown": self.slowdown,
+            "wall_pct": self.wall_pct, "cause": self.cause, "extra_s": self.extra_s,
+            "wait_share_pct": self.wait_share_pct,
+            "signs": self.signs.to_dict() if self.signs is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Every timed step (warm-up included): the input of the phase search."""
+
+    step: np.ndarray
+    step_s: np.ndarray
+    wait_s: np.ndarray
+    end_s: np.ndarray
+    steady_s: float
+    steady_wait_s: float
+    wall_s: float
+
+
+def timeline(ctx: Context) -> Timeline | None:
+    """The timed steps and the steady reference, or None without enough of them."""
+    steps = ctx.all_steps
+    if steps is None:
+        return None
+    step_s = steps.column("step_s")
+    end = steps.column("t_s")
+    keep = np.isfinite(step_s) & np.isfinite(end)
+    if int(keep.sum()) < ctx.t.outlier_min_steps:
+        return None
+    measured = ctx.times.step_s
+    reference = measured if measured.size >= ctx.t.slow_phase_min_steps else step_s[keep]
+    steady = median(reference)
+    if not steady or not math.isfinite(steady):
+        return None
+    wait = steps.column("wait_s")[keep]
+    wait = np.where(np.isfinite(wait), wait, 0.0)
+    wall = ctx.summary.time.wall_s or float(np.nanmax(end))
+    return Timeline(steps.step[keep], step_s[keep], wait, end[keep], steady,
+                    median(ctx.times.wait_s) or 0.0, wall)
+
+
+def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) of each run of True."""
+    edges = np.diff(np.concatenate(([0], flags.astype(np.int8), [0])))
+    starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    return list(zip(starts.tolist(), stops.tolist(), strict=True))
+
+
+def _merged(runs: list[tuple[int, int]], flags: np.ndarray, t: Thresholds) -> list[tuple[int, int]]:
+    """Runs of slow steps joined across short gaps (a fast step or two inside a slow phase,
+    as a contended machine gives), kept where the slow steps are enough and most."""
+    merged: list[list[int]] = []
+    for first, last in runs:
+        if merged:
+            prev = merged[-1]
+            gap = first - prev[1] - 1
+            if gap <= max(2, 0.25 * (prev[1] - prev[0] + 1)):
+                prev[1] = last
+                continue
+        merged.append([first, last])
+    out = []
+    for first, last in merged:
+        slow = int(flags[first:last + 1].sum())
+        if slow >= t.slow_phase_min_steps and slow >= 0.6 * (last - first + 1):
+            out.append((first, last))
+    return out
+
+
+def _cause(ctx: Context, line: Timeline, phase: tuple[int, int], signs: HostSigns | None,
+           steady: HostSigns | None, extra_s: float, wait_extra_s: float) -> str:
+    t = ctx.t
+    if extra_s > 0 and wait_extra_s >= 0.5 * extra_s:
+        return "data_wait"
+    if signs is not None and signs.contended(t, steady):
+        return "cpu_contention"
+    if signs is not None and (signs.throttled_pct or 0.0) >= t.throttle_warning_pct and (
+            steady is None or (signs.throttled_pct or 0.0) > (steady.throttled_pct or 0.0)):
+        return "throttling"
+    if signs is not None and (signs.memory_used_pct_max or 0.0) >= t.memory_used_risk_pct:
+        return "memory_pressure"
+    if phase[0] == 0 and phase[1] - phase[0] + 1 <= t.compile_warmup_steps:
+        return "warmup"
+    return "unknown"
+
+
+def find_phases(ctx: Context) -> list[Phase]:
+    """The slow phases of the run, in time order (see the module docstring)."""
+    line = timeline(ctx)
+    if line is None:
+        return []
+    t = ctx.t
+    flags = line.step_s > t.slow_phase_factor * line.steady_s
+    found = _merged(_runs(flags), flags, t)
+    spans = [(float(line.end_s[a] - line.step_s[a]), float(line.end_s[b])) for a, b in found]
+    inside = np.zeros(line.step_s.size, dtype=bool)
+    for a, b in found:
+        inside[a:b + 1] = True
+    # the steady baseline: the stretches of steps outside every phase
+    outside = [(float(line.end_s[a] - line.step_s[a]), float(line.end_s[b]))
+               for a, b in _runs(~inside)]
+    steady = host_signs(ctx, outside) if found else None
+    phases = []
+    for (a, b), (start, stop) in zip(found, spans, strict=True):
+        count = b - a + 1
+        slow = line.step_s[a:b + 1]
+        extra = float(slow.sum()) - count * line.steady_s
+        wall_pct = 100.0 * (stop - start) / line.wall_s if line.wall_s > 0 else 0.0
+        if wall_pct < t.slow_phase_min_wall_pct:
+            continue
+        wait_extra = float(line.wait_s[a:b + 1].sum()) - count * line.steady_wait_s
+        signs = host_signs(ctx, [(start, stop)])
+        phases.append(Phase(
+            first=a, last=b, start_step=int(line.step[a]), stop_step=int(line.step[b]),
+            start_s=start, stop_s=stop, slowdown=float(np.median(slow)) / line.steady_s,
+            wall_pct=wall_pct, extra_s=extra,
+            cause=_cause(ctx, line, (a, b), signs, steady, extra, wait_extra),
+            signs=signs,
+            wait_share_pct=100.0 * wait_extra / extra if extra > 0 else None,
+        ))
+    return phases
+
+
+_CAUSE_TEXT = {
+    "data_wait": "the extra time is in the data wait: the loader fell behind",
+    "cpu_contention": "other processes took the CPU",
+    "throttling": "the device's clocks were throttled",
+    "memory_pressure": "memory was nearly full",
+    "warmup": "compile, allocator and cache warm-up (the first steps)",
+    "unknown": "none of the recorded signs (data wait, host CPU, memory, throttling) "
+               "explains it",
+}
+_CATEGORY: dict[str, Bottleneck] = {"data_wait": "data_loading", "cpu_contention": "host_overhead",
+             "throttling": "thermal", "memory_pressure": "memory_capacity"}
+_ADVICE = {
+    "data_wait": "the loader is slower during it (a cold file cache, workers starting): "
+                 "persistent_workers=True and a deeper prefetch queue; warm the cache first",
+    "cpu_contention": "run where the cores are free (or nice the other processes); the "
+                      "steady figures leave the phase out but the wall time pays for it",
+    "throttling": "check cooling and the power limit (nvidia-smi -q -d PERFORMANCE)",
+    "memory_pressure": "free host memory (fewer workers, smaller prefetch) so nothing swaps",
+    "warmup": "expected once per run; torch.compile caches (TORCHINDUCTOR_CACHE_DIR) "
+              "shorten it on the next run",
+    "unknown": "look at what else ran on the machine then; a profiler trace of those steps "
+               "(Meter(profile_steps=...)) shows where the time went",
+}
+
+
+def _describe(p: Phase) -> str:
+    where = (f"steps {p.start_step}–{p.stop_step} ({p.start_s:.1f}–{p.stop_s:.1f} s, "
+             f"{p.wall_pct:.0f}% of the wall time) ran {p.slowdown:.1f}× slower than the "
+             "steady step")
+    cause = _CAUSE_TEXT[p.cause]
+    if p.cause == "cpu_contention" and p.signs is not None:
+        cause += f" ({p.signs.text()})"
+    return f"{where}: {cause}"
+
+
+def slow_phases(ctx: Context) -> Outcome:
+    """Stretches of steps much slower than the steady median, warm-up included."""
+    if ctx.steps is None:
+        return Outcome(skipped="no per-step records (steps.jsonl) for the slow-phase check")
+    line = timeline(ctx)
+    if line is None:
+        return Outcome(skipped=f"fewer than {ctx.t.outlier_min_steps} timed steps for the "
+                       "slow-phase check")
+    phases = ctx.phases
+    verdicts = []
+    if phases:
+        verdicts.append(_phase_verdict(ctx, line, phases))
+    long = _long_warmup(ctx, line)
+    if long is not None:
+        verdicts.append(long)
+    if verdicts:
+        return Outcome(verdicts=tuple(verdicts))
+    return Outcome(checked=f"no phase over {ctx.t.slow_phase_factor:g}× the steady step "
+                   f"({duration(line.steady_s)}) in {line.step_s.size} steps")
+
+
+def _phase_verdict(ctx: Context, line: Timeline, phases: list[Phase]) -> Verdict:
+    t = ctx.t
+    counted = [p for p in phases if p.cause != "warmup"]
+    total_pct = sum(p.wall_pct for p in counted)
+    severity = banded(total_pct, t.slow_phase_warning_pct, t.slow_phase_critical_pct)
+    worst = max(phases, key=lambda p: p.extra_s)
+    lost_pct = 100.0 * sum(max(p.extra_s, 0.0) for p in counted) / line.wall_s
+    count = f"{len(phases)} slow phases" if len(phases) > 1 else "A slow phase"
+    title = f"{count}: {_describe(worst)}"
+    advice = [_describe(p) + f" — {_ADVICE[p.cause]}" for p in phases[:5]]
+    if lost_pct > 0:
+        advice.append(f"without the slow phases the run would take less wall time — "
+                      f"{adv.gain_text(lost_pct)}")
+    evidence = {
+        "steady_step_s": line.steady_s, "wall_s": line.wall_s, "slow_wall_pct": total_pct,
+        "lost_pct": lost_pct, "phases": [p.to_dict() for p in phases],
+    }
+    category = _CATEGORY.get(worst.cause) if severity != "info" else None
+    return Verdict(Finding(id="slow_phase", severity=severity, title=title, evidence=evidence,
+                           advice=advice), category, lost_pct)
+
+
+def _long_warmup(ctx: Context, line: Timeline) -> Verdict | None:
+    """The excluded warm-up as a warning when it is a third of the run or far longer than
+    compile warm-up (its first steps, then steady steps) would take."""
+    t, s = ctx.t, ctx.summary
+    warmup = s.steps.warmup
+    if warmup <= 0 or line.wall_s <= 0:
+        return None
+    in_warmup = line.step <= warmup
+    warmup_s = s.time.warmup_s if s.time.warmup_s is not None else float(
+        line.step_s[in_warmup].sum())
+    compile_n = min(warmup, t.compile_warmup_steps)
+    compile_s = float(line.step_s[line.step <= compile_n].sum()) + max(
+        0, warmup - compile_n) * line.steady_s
+    wall_pct = 100.0 * warmup_s / line.wall_s
+    too_long = wall_pct > t.warmup_long_pct
+    far_longer = warmup_s > 2.0 * compile_s and wall_pct >= t.slow_phase_warning_pct
+    if not (too_long or far_longer):
+        return None
+    why = (f"{wall_pct:.0f}% of the wall time" if too_long else
+           f"{warmup_s / compile_s:.1f}× what compile warm-up ({compile_n} steps) and steady "
+           "steps would take")
+    measured_s = number_or_none(s.time.measured_s)
+    covered = (f"the figures cover the other {s.steps.measured} steps"
+               + (f" ({duration(measured_s)})" if measured_s is not None else ""))
+    return Verdict(Finding(
+        id="long_warmup", severity="warning",
+        title=f"Warm-up excluded {warmup} steps ({duration(warmup_s)}): {why}",
+        evidence={"warmup_steps": warmup, "warmup_s": warmup_s, "wall_pct": wall_pct,
+                  "compile_warmup_s": compile_s, "steady_step_s": line.steady_s,
+                  "measured_steps": s.steps.measured, "warmup_mode": s.steps.warmup_mode},
+        advice=[f"{covered}; a slow phase inside the warm-up is named by slow_phase with its "
+                f"cause; Meter(warmup={t.compile_warmup_steps}) excludes compile warm-up "
+                "only"]), None, None)
+
+
+def outside_steps(ctx: Context) -> Outcome:
+    """Time between steps (evaluation, checkpointing, logging): its own figure, never a stall."""
+    time_ = ctx.summary.time
+    pct = number_or_none(getattr(time_, "outside_steps_pct", None))
+    seconds = number_or_none(getattr(time_, "outside_steps_s", None))
+    if pct is None and ctx.all_steps is not None:
+        outside = ctx.all_steps.column("outside_s")
+        known = np.isfinite(outside)
+        if known.any() and time_.wall_s:
+            seconds = float(outside[known].sum())
+            pct = 100.0 * seconds / time_.wall_s
+    if pct is None:
+        return Outcome(skipped="no figure for the time between steps (time.outside_steps_pct)")
+    text = f"{pct:.1f}% of the wall time outside training steps"
+    if pct < ctx.t.outside_steps_info_pct:
+        return Outcome(checked=text)
+    return Outcome(verdicts=(Verdict(Finding(
+        id="outside_steps", severity="info",
+        title=f"{pct:.0f}% of the wall time ({duration(seconds or 0.0)}) was spent outside "
+              "training steps",
+        evidence={"outside_steps_s": seconds, "outside_steps_pct": pct},
+        advice=["evaluation, checkpointing or logging between steps: kept out of the "
+                "throughput, counted in the wall time; evaluate or save less often, or "
+                "asynchronously, if it is more than intended"]), None, None),))

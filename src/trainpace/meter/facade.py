@@ -1,0 +1,448 @@
+"""The Meter: what a training loop uses. A thin facade that wires the parts and owns their
+lifetimes; it holds no measuring logic.
+
+::
+
+    meter = trainpace.Meter(out="runs/exp1")
+    for batch in meter.loader(train_loader):
+        with meter.step(batch):
+            loss = model(batch).loss
+            loss.backward(); optimizer.step(); optimizer.zero_grad()
+            meter.observe(loss=loss)
+    summary = meter.finish()
+
+The parts, one job each:
+
+- training thread: :class:`~trainpace.meter.loop.Loop` (step contexts, metered loaders) over
+  the :class:`~trainpace.measure.recorder.StepRecorder`, and
+  :class:`~trainpace.meter.captures.Captures` (profiler, FLOP counter);
+- writer thread: :class:`~trainpace.meter.pipeline.WindowPipeline` (records, figures, the run
+  folder, summary refreshes, window observers), feeding each sink through its own thread;
+- :class:`~trainpace.meter.state.RunState` (the steps as columns, the goal, the summary) and
+  :func:`~trainpace.meter.meta.run_meta` (meta.json from the MeterConfig).
+
+Nothing here may raise into the loop once it is made: a failure of trainpace's own work is
+logged once and the training goes on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import datetime as dt
+import logging
+import os
+import tempfile
+import time
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+import torch
+
+from trainpace.config import MeterConfig, WarmupSetting, is_int_at_least
+from trainpace.devices.specs import canonical_dtype, override_peaks
+from trainpace.diagnose import diagnose
+from trainpace.errors import ConfigError
+from trainpace.measure.clock import device_timer_for, resolve_device
+from trainpace.measure.loader import loader_settings
+from trainpace.measure.recorder import StepRecorder
+from trainpace.measure.summarize import Goal
+from trainpace.measure.vitals import DeviceVitals
+from trainpace.meter.captures import Captures
+from trainpace.meter.distributed import JobRank
+from trainpace.meter.faults import Faults
+from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
+from trainpace.meter.meta import run_meta
+from trainpace.meter.outputs import checked_sinks, keyword_sinks
+from trainpace.meter.pipeline import ROWS_STOCKED, Window, WindowPipeline
+from trainpace.meter.state import RunState, device_name
+from trainpace.report.console import print_report  # noqa: TID251 - the facade wires the outputs
+from trainpace.runlog import Record
+from trainpace.sinks.background import BackgroundWriter, SinkThread, close_all  # noqa: TID251 - the facade wires the outputs
+from trainpace.sinks.base import Sink  # noqa: TID251 - the facade wires the outputs
+from trainpace.sinks.console import ConsoleSink  # noqa: TID251 - the facade wires the outputs
+from trainpace.sinks.runfolder import (  # noqa: TID251 - the facade wires the outputs
+    RunFolderSink,
+    release_run_folder,
+)
+from trainpace.summary import Summary
+from trainpace.trace.capture import ProfileWindow
+from trainpace.trace.evidence import with_trace_evidence
+
+logger = logging.getLogger("trainpace")
+
+# The training thread waits for the writer when it is more than a window behind (steps far
+# shorter than the writer's work per step), at most this long at a time.
+LAG_WAIT_S = 0.5
+# The longest the end of the run (or the interpreter's exit) waits for the run folder.
+WRITER_CLOSE_S = 30.0
+# At a loader's end, the longest wait for the window's console line to be out.
+LINE_FLUSH_S = 1.0
+
+
+class Meter:
+    """Measures a training loop: throughput, training time, device use, data wait.
+
+    Args: the settings of :class:`~trainpace.config.MeterConfig`, each documented there once
+    (``out``, ``window``, ``warmup``, ``target_loss``, ...; a test checks that the keywords
+    here are exactly its fields), and
+
+        sinks: more sinks (objects with ``log(record)`` and ``close()``), each fed from its
+            own thread.
+        stream: where the console line and the report go (default: stderr).
+        clock: the host clock (seconds); injectable for tests.
+    """
+
+    def __init__(
+        self,
+        out: str | os.PathLike[str] | None = None,
+        *,
+        window: int = 100,
+        warmup: WarmupSetting = "auto",
+        target_loss: float | None = None,
+        smoothing: float = 0.9,
+        samples: Callable[[Any], int] | None = None,
+        tokens: Callable[[Any], int] | None = None,
+        device: str | torch.device | None = None,
+        tensorboard: str | os.PathLike[str] | None = None,
+        wandb: Any = None,
+        mlflow: bool | str | None = None,
+        prometheus: int | None = None,
+        prometheus_host: str | None = None,
+        console: bool = True,
+        report: bool = True,
+        sample_interval_s: float = 0.1,
+        count_flops: bool = True,
+        flops_per_step: float | None = None,
+        profile_steps: tuple[int, int] | None = None,
+        peaks: Mapping[str, Any] | None = None,
+        dtype: str | None = None,
+        run_id: str | None = None,
+        sink_timeout_s: float = 5.0,
+        sinks: Sequence[Sink] = (),
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        settings = dict(locals())
+        for wiring in ("self", "sinks", "stream", "clock"):
+            del settings[wiring]
+        self.config = config = MeterConfig(**settings)
+        self.device = resolve_device(config.device)
+        extra_sinks = checked_sinks(sinks)
+        self._peaks = override_peaks(peaks) if peaks is not None else None
+        self._dtype = canonical_dtype(dtype) if dtype is not None else None
+        self._stream = stream
+        self._clock = clock
+        self._faults = Faults()
+        self._started_at = dt.datetime.now(dt.timezone.utc)
+        # Under torchrun: rank{r}/ in the job's run folder, the window exchange, the merge.
+        self._job = JobRank.from_environment(lambda: self._vitals)
+        job_folder: Path | None
+        self.path, job_folder = self._job.claim(config.out)
+        self.run_id: str = config.run_id or (job_folder.name if job_folder else
+                                             self._started_at.strftime("run-%Y%m%d-%H%M%S"))
+        self._job.name(self.run_id)
+        try:
+            outputs = [*keyword_sinks(config, stream, self.run_id), *extra_sinks]
+        except BaseException:
+            if self.path is not None and job_folder == self.path:
+                release_run_folder(self.path)  # nothing was written: the name is free again
+            raise
+        if count_flops and flops_per_step is None and warmup == 0:
+            logger.info("trainpace: FLOPs are not counted with warmup=0: the counted step "
+                        "would be measured; pass flops_per_step= or leave a warm-up step")
+        self._recorder = StepRecorder(clock=clock, timer=device_timer_for(self.device),
+                                      samples=samples, tokens=tokens)
+        self._recorder.stock_rows(min(config.window, ROWS_STOCKED))
+        self._captures = Captures(self._profile_window(), self._faults, clock)
+        self._vitals: DeviceVitals | None = None
+        self._state = RunState(config, self.device, self.run_id)
+        self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
+        self._summary: Summary | None = None
+        self._meta: dict[str, Any] = {}
+        self._sink_threads = [SinkThread(sink) for sink in outputs]
+        self._pipeline = WindowPipeline(
+            state=self._state, recorder=self._recorder,
+            run_folder=RunFolderSink(self.path) if self.path is not None else None,
+            sinks=self._sink_threads, faults=self._faults, clock=clock,
+            vitals=lambda: self._vitals, refresh=self._refresh,
+            waited_on=lambda: self._writer.waited_on)
+        self._pipeline.observers.append(self._job.window)
+        self._writer = BackgroundWriter(lambda exc: self._faults.report("writing the run", exc),
+                                        on_windows=self._pipeline.windows)
+        self._lagging = False  # the writer could not catch up once: stop waiting for it
+        self._loop = Loop(recorder=self._recorder, captures=self._captures, faults=self._faults,
+                          clock=clock, window=config.window, hand_over=self._hand_over,
+                          first_step=self._begin_run, loader_done=self._flush_lines)
+        self._context = self._loop.context
+        # a run never finished still gets its windows out; never waits on a user sink
+        self._exit_hook = _at_exit_of(self)
+        atexit.register(self._exit_hook)
+        self._log_meta()
+
+    # -- the loop's API -------------------------------------------------------------------
+
+    def loader(self, iterable: Iterable[Any], *, device: str | torch.device | None = None,
+               non_blocking: bool | None = None) -> Iterable[Any]:
+        """Wrap an iterable of batches to time the wait for each one.
+
+        With ``device``, each batch is moved there (and the copy timed): non-blocking when the
+        batch is in pinned memory, unless ``non_blocking`` says otherwise.
+        """
+        if self._loop.finished:
+            self._after_finish("meter.loader()")
+            return iterable
+        try:
+            settings = loader_settings(iterable)
+            if settings is not None and settings != self._state.loader:
+                self._state.loader = settings
+                self._log_meta()
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._faults.report("reading the DataLoader settings", exc)
+        target = torch.device(device) if device is not None else None
+        return MeteredLoader(self._loop, iterable, target, non_blocking)
+
+    def step(self, batch: Any = None, *, accumulate: int = 1) -> StepContext | NullStep:
+        """Context for one optimizer step (or one of ``accumulate`` micro-steps of it).
+
+        Samples and tokens are counted from the batches pulled from :meth:`loader` for this
+        step; when none were, from ``batch``. After :meth:`finish` it records nothing.
+        """
+        if accumulate != 1 and not is_int_at_least(accumulate, 1):
+            raise ConfigError("accumulate", accumulate, "must be an integer >= 1")
+        context = self._context
+        if context.open or self._loop.finished:
+            return self._odd_step(context)
+        context.batch = batch
+        context.accumulate = accumulate
+        return context
+
+    def _odd_step(self, context: StepContext) -> StepContext | NullStep:
+        if self._loop.finished:
+            self._after_finish("meter.step()")
+            return NULL_STEP
+        self._faults.warn_once("nested", "meter.step() inside meter.step(): steps do not nest; "
+                               "the inner block is ignored (the outer one is the step)")
+        return context
+
+    def observe(self, *, loss: Any = None, metric: Any = None, target: float | None = None,
+                higher_is_better: bool | None = None) -> None:
+        """Record the loss and/or a metric of the current step; read at the window boundary.
+
+        ``target`` times the run to the metric (or, without a metric, the loss) reaching it:
+        at or above it when ``higher_is_better``, at or below it otherwise. The loss is
+        smoothed (``smoothing``) before it is compared; a metric is compared as it is.
+        """
+        if self._loop.finished:
+            self._after_finish("meter.observe()")
+            return
+        try:
+            if target is not None:
+                name = "metric" if metric is not None else "loss"
+                better = bool(higher_is_better) if higher_is_better is not None else False
+                # An evaluation metric is already an average over a dataset: it is compared
+                # as it is. The per-step training loss is noisy: it is smoothed.
+                smoothing = self.config.smoothing if name == "loss" else 0.0
+                goal = Goal(name=name, value=float(target), higher_is_better=better,
+                            smoothing=smoothing)
+                if goal != self._goal:
+                    self._goal = goal
+                    self._writer.submit(self._state.follow, goal)
+                    self._log_meta()
+            self._recorder.observe(loss=loss, metric=metric)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._faults.report("observe()", exc)
+
+    def finish(self) -> Summary:
+        """End the run: flush the last window, write the summary, print the report."""
+        if self._summary is not None:
+            return self._summary
+        self._loop.finished = True
+        self._captures.close()  # first, whatever happens next: no capture outlives the loop
+        summary: Summary | None = None
+        try:
+            end_s = self._clock()
+            if self._vitals is not None:
+                self._vitals.stop()  # a last reading, then the thread is joined
+            self._hand_over(final=True)
+            self._close_writer()  # every window written; from here on, one thread
+            # (after the loop, before the summary: where a quick CPU ceiling may be measured)
+            summary = self._build_summary(final=True, end_s=end_s)
+            summary = self._with_profile(summary)
+            summary = self._diagnosed(summary)
+            self._pipeline.emit(Record("summary", summary.to_dict(),
+                                       self._recorder.steps_closed))
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._faults.report("finishing the run", exc)
+        self._close_outputs()
+        self._summary = summary if summary is not None else Summary(run_id=self.run_id)
+        shown = self._job.finish(self._summary, self._diagnosed_merged)
+        if self.config.report and shown is not None:
+            try:
+                print_report(shown, file=self._stream)
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._faults.report("printing the report", exc)
+        return self._summary
+
+    def __enter__(self) -> Meter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.finish()
+
+    # -- the training thread's side -------------------------------------------------------
+
+    def _hand_over(self, *, final: bool = False) -> None:
+        """Give the steps closed since the last window to the writer. When the writer is more
+        than a window behind, wait for it (bounded): the run folder keeps up with the steps."""
+        rec = self._recorder
+        make_records = rec.take_ready(final=final)
+        if rec.tokens_counted != self._meta.get("tokens_counted"):
+            self._log_meta()  # learnt from the first token batch: a killed run keeps it
+        writer = self._writer
+        number = writer.submit_window(Window(make_records, final, rec.steps_closed))
+        if final or number < 2 or writer.windows_written >= number - 1:
+            self._lagging = False
+            return
+        # Behind: wait until it has written this window too, so the next boundaries find it
+        # caught up (each wait costs a wake-up of the writer, milliseconds on a busy machine).
+        if not self._lagging and not writer.wait_for(number, LAG_WAIT_S):
+            self._lagging = True
+
+    def _begin_run(self) -> Any:
+        """The first step begins: the sampler starts (its clock zero is the run's); returns
+        the FLOP counter for this step, or None."""
+        t0 = self._recorder.t0
+        config = self.config
+        if t0 is None:
+            return None
+        self._vitals = DeviceVitals(
+            device=self.device, interval_s=config.sample_interval_s, clock=self._clock, t0=t0,
+            flops_per_step=config.flops_per_step, peaks=self._peaks, dtype=self._dtype,
+            count_flops=config.count_flops and config.warmup != 0,
+        )
+        self._vitals.start()
+        return self._vitals.flop_counter(samples=self._recorder.open_samples or None)
+
+    def _flush_lines(self) -> None:
+        """At a loader's end: the window handed over is written and its console line out."""
+        consoles = [t for t in self._sink_threads if isinstance(t.sink, ConsoleSink)]
+        if not consoles:
+            return
+        if self._writer.wait_for(self._writer.windows_submitted, LINE_FLUSH_S):
+            for thread in consoles:
+                thread.flush(LINE_FLUSH_S)
+
+    def _after_finish(self, call: str) -> None:
+        self._faults.warn_once("after-finish", f"{call} after meter.finish(): the run is over, "
+                               "nothing more is recorded (make a new Meter for another run)")
+
+    # -- the writer's side ----------------------------------------------------------------
+
+    def _refresh(self, now: float) -> Summary:
+        return self._build_summary(final=False, end_s=now)
+
+    def _build_summary(self, *, final: bool, end_s: float) -> Summary:
+        rec = self._recorder
+        return self._job.own_summary(self._state.summary(
+            final=final, end_s=end_s, t0=rec.t0,
+            clock=rec.timer.name if rec.timer is not None else "host",
+            tokens_counted=rec.tokens_counted, vitals=self._vitals))
+
+    def _with_profile(self, summary: Summary) -> Summary:
+        """The profiled steps' trace analysis; its kernel (and communication) evidence joins."""
+        analysis = self._captures.analyze()
+        if analysis is None:
+            return summary
+        self._pipeline.emit(Record("profile", analysis.to_dict(), self._recorder.steps_closed))
+        return with_trace_evidence(summary, analysis.summary)
+
+    def _diagnosed(self, summary: Summary, meta: Mapping[str, Any] | None = None) -> Summary:
+        try:
+            diagnosis = diagnose(summary, steps=self._state.series,
+                                 system=self._state.system_rows,
+                                 meta=self._meta if meta is None else meta)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._faults.report("diagnosing the run", exc)
+            return summary
+        return dataclasses.replace(summary, diagnosis=diagnosis)
+
+    def _diagnosed_merged(self, merged: Summary, meta: Mapping[str, Any]) -> Summary:
+        """Rank 0: the job's merged summary, diagnosed with the job's meta."""
+        return self._diagnosed(merged, meta)
+
+    # -- lifetimes ------------------------------------------------------------------------
+
+    def _profile_window(self) -> ProfileWindow | None:
+        if self.config.profile_steps is None:
+            return None
+        start, stop = self.config.profile_steps
+        folder = (self.path / "profile" if self.path is not None
+                  else Path(tempfile.mkdtemp(prefix="trainpace-profile-")))
+        return ProfileWindow(start, stop, folder)
+
+    def _close_writer(self) -> None:
+        if not self._writer.close(WRITER_CLOSE_S):
+            self._faults.warn_once("writer", f"the run folder's writer did not finish within "
+                                   f"{WRITER_CLOSE_S:g}s; the run folder may miss the end")
+        atexit.unregister(self._exit_hook)
+
+    def _close_outputs(self) -> None:
+        """The run's last meta, then each sink gets sink_timeout_s (together) to finish."""
+        try:
+            self._log_meta(finished=True)
+            if self._pipeline.run_folder is not None:
+                self._pipeline.run_folder.close()
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._faults.report("closing the run folder", exc)
+        close_all(self._sink_threads, self.config.sink_timeout_s)
+
+    def _exit_without_finish(self) -> None:
+        """At interpreter exit, for a run never finished: its windows reach the run folder;
+        no sink is waited for."""
+        if self._summary is not None or self._writer.closed:
+            return
+        try:
+            self._hand_over()
+        except Exception as exc:  # noqa: BLE001 - at exit, nothing may raise
+            self._faults.report("writing the run at exit", exc)
+        self._writer.close(WRITER_CLOSE_S)
+
+    def _log_meta(self, *, finished: bool = False) -> None:
+        rec, profile = self._recorder, self._captures.profile
+        meta = run_meta(
+            config=self.config, run_id=self.run_id, started_at=self._started_at,
+            finished=finished, device=self.device, device_name=device_name(self.device),
+            clock=rec.timer.name if rec.timer is not None else "host",
+            goal=self._goal,
+            loader=self._state.loader, tokens_counted=rec.tokens_counted,
+            vitals=self._vitals.meta() if self._vitals is not None else None,
+            profile=None if profile is None else {
+                "steps": [profile.start_step, profile.stop_step],
+                "trace": str(profile.trace_path) if profile.trace_path else None},
+            sinks={t.name: {"delivered": t.delivered, "dropped": t.dropped}
+                   for t in self._sink_threads},
+        )
+        self._meta = meta
+        record = Record("meta", meta, rec.steps_closed)
+        if self._writer.closed:
+            self._pipeline.emit(record)
+        else:
+            self._writer.submit(self._pipeline.emit, record)
+
+
+
+def _at_exit_of(meter: Meter) -> Callable[[], None]:
+    """An exit hook that does not keep the Meter alive."""
+    ref = weakref.ref(meter)
+
+    def hook() -> None:
+        alive = ref()
+        if alive is not None:
+            alive._exit_without_finish()
+
+    return hook

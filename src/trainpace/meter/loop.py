@@ -1,0 +1,241 @@
+"""The Meter's hot path inside the user's loop: the step context and the loader wrapper.
+
+Everything here runs once per batch or per step, so it is kept short: a few clock reads, the
+recorder's bookkeeping, and nothing that can raise into the training loop (a failure of ours
+is reported once, and the loop goes on). It knows the Meter only through :class:`Loop`, the
+training thread's side of it, which the Meter builds; it never imports the Meter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from trainpace.measure.batch import is_pinned, move_to
+from trainpace.measure.recorder import StepRecorder
+from trainpace.meter.captures import Captures
+from trainpace.meter.faults import Faults
+
+
+class Loop:
+    """The training thread's side of a Meter.
+
+    ``hand_over()`` gives the steps closed since the last window to the writer;
+    ``first_step()`` runs when the first step begins (the sampler starts then, and returns a
+    FLOP counter for that step, or None); ``loader_done()`` runs when a metered loader is
+    exhausted. Each is the Meter's; their time is kept out of the step times.
+    """
+
+    def __init__(self, *, recorder: StepRecorder, captures: Captures, faults: Faults,
+                 clock: Callable[[], float], window: int, hand_over: Callable[[], None],
+                 first_step: Callable[[], Any], loader_done: Callable[[], None]) -> None:
+        self.recorder = recorder
+        self.captures = captures
+        self.faults = faults
+        self.clock = clock
+        self.window = window
+        self.flushed = 0  # steps handed over to the writer
+        self.started = False
+        self.finished = False
+        self._hand_over = hand_over
+        self._first_step = first_step
+        self._loader_done = loader_done
+        self.context = StepContext(self)
+
+    def boundary(self) -> None:
+        """Hand the window over, its cost kept out of the next step."""
+        started = self.clock()
+        self._hand_over()
+        self.flushed = self.recorder.steps_closed
+        self.recorder.exclude_from_cycle(self.clock() - started)
+
+    def begin_run(self) -> None:
+        self.started = True
+        counter = self._first_step()
+        if counter is not None:
+            # FLOPs and bytes are counted on the first step: warm-up, never measured.
+            self.captures.count_flops(counter)
+
+    def loader_exhausted(self) -> None:
+        """The metered loader ran out: the window so far goes out now (console line included),
+        not after whatever the user's code does next."""
+        started = self.clock()
+        if self.recorder.steps_closed > self.flushed:
+            self._hand_over()
+            self.flushed = self.recorder.steps_closed
+        self._loader_done()
+        self.recorder.exclude_from_cycle(self.clock() - started)
+
+    def profile_begin(self) -> None:
+        rec = self.recorder
+        if not rec.in_step:
+            spent = self.captures.step_begin(rec.steps_closed)
+            if spent:
+                rec.exclude_from_cycle(spent)
+
+    def fault(self, where: str, exc: BaseException) -> None:
+        self.faults.report(where, exc)
+
+
+class StepContext:
+    """``with meter.step(batch):`` — reused for every step (no allocation on the hot path).
+
+    Nested blocks count once: an inner ``with meter.step()`` is ignored (the Meter warns).
+    """
+
+    __slots__ = ("_depth", "_loop", "_rec", "accumulate", "batch")
+
+    def __init__(self, loop: Loop) -> None:
+        self._loop = loop
+        self._rec = loop.recorder
+        self.batch: Any = None
+        self.accumulate = 1
+        self._depth = 0
+
+    @property
+    def open(self) -> int:
+        """Inside a step block now (nonzero): a nested ``meter.step()`` must not change it."""
+        return self._depth
+
+    def __enter__(self) -> StepContext:
+        self._depth += 1
+        if self._depth != 1:
+            return self
+        loop, rec = self._loop, self._rec
+        try:
+            # The previous window is handed over here, between steps, and its cost kept out
+            # of the step times (it is reported as trainpace's own overhead).
+            if rec.steps_closed - loop.flushed >= loop.window:
+                loop.boundary()
+            if loop.captures.active:
+                loop.profile_begin()
+            rec.enter(self.accumulate)
+            if not loop.started:
+                loop.begin_run()
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            loop.fault("starting a step", exc)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        depth = self._depth = self._depth - 1
+        if depth:
+            if depth < 0:  # an exit without its enter (a hand-driven context): nothing open
+                self._depth = 0
+            return
+        loop, rec = self._loop, self._rec
+        try:
+            closed = rec.exit(self.batch, exc_type is not None)
+        except Exception as error:  # noqa: BLE001 - monitoring never breaks training
+            loop.fault("ending a step", error)
+            closed = False
+        self.batch = None  # do not keep the batch alive until the next step
+        if rec.fault is not None:
+            loop.fault(*rec.fault)
+            rec.fault = None
+        if loop.captures.active:  # always reached: a capture never outlives its step
+            try:
+                spent = loop.captures.step_end(closed, rec.steps_closed, exc_type, exc, tb)
+                rec.exclude_from_cycle(spent)
+            except Exception as error:  # noqa: BLE001 - monitoring never breaks training
+                loop.fault("ending a capture", error)
+
+
+class NullStep:
+    """The step context after ``finish()``: it records nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> NullStep:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        return None
+
+
+NULL_STEP = NullStep()
+
+
+class MeteredLoader:
+    """An iterable of batches whose every ``next()`` is timed."""
+
+    def __init__(self, loop: Loop, iterable: Iterable[Any], device: torch.device | None,
+                 non_blocking: bool | None) -> None:
+        self._loop = loop
+        self._iterable = iterable
+        self._device = device
+        self._non_blocking = non_blocking
+
+    def __iter__(self) -> Iterator[Any]:
+        loop = self._loop
+        if loop.finished:
+            return iter(self._iterable)
+        rec = loop.recorder
+        started = _contained(loop, "timing the loader", rec.fetch_started)
+        iterator = iter(self._iterable)  # DataLoader workers start here: that is waiting too
+        if started is not None:
+            _contained(loop, "timing the loader", rec.fetch_done, started, None, False)
+        return MeteredIterator(loop, iterator, self._device, self._non_blocking)
+
+    def __len__(self) -> int:
+        return len(self._iterable)  # type: ignore[arg-type]
+
+
+class MeteredIterator:
+    __slots__ = ("_device", "_fetch", "_iterator", "_loop", "_non_blocking", "_rec")
+
+    def __init__(self, loop: Loop, iterator: Iterator[Any], device: torch.device | None,
+                 non_blocking: bool | None) -> None:
+        self._loop = loop
+        self._rec = loop.recorder
+        self._fetch = loop.recorder.fetch
+        self._iterator = iterator
+        self._device = device
+        self._non_blocking = non_blocking
+
+    def __iter__(self) -> MeteredIterator:
+        return self
+
+    def __next__(self) -> Any:
+        loop = self._loop
+        if loop.captures.active:
+            _contained(loop, "profiling", loop.profile_begin)
+        try:
+            batch = self._fetch(self._iterator)
+        except StopIteration:
+            if not loop.finished:
+                _contained(loop, "ending the loader's window", loop.loader_exhausted)
+            raise
+        finally:
+            rec = self._rec
+            if rec.fault is not None:
+                loop.fault(*rec.fault)
+                rec.fault = None
+        if self._device is not None:
+            batch = self._move(batch)
+        return batch
+
+    def _move(self, batch: Any) -> Any:
+        rec = self._rec
+        device = self._device
+        assert device is not None
+        non_blocking = self._non_blocking
+        if non_blocking is None:
+            non_blocking = device.type == "cuda" and is_pinned(batch)
+        started = _contained(self._loop, "timing the copy", rec.copy_started)
+        moved = move_to(batch, device, non_blocking)
+        if started is not None:
+            _contained(self._loop, "timing the copy", rec.copy_done, started)
+        return moved
+
+
+def _contained(loop: Loop, where: str, fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+        loop.fault(where, exc)
+        return None

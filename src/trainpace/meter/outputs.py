@@ -1,0 +1,62 @@
+"""The sinks a Meter's keywords turn on, as a table: adding one is a line here (plus its
+keyword in :class:`~trainpace.config.MeterConfig` and ``Meter``).
+
+Each one is imported only when its keyword is set, so an extra that is not installed costs
+nothing until it is asked for (then its sink raises ``MissingDependencyError``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from trainpace.config import MeterConfig
+from trainpace.errors import ConfigError
+from trainpace.sinks.base import Sink  # noqa: TID251 - the facade wires the outputs
+from trainpace.sinks.console import ConsoleSink  # noqa: TID251 - the facade wires the outputs
+from trainpace.sinks.options import sinks_from_options  # noqa: TID251 - the facade wires the outputs
+
+
+@dataclass(frozen=True)
+class KeywordSink:
+    """A sink turned on by a Meter keyword: ``target(value_of_key, **options)``."""
+
+    key: str  # the MeterConfig field (and Meter keyword); None or False: off
+    target: str  # "module:Class", imported when the keyword is set
+    options: Mapping[str, str] = field(default_factory=dict)  # constructor kw -> config field
+
+
+KEYWORD_SINKS: tuple[KeywordSink, ...] = (
+    KeywordSink("tensorboard", "trainpace.sinks.tensorboard:TensorBoardSink"),
+)
+
+
+def keyword_sinks(config: MeterConfig, stream: TextIO | None, run_id: str) -> list[Sink]:
+    """The sinks ``config`` asks for: the console line, the table's, then the dashboards."""
+    sinks: list[Sink] = [ConsoleSink(stream)] if config.console else []
+    for entry in KEYWORD_SINKS:
+        value = getattr(config, entry.key)
+        if value is None or value is False:
+            continue
+        module, _, name = entry.target.partition(":")
+        factory: Any = getattr(importlib.import_module(module), name)
+        options = {kw: getattr(config, key) for kw, key in entry.options.items()}
+        sinks.append(factory(value, **options))
+    sinks.extend(sinks_from_options(wandb=config.wandb, mlflow=config.mlflow,
+                                    prometheus=config.prometheus,
+                                    prometheus_host=config.prometheus_host, run_id=run_id))
+    return sinks
+
+
+def checked_sinks(sinks: object) -> list[Sink]:
+    """``sinks=`` as a list, each one checked to be a sink."""
+    if sinks is None or isinstance(sinks, (str, bytes)) or not isinstance(sinks, Sequence):
+        raise ConfigError("sinks", sinks, "must be a list of sinks (objects with log(record) "
+                          "and close()); pass [] for none")
+    for sink in sinks:
+        if not callable(getattr(sink, "log", None)) or not callable(getattr(sink, "close", None)):
+            raise ConfigError("sinks", sink, "must hold sinks: objects with log(record) and "
+                              "close() methods")
+    return list(sinks)

@@ -1,0 +1,108 @@
+"""What the writer side knows of the run, and the summary made from it.
+
+The steps as columns, the goal the run is timed to, the warm-up found so far and the
+sampler's headline readings. The writer thread owns it while the run goes on; ``finish()``
+after the writer has stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections import deque
+from typing import Any
+
+import torch
+
+from trainpace.config import MeterConfig
+from trainpace.devices.ceilings import cpu_name
+from trainpace.measure.summarize import Goal, TargetTracker, summarize, warmup_steps
+from trainpace.measure.vitals import DeviceVitals
+from trainpace.series import StepSeries
+from trainpace.summary import Device, Summary
+
+# Sampler readings kept in memory for the diagnosis (about 3 hours at 10 Hz); all of them
+# are in system.jsonl.
+SYSTEM_ROWS_KEPT = 100_000
+SYSTEM_ROW_KEYS = ("t_s", "device_util_pct", "memory_used_pct", "temperature_c",
+                   "bandwidth_util_pct")
+
+
+class RunState:
+    """The run's steps and goal on the writer side; builds the summary."""
+
+    def __init__(self, config: MeterConfig, device: torch.device, run_id: str) -> None:
+        self.config = config
+        self.device = device
+        self.run_id = run_id
+        self.series = StepSeries()
+        self.goal: Goal | None = (
+            Goal(name="loss", value=float(config.target_loss), smoothing=config.smoothing)
+            if config.target_loss is not None else None
+        )
+        # Follows the goal window by window (rebuilt when the goal changes).
+        self.tracker = TargetTracker(self.goal) if self.goal is not None else None
+        self.system_rows: deque[dict[str, Any]] = deque(maxlen=SYSTEM_ROWS_KEPT)
+        self.loader: dict[str, Any] | None = None
+        self._warmup_count = 0
+        self._warmup_at_steps = 0
+        self._host = socket.gethostname()
+
+    def follow(self, goal: Goal) -> None:
+        """A new goal, followed from the run's first step."""
+        self.goal = goal
+        self.tracker = TargetTracker(goal)
+        self.tracker.add_records(self.series.records())
+
+    def keep_system_rows(self, rows: list[dict[str, Any]]) -> None:
+        self.system_rows.extend({key: row.get(key) for key in SYSTEM_ROW_KEYS} for row in rows)
+
+    def warmup(self, *, final: bool = False) -> int:
+        """Warm-up steps of the steps so far. Auto warm-up is found again each time the run
+        doubles (and at the end): its cost stays negligible however long the run."""
+        n = len(self.series)
+        if final or n >= 2 * self._warmup_at_steps:
+            self._warmup_count = warmup_steps(self.series.column("step_s"), self.config.warmup)
+            self._warmup_at_steps = n
+        return self._warmup_count
+
+    def summary(self, *, final: bool, end_s: float, t0: float | None, clock: str,
+                tokens_counted: str | None, vitals: DeviceVitals | None) -> Summary:
+        """The summary of the steps so far (``final``: of the run, its wall time to ``end_s``)."""
+        summary = summarize(
+            self.series,
+            warmup=self.config.warmup,
+            excluded=self.warmup(final=final),
+            goal=self.goal,
+            progress=self.tracker.progress() if self.tracker is not None else None,
+            run_id=self.run_id,
+            wall_s=(end_s - t0) if final and t0 is not None else None,
+            clock=clock,
+            tokens_counted=tokens_counted,
+            loader=self.loader,
+            host=self._host,
+        )
+        if vitals is None:
+            return dataclasses.replace(
+                summary, device=Device(kind=self.device.type, name=device_name(self.device)))
+        # Device figures over the measured steps: from the end of warm-up to the last step.
+        t_s = self.series.column("t_s")
+        warmup = summary.steps.warmup
+        t_start_s = float(t_s[warmup - 1]) if 0 < warmup <= len(t_s) else 0.0
+        t_end_s = float(t_s[-1]) if len(t_s) else end_s - (t0 or end_s)
+        device, bandwidth, flops, host = vitals.sections(
+            t_start_s=t_start_s, t_end_s=t_end_s, step_s=summary.time.step_s_median,
+            samples_per_s=summary.throughput.samples_per_s)
+        return dataclasses.replace(summary, device=device, bandwidth=bandwidth, flops=flops,
+                                   host=host)
+
+
+def device_name(device: torch.device) -> str | None:
+    try:
+        if device.type == "cuda" and torch.cuda.is_available():
+            return str(torch.cuda.get_device_name(device))
+        if device.type == "cpu":
+            return cpu_name()
+    except Exception:  # noqa: BLE001 - a name is nice to have, never required
+        return None
+    return None

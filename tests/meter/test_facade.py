@@ -1,0 +1,118 @@
+"""The Meter's wiring: settings written once, captures always closed, the loop's edges."""
+
+import dataclasses
+import inspect
+import io
+import time
+
+import pytest
+import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+import trainpace
+from trainpace.config import MeterConfig
+from trainpace.runlog import read_run
+
+
+def test_the_meter_keywords_are_the_config_fields_with_the_same_defaults():
+    params = inspect.signature(trainpace.Meter).parameters
+    wiring = {"sinks", "stream", "clock"}
+    keywords = {name: p.default for name, p in params.items() if name not in wiring}
+    fields = {f.name: f.default for f in dataclasses.fields(MeterConfig)}
+    assert keywords == fields
+
+
+def test_meta_config_is_made_from_every_setting(tmp_path, clock):
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, console=False, report=False,
+                            window=7, samples=len, profile_steps=[3, 5])
+    meter.finish()
+    config = read_run(meter.path).meta["config"]
+    assert set(config) == {f.name for f in dataclasses.fields(MeterConfig)}
+    assert config["window"] == 7 and config["profile_steps"] == [3, 5]
+    assert config["samples"] == "builtins.len" and config["out"] == str(tmp_path / "run")
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({}, (1, 0, 0)),
+    ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}, (8, 3, 1)),
+    ({"RANK": "2", "WORLD_SIZE": "4"}, (4, 2, 2)),  # one node: the local rank is the rank
+])
+def test_meta_says_the_rank_from_the_launcher(tmp_path, clock, monkeypatch, env, expected):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, console=False, report=False)
+    meter.finish()
+    meta = read_run(meter.path).meta
+    assert (meta["world_size"], meta["rank"], meta["local_rank"]) == expected
+
+
+def test_the_flop_counter_is_closed_when_counting_the_batch_raises(tmp_path):
+    def broken(batch):
+        raise ValueError("cannot count")
+
+    model = torch.nn.Linear(8, 8)
+    meter = trainpace.Meter(tmp_path / "run", console=False, report=False, samples=broken)
+    for _ in range(3):  # FLOP counting is on (the default): it wraps the first step
+        with meter.step(torch.zeros(4, 8)):
+            model(torch.zeros(4, 8)).sum().backward()
+        assert _get_current_dispatch_mode() is None  # nothing left running after the step
+    summary = meter.finish()
+    assert summary.steps.total == 3
+    assert summary.flops.per_step is not None and summary.flops.per_step > 0
+
+
+def test_finish_closes_a_flop_counter_left_open(tmp_path):
+    meter = trainpace.Meter(tmp_path / "run", console=False, report=False)
+    context = meter.step(torch.zeros(2, 2))
+    context.__enter__()  # a hand-driven step that never exits (a framework hook missed)
+    assert _get_current_dispatch_mode() is not None
+    meter.finish()
+    assert _get_current_dispatch_mode() is None
+
+
+@pytest.mark.slow
+def test_the_profiler_shutdown_is_not_charged_to_a_step(tmp_path, monkeypatch):
+    from trainpace.trace.capture import ProfileWindow
+
+    real_finish = ProfileWindow._finish
+
+    def slow_finish(self):  # the shutdown, made 0.3 s long: far above this machine's noise
+        time.sleep(0.3)
+        real_finish(self)
+
+    monkeypatch.setattr(ProfileWindow, "_finish", slow_finish)
+    meter = trainpace.Meter(tmp_path / "run", window=5, warmup=1, profile_steps=(3, 6),
+                            console=False, report=False, count_flops=False)
+    for b in meter.loader([torch.zeros(2)] * 10):
+        with meter.step(b):
+            time.sleep(0.02)
+    meter.finish()
+    step_s = {r["step"]: r["step_s"] for r in read_run(meter.path).steps}
+    assert meter._recorder.overhead_s >= 0.3  # measured, and kept out of the steps
+    assert max(step_s.values()) < 0.2, step_s  # step 6 (after the stop) is not 0.3 s longer
+
+
+def test_the_last_window_line_is_out_when_the_loader_is_exhausted(tmp_path, clock):
+    stream = io.StringIO()
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=100, stream=stream,
+                            report=False, count_flops=False)
+    for b in meter.loader([torch.zeros(2)] * 30):
+        with meter.step(b):
+            clock.advance(0.01)
+    assert stream.getvalue().splitlines()[-1].startswith("step 30 |")  # before finish()
+    meter.finish()
+
+
+def test_hand_driven_steps_like_the_framework_callbacks(tmp_path, clock):
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=4, console=False,
+                            report=False, count_flops=False)
+    for b in meter.loader([torch.zeros(3)] * 12):
+        context = meter.step(b)
+        context.__enter__()
+        clock.advance(0.01)
+        context.__exit__(None, None, None)
+    summary = meter.finish()
+    assert summary.steps.total == 12
+    assert summary.throughput.samples_per_s == pytest.approx(300.0)

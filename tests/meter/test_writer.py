@@ -1,0 +1,187 @@
+"""The run folder is written whatever the sinks do, and keeps up with any step rate."""
+
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+import trainpace
+from trainpace.runlog import STEPS_FILE, read_run
+
+
+class SleepySink:
+    def __init__(self, seconds):
+        self.seconds, self.records = seconds, 0
+
+    def log(self, record):
+        time.sleep(self.seconds)
+        self.records += 1
+
+    def close(self):
+        pass
+
+
+class Hanging:
+    def __init__(self):
+        self.release = threading.Event()
+
+    def log(self, record):
+        self.release.wait()
+
+    def close(self):
+        self.release.wait()
+
+
+class Exiting:
+    def log(self, record):
+        raise SystemExit(3)
+
+    def close(self):
+        raise KeyboardInterrupt
+
+
+def lines(path):
+    try:
+        with open(path / STEPS_FILE, "rb") as f:
+            return f.read().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def run(meter, steps, step_s=0.0):
+    for b in meter.loader([torch.zeros(2)] * steps):
+        with meter.step(b):
+            if step_s:
+                time.sleep(step_s)
+
+
+def test_a_slow_sink_never_holds_the_run_folder_back(tmp_path, caplog):
+    sink = SleepySink(1.0)
+    meter = trainpace.Meter(tmp_path / "run", window=10, console=False, report=False,
+                            count_flops=False, sinks=[sink], sink_timeout_s=0.5)
+    run(meter, 400, step_s=0.001)
+    assert lines(meter.path) >= 400 - 2 * 10  # before finish: within the open window + one
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        summary = meter.finish()
+    assert time.monotonic() - started < 5.0  # the sink got 0.5 s, not 1 s per record
+    assert summary.steps.total == 400 and len(read_run(meter.path).steps) == 400
+    assert any("SleepySink did not finish" in r.getMessage() for r in caplog.records)
+
+
+def test_a_hanging_sink_is_abandoned_at_finish(tmp_path, caplog):
+    sink = Hanging()
+    meter = trainpace.Meter(tmp_path / "run", window=10, console=False, report=False,
+                            count_flops=False, sinks=[sink], sink_timeout_s=0.3)
+    run(meter, 100)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        summary = meter.finish()
+    assert time.monotonic() - started < 3.0
+    assert summary.steps.total == 100 and len(read_run(meter.path).steps) == 100
+    assert any("abandoned" in r.getMessage() for r in caplog.records)
+    sink.release.set()
+
+
+def test_a_sink_raising_systemexit_is_contained(tmp_path, caplog):
+    meter = trainpace.Meter(tmp_path / "run", window=10, console=False, report=False,
+                            count_flops=False, sinks=[Exiting()])
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        run(meter, 100)
+        summary = meter.finish()  # nothing re-raised into the user's code
+    assert summary.steps.total == 100 and len(read_run(meter.path).steps) == 100
+    assert sum("Exiting" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_tiny_steps_keep_the_run_folder_within_a_window(tmp_path):
+    window = 20
+    meter = trainpace.Meter(tmp_path / "run", window=window, console=False, report=False,
+                            count_flops=False)
+    worst = 0
+    steps = 0
+    for b in meter.loader(range(30_000)):
+        with meter.step(b):
+            steps += 1
+        if steps % 2_000 == 0:
+            worst = max(worst, steps - lines(meter.path))
+    at_end = steps - lines(meter.path)
+    meter.finish()
+    # on disk: every window but the open one and the one being written
+    assert worst <= 2 * window and at_end <= 2 * window
+    assert len(read_run(meter.path).steps) == 30_000
+
+
+CHILD = """
+import mmap, sys, time, torch, trainpace
+from pathlib import Path
+
+class Sleepy:
+    def log(self, record): time.sleep(1.0)
+    def close(self): pass
+
+counter = open(sys.argv[2], "r+b")
+done = mmap.mmap(counter.fileno(), 8)
+meter = trainpace.Meter(Path(sys.argv[1]), window=20, console=False, report=False,
+                        count_flops=False, sinks=[Sleepy()])
+n = 0
+for b in meter.loader(range(10**9)):
+    with meter.step(b):
+        time.sleep(0.0002)
+    n += 1
+    done[:8] = n.to_bytes(8, "little")
+"""
+
+
+def test_sigkill_loses_at_most_the_open_window_and_the_one_in_flight(tmp_path):
+    rng = random.Random(7)
+    env = dict(os.environ, PYTHONPATH=str(Path(trainpace.__file__).parents[1]))
+    for attempt in range(2):
+        counter = tmp_path / f"counter{attempt}"
+        counter.write_bytes(b"\0" * 8)
+        out = tmp_path / f"run{attempt}"
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(out), str(counter)], env=env)
+        deadline = time.monotonic() + 60
+        while int.from_bytes(counter.read_bytes(), "little") < 50:  # the loop is running
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.3, 1.5))
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        done = int.from_bytes(counter.read_bytes(), "little")
+        recovered = len(read_run(out).steps)
+        assert done - 2 * 20 <= recovered <= done
+
+
+UNFINISHED = """
+import sys, threading, torch, trainpace
+from pathlib import Path
+
+class Hanging:
+    def log(self, record): threading.Event().wait()
+    def close(self): threading.Event().wait()
+
+meter = trainpace.Meter(Path(sys.argv[1]), window=10, console=False, report=False,
+                        count_flops=False, sinks=[Hanging()])
+for b in meter.loader([torch.zeros(2)] * 105):
+    with meter.step(b):
+        pass
+# no finish(): the interpreter exits here
+"""
+
+
+def test_a_run_never_finished_exits_without_waiting_on_a_hanging_sink(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(Path(trainpace.__file__).parents[1]))
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", UNFINISHED, str(tmp_path / "run")], env=env,
+                   check=True, timeout=120)
+    exited_s = time.monotonic() - started
+    assert len(read_run(tmp_path / "run").steps) == 105  # the exit hook wrote every step
+    # the child's exit did not wait on the sink (imports alone take seconds on a busy machine)
+    assert exited_s < 60

@@ -1,0 +1,106 @@
+"""The run folder: claimed atomically, written whatever the disk does, read back."""
+
+import errno
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import trainpace.sinks.runfolder as runfolder
+from trainpace.errors import ConfigError
+from trainpace.records import STEP_FIELDS
+from trainpace.runlog import Record, read_run
+from trainpace.sinks.runfolder import (
+    CLAIM_FILE,
+    RunFolderSink,
+    claim_run_folder,
+)
+
+
+def steps(first, last):
+    return [dict.fromkeys(STEP_FIELDS) | {"step": n, "t_s": float(n), "step_s": 1.0,
+                                          "wait_s": 0.0, "samples": 1, "micro_batches": 1}
+            for n in range(first, last + 1)]
+
+
+def window(first, last):
+    return Record("window", {"window": {}, "steps": steps(first, last)}, last)
+
+
+def test_each_claim_of_one_path_gets_its_own_folder(tmp_path):
+    got = [claim_run_folder(tmp_path / "run") for _ in range(3)]
+    assert [p.name for p in got] == ["run", "run-2", "run-3"]
+    assert all((p / CLAIM_FILE).exists() for p in got)
+
+
+def test_an_empty_folder_made_beforehand_is_used_and_an_old_run_is_not(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert claim_run_folder(tmp_path / "empty") == tmp_path / "empty"
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "meta.json").write_text("{}")  # written before claims existed
+    assert claim_run_folder(old) == tmp_path / "old-2"
+    assert not (old / CLAIM_FILE).exists()
+
+
+def test_a_path_that_is_a_file_or_under_a_file_is_a_config_error(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match="out must be a folder, but it is a file"):
+        claim_run_folder(tmp_path / "f")
+    with pytest.raises(ConfigError, match="out cannot be made into a run folder"):
+        claim_run_folder(tmp_path / "f" / "run")
+
+
+RACE = """
+import sys, time
+from pathlib import Path
+from trainpace.sinks.runfolder import claim_run_folder
+start = float(sys.argv[2])
+while time.time() < start:
+    pass
+print(claim_run_folder(Path(sys.argv[1])).name)
+"""
+
+
+def test_processes_racing_for_one_path_each_get_their_own(tmp_path):
+    import time
+
+    start = time.time() + 1.5  # all of them released at once
+    env = dict(os.environ, PYTHONPATH=str(Path(runfolder.__file__).parents[2]))
+    procs = [subprocess.Popen([sys.executable, "-c", RACE, str(tmp_path / "run"), str(start)],
+                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(4)]
+    names = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    assert names == ["run", "run-2", "run-3", "run-4"]
+
+
+def test_a_full_disk_loses_the_steps_it_held_and_says_which(tmp_path, monkeypatch, caplog):
+    sink = RunFolderSink(tmp_path)
+    sink.log(Record("meta", {"schema": "trainpace.meta/1", "run_id": "r"}))
+    sink.log(window(1, 10))
+    real_write = os.write
+    full = {"on": True}
+
+    def write(fd, data):
+        if full["on"]:
+            real_write(fd, bytes(data[:7]))  # part of a line reaches the disk, then ENOSPC
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(runfolder.os, "write", write)
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        sink.log(window(11, 20))
+        sink.log(window(21, 30))
+        full["on"] = False
+        sink.log(window(31, 40))
+    sink.close()
+    run = read_run(tmp_path)
+    assert [r["step"] for r in run.steps] == [*range(1, 11), *range(31, 41)]  # no torn line
+    assert run.meta["missing_steps"] == [[11, 30]]
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("from step 11 on" in m for m in messages) == 1
+    assert sum("steps 11-30 are missing" in m for m in messages) == 1
+
+
