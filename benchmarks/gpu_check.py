@@ -227,7 +227,7 @@ def check_ceilings(quick: bool) -> dict[str, Any]:
 
 def check_mfu(steps: int) -> dict[str, Any]:
     from trainpace.measure.clock import EventTimer
-    from trainpace.vitals import DeviceVitals
+    from trainpace.measure.vitals import DeviceVitals
 
     n = 8192
     t0 = time.perf_counter()

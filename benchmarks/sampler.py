@@ -38,9 +38,9 @@ def cpu_share_pct(seconds: float) -> tuple[float, float]:
 def measure(device: str, nvml: object, hz: float, seconds: float, *,
             legacy: bool) -> dict[str, object]:
     """One sampler's CPU share; ``legacy`` reads as before (psutil, a table row per reading)."""
+    from trainpace.measure.vitals import DeviceVitals
     from trainpace.sampling import series
     from trainpace.sampling.host import HostSource
-    from trainpace.vitals import DeviceVitals
 
     pending = series.PENDING_MAX
     series.PENDING_MAX = 1 if legacy else pending

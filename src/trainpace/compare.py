@@ -10,6 +10,7 @@ Rendering is :mod:`trainpace.report.compare`'s job.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from trainpace.errors import ConfigError
+from trainpace.measure.cost import Savings, check_price, cost_of_run, savings
 from trainpace.measure.summarize import Goal, summary_for_run, target_progress
 from trainpace.runlog import RunData
 from trainpace.summary import Summary
@@ -47,6 +49,12 @@ class RunFigures:
     samples_to_target: float | None
     time_to_target_s: float | None
     notes: list[str] = field(default_factory=list)  # what the reader left out (bad lines...)
+    # with a price (compare --price-per-hour): what a run costs, from its steady figures
+    usd_per_million_samples: float | None = None
+    usd_per_million_tokens: float | None = None
+    usd_to_target: float | None = None
+    power_w_mean: float | None = None
+    energy_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,8 @@ class Comparison:
     throughput_metric: str | None
     target: dict[str, Any] | None
     runs: list[RunFigures] = field(default_factory=list)
+    # what the winner saves against the other run, at the price given (None without one)
+    savings: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object: ``{winner, by, reason, throughput_metric, target, runs}``."""
@@ -108,6 +118,41 @@ def _figures(label: str, run: RunData, summary: Summary, goal: Goal | None) -> R
     )
 
 
+def _with_costs(result: Comparison, runs: tuple[RunData, RunData], price: float) -> Comparison:
+    """Each run's cost at ``price``, and what the winner saves against the other."""
+    costed: list[Summary] = []
+    figures: list[RunFigures] = []
+    for run, side in zip(runs, result.runs, strict=True):
+        summary = summary_for_run(run)
+        summary = dataclasses.replace(summary, time=dataclasses.replace(
+            summary.time, time_to_target_s=side.time_to_target_s))
+        cost = cost_of_run(summary, run.series.column("t_s"), run.system, price_per_hour=price)
+        costed.append(dataclasses.replace(summary, cost=cost))
+        figures.append(dataclasses.replace(
+            side, usd_per_million_samples=cost.usd_per_million_samples,
+            usd_per_million_tokens=cost.usd_per_million_tokens, usd_to_target=cost.usd_to_target,
+            power_w_mean=cost.power_w_mean, energy_source=cost.energy_source))
+    saved: dict[str, Any] | None = None
+    if result.winner is not None:
+        win = LABELS.index(result.winner)
+        s = savings(costed[win], costed[1 - win])
+        saved = {**dataclasses.asdict(s), "text": _savings_text(result.winner, s, price)}
+    return dataclasses.replace(result, runs=figures, savings=saved)
+
+
+def _savings_text(winner: str, s: Savings, price: float) -> str:
+    at = f"at ${price:g}/h"
+    if s.usd_per_run is not None and s.sooner_pct is not None:
+        text = (f"{winner} reaches the target {s.sooner_pct:.0f}% sooner: saves "
+                f"${s.usd_per_run:.2f} per run {at}")
+        return text + (f" and {s.kwh_per_run:.3g} kWh" if s.kwh_per_run is not None else "")
+    for value, what in ((s.usd_per_million_tokens, "million tokens"),
+                        (s.usd_per_million_samples, "million samples")):
+        if value is not None:
+            return f"{winner} saves ${value:.3g} per {what} {at}"
+    return f"what {winner} saves is unknown: the runs' throughputs cannot be compared"
+
+
 def _throughput_metric(runs: list[RunFigures]) -> str | None:
     for key in THROUGHPUT_KEYS:
         if all(getattr(r, key) is not None for r in runs):
@@ -145,7 +190,8 @@ def check_target(target_loss: float | None) -> None:
                           "must be a finite number (the loss both runs are timed to)")
 
 
-def compare_runs(run_a: RunData, run_b: RunData, *, target_loss: float | None = None) -> Comparison:
+def compare_runs(run_a: RunData, run_b: RunData, *, target_loss: float | None = None,
+                 price_per_hour: float | None = None) -> Comparison:
     """Compare two run folders (read with :func:`trainpace.read_run`).
 
     Args:
@@ -154,8 +200,18 @@ def compare_runs(run_a: RunData, run_b: RunData, *, target_loss: float | None = 
         target_loss: time both runs to this loss (smoothed as the Meter smooths it); default:
             the target the runs were given, when both have the same one. NaN or infinite:
             :class:`ConfigError`.
+        price_per_hour: the price of one device-hour: each run's cost and what the winner
+            saves (per run to the target, per million tokens or samples, in kWh).
     """
     check_target(target_loss)
+    check_price("price_per_hour", price_per_hour)
+    result = _compare(run_a, run_b, target_loss)
+    if price_per_hour is None:
+        return result
+    return _with_costs(result, (run_a, run_b), price_per_hour)
+
+
+def _compare(run_a: RunData, run_b: RunData, target_loss: float | None) -> Comparison:
     runs = (run_a, run_b)
     summaries = [summary_for_run(run) for run in runs]
     goal = _goal(summaries, runs, target_loss)

@@ -73,6 +73,14 @@ class MeterConfig:
     counted FLOPs)."""
     run_id: str | None = None
     """Name of the run; defaults to the run folder's name or a timestamp."""
+    price_per_hour: float | None = None
+    """Price of one device-hour (any currency; reported as USD): the run's cost, per million
+    samples and tokens, and to the target (times the devices of a distributed run)."""
+    grid_g_per_kwh: float | None = None
+    """Grid carbon intensity (gCO2 per kWh) for the CO2 figure; never guessed."""
+    rated_power_w: float | None = None
+    """A device's rated power, used for energy only where no counter or power reading exists
+    (the figures are then labelled an estimate)."""
     sink_timeout_s: float = 5.0
     """At finish, the most time each sink (``sinks=``, TensorBoard, console...) gets to take
     its last records; a sink still busy then is abandoned with a warning."""
@@ -116,6 +124,10 @@ class MeterConfig:
             canonical_dtype(self.dtype)
         if self.run_id is not None and not isinstance(self.run_id, str):
             raise ConfigError("run_id", self.run_id, "must be a string or None")
+        for key in ("price_per_hour", "grid_g_per_kwh", "rated_power_w"):
+            value = getattr(self, key)
+            if value is not None and (not _finite(value) or value < 0):
+                raise ConfigError(key, value, "must be a finite number >= 0, or None")
         if not _finite(self.sink_timeout_s) or self.sink_timeout_s < 0:
             raise ConfigError("sink_timeout_s", self.sink_timeout_s, "must be a number >= 0")
 

@@ -78,6 +78,8 @@ class WindowFigures(TypedDict, total=False):
     t_s: float | None
     time_to_target_s: float | None
     eta_to_target_s: float | None
+    usd_per_million_samples: float | None  # with Meter(price_per_hour=...)
+    usd_per_million_tokens: float | None
     device_kind: str
     device_util_pct: float | None
     memory_used_pct: float | None

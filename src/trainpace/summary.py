@@ -211,6 +211,33 @@ class Kernels:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Cost:
+    """What the run costs: money from a price the user gives, energy from measured counters.
+
+    Money needs ``price_per_hour`` (per device-hour; times the devices used). Energy is the
+    best measured source (``energy_source``); CO2 only with a grid intensity the user gives.
+    """
+
+    price_per_hour: float | None = None
+    usd_total: float | None = None
+    usd_per_million_samples: float | None = None
+    usd_per_million_tokens: float | None = None
+    usd_to_target: float | None = None
+    energy_j: float | None = None  # over the measured steps
+    energy_j_per_sample: float | None = None
+    energy_j_per_million_tokens: float | None = None
+    power_w_mean: float | None = None
+    energy_source: str | None = None  # nvml_total_energy | nvml_power_samples | rapl | rated_power
+    kwh: float | None = None
+    co2_kg: float | None = None
+    grid_g_per_kwh: float | None = None
+    # extensions
+    devices: int | None = None  # devices the price is multiplied by (world size)
+    energy_missing: str | None = None  # why there is no energy figure: the sources looked for
+    energy_is_estimate: bool = False  # from a rated power the user gave, not a measurement
+
+
+@dataclass(frozen=True, kw_only=True)
 class RankEntry:
     """One rank's own figures (one entry when not distributed)."""
 
@@ -259,6 +286,7 @@ class Summary:
     communication: Communication = field(default_factory=Communication)
     host: Host = field(default_factory=Host)
     kernels: Kernels = field(default_factory=Kernels)
+    cost: Cost = field(default_factory=Cost)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict, every contract key present."""
@@ -305,6 +333,7 @@ _NESTED: Mapping[tuple[type, str], type] = {
     (Summary, "communication"): Communication,
     (Summary, "host"): Host,
     (Summary, "kernels"): Kernels,
+    (Summary, "cost"): Cost,
     (Diagnosis, "findings"): Finding,
     (Time, "target"): Target,
 }

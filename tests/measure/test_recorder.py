@@ -247,3 +247,22 @@ def test_tuple_batches_are_counted_from_their_first_tensor_whatever_the_layout(c
         rec.exit(None, failed=False)
     assert [r["samples"] for r in rec.take_records()] == [8, 8, 5, 7, 6, 3]
     assert rec.fault is None
+
+
+def test_a_batch_that_cannot_be_counted_gives_unknown_samples_and_one_warning(caplog):
+    from trainpace.measure.recorder import StepRecorder
+    from trainpace.measure.summarize import window_figures
+
+    times = iter(float(i) for i in range(100))
+    rec = StepRecorder(clock=lambda: next(times))
+    batches = iter(["text a", "text b", "text c"])
+    with caplog.at_level("WARNING", logger="trainpace"):
+        for _ in range(3):
+            rec.fetch(batches)
+            rec.enter(1)
+            rec.exit(None, False)
+    records = rec.take_records(final=True)
+    assert [r["samples"] for r in records] == [None, None, None]
+    assert window_figures(records, 0)["samples_per_s"] is None
+    warnings = [r.message for r in caplog.records if "samples=" in r.message]
+    assert len(warnings) == 1 and "str" in warnings[0]

@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_b", metavar="RUN_B", help="the second run folder (B)")
     parser.add_argument("--target-loss", type=_finite, metavar="X",
                         help="time both runs to this loss (default: their own common target)")
+    parser.add_argument("--price-per-hour", type=_finite, metavar="P",
+                        help="price of one device-hour: each run's cost, and what the winner "
+                        "saves (per run to the target, per million tokens)")
     parser.add_argument("--json", action="store_true",
                         help='print one JSON object {"winner", "by", "reason", "runs", ...}')
 
@@ -37,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from trainpace.runlog import read_run
 
     comparison = compare_runs(read_run(args.run_a), read_run(args.run_b),
-                              target_loss=args.target_loss)
+                              target_loss=args.target_loss,
+                              price_per_hour=args.price_per_hour)
     if args.json:
         print_json(comparison.to_dict())
     else:

@@ -25,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", metavar="FILE",
                         help="write a self-contained HTML report with plots to FILE "
                         "(and print only its path)")
+    for flag, what in (("--price-per-hour", "price of one device-hour: the run's cost, per "
+                        "million samples and tokens, and to the target"),
+                       ("--grid-g-per-kwh", "grid carbon intensity, gCO2/kWh: the CO2 figure"),
+                       ("--rated-power-w", "a device's rated power, for an energy estimate "
+                        "where nothing measured it (labelled an estimate)")):
+        parser.add_argument(flag, type=float, metavar="X", help=what)
     parser.add_argument("--threshold", metavar="KEY=VALUE", action="append", type=_threshold,
                         default=[], help="override a diagnosis threshold "
                         "(e.g. data_wait_warning_pct=5); repeatable")
@@ -40,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from trainpace.diagnose import Thresholds, diagnose
     from trainpace.diagnose.distributed import attribute_rank_wait
     from trainpace.dist.folders import read_distributed
+    from trainpace.measure.cost import cost_of_run
     from trainpace.measure.summarize import summary_for_run
     from trainpace.report.console import print_report
     from trainpace.report.html import write_page
@@ -68,6 +75,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainpace report: {note}", file=sys.stderr)
     # The steps as columns: the diagnosis reads them as such, never a list of the whole run.
     steps: Any = series
+    prices = {"price_per_hour": args.price_per_hour, "grid_g_per_kwh": args.grid_g_per_kwh,
+              "rated_power_w": args.rated_power_w}
+    if any(value is not None for value in prices.values()):
+        summary = dataclasses.replace(summary, cost=cost_of_run(
+            summary, series.column("t_s"), system, **prices))
     diagnosis = diagnose(summary, steps=steps, system=system, meta=meta, thresholds=thresholds)
     if ranks is not None:  # a straggler's data wait is said on the data_wait finding
         diagnosis = attribute_rank_wait(diagnosis, thresholds)

@@ -14,6 +14,7 @@ of its ``step_s``.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
@@ -24,10 +25,11 @@ from typing import Any
 
 import torch
 
-from trainpace.measure.batch import TokenCount, count_samples, count_tokens
+from trainpace.measure.batch import TokenCount, count_tokens, samples_in
 from trainpace.measure.clock import DeviceTimer, Marker
 from trainpace.records import StepRecord
 
+logger = logging.getLogger("trainpace")
 Clock = Callable[[], float]
 _TENSOR = torch.Tensor
 
@@ -40,13 +42,15 @@ class _Row:
 
     __slots__ = ("batches", "cycle_s", "emitted", "end_marker", "end_s", "fetched_since_micro",
                  "h2d_markers", "h2d_s", "losses", "metrics", "micro_done", "outside_s", "record",
-                 "samples", "start_marker", "step", "tokens", "wait_markers", "wait_s")
+                 "samples", "samples_unknown", "start_marker", "step", "tokens", "wait_markers",
+                 "wait_s")
 
     def __init__(self) -> None:
         self.wait_s = 0.0
         self.outside_s = 0.0  # between the previous step's end and this step's first fetch
         self.h2d_s: float | None = None
         self.samples = 0
+        self.samples_unknown = False  # a batch of the step could not be counted
         # Lists are made when a first value comes (an empty tuple until then): most steps
         # never have tokens or markers, and a row is made per step.
         self.tokens: list[TokenCount] | tuple[()] = ()
@@ -84,6 +88,7 @@ class StepRecorder:
         self.clock = clock
         self.timer = timer
         self._samples_fn = samples
+        self._uncounted_warned = False
         self._tokens_fn = tokens
         self.tokens_counted: str | None = "custom" if tokens is not None else None
         self.t0: float | None = None  # clock() at the first data touch or step
@@ -310,8 +315,18 @@ class StepRecorder:
                 if shape:  # else the general count, which looks further into the batch
                     row.samples += shape[0]
                     return
-        samples = self._samples_fn(batch) if self._samples_fn is not None else count_samples(batch)
-        if samples is not None:
+        samples: int | None
+        if self._samples_fn is not None:
+            samples = self._samples_fn(batch)
+        else:
+            counted = samples_in(batch)
+            samples = counted.samples
+            if samples is None and not self._uncounted_warned:
+                self._uncounted_warned = True  # once a run: the reason is the same each step
+                logger.warning("trainpace: %s", counted.reason)
+        if samples is None:
+            row.samples_unknown = True  # a step with a batch not counted: its samples unknown
+        else:
             row.samples += int(samples)
         if self._tokens_fn is not None:
             _add_tokens(row, int(self._tokens_fn(batch)))
@@ -383,7 +398,7 @@ class StepRecorder:
             "wait_s": row.wait_s,
             "exposed_wait_s": None,
             "h2d_s": row.h2d_s,
-            "samples": row.samples,
+            "samples": None if row.samples_unknown else row.samples,
             "tokens": int(sum(row.tokens)) if row.tokens else None,
             "micro_batches": row.batches,
             "loss": loss,
@@ -418,7 +433,7 @@ class StepRecorder:
             "wait_s": row.wait_s,
             "exposed_wait_s": exposed,
             "h2d_s": h2d,
-            "samples": row.samples,
+            "samples": None if row.samples_unknown else row.samples,
             "tokens": None,
             "micro_batches": row.batches,
             "loss": None,

@@ -128,9 +128,12 @@ def _rates(series: StepSeries, lo: int) -> dict[str, Any]:
     wait = series.column("wait_s")[lo:]
     exposed = series.column("exposed_wait_s")[lo:]
     h2d = series.column("h2d_s")[lo:]
+    samples = series.column("samples")[lo:]
     return {
         "measured_s": total_s if step_s.size else None,
-        "samples_per_s": float(series.column("samples")[lo:].sum()) / total_s if ok else None,
+        # a step whose batch could not be counted makes samples/s unknown, not lower
+        "samples_per_s": (float(samples.sum()) / total_s
+                          if ok and np.isfinite(samples).all() else None),
         "tokens_per_s": (float(tokens.sum()) / total_s
                          if ok and tokens.size and np.isfinite(tokens).all() else None),
         "steps_per_s": step_s.size / total_s if ok else None,

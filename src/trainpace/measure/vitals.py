@@ -37,6 +37,7 @@ from trainpace.measure.flops import StepCount, StepCounter
 from trainpace.measure.roofline import step_figures
 from trainpace.sampling.host import HOST_KEYS, HostSource
 from trainpace.sampling.nvml import READING_KEYS, THROTTLE_NAMES, GpuInfo, Nvml, target_for
+from trainpace.sampling.rapl import RaplReader
 from trainpace.sampling.sampler import Reading, Sampler, is_positive_number
 from trainpace.sampling.series import Aggregate
 from trainpace.summary import Bandwidth, Device, Flops, Host
@@ -105,6 +106,7 @@ class DeviceVitals:
         self._gpu: GpuInfo | None = None
         self._dcgm: Any = None
         self._host: Any = None
+        self._rapl: RaplReader | None = None
         self._threads = torch.get_num_threads()
         self._name: str | None = None
         self._peaks = self._user_peaks or Peaks()
@@ -154,6 +156,10 @@ class DeviceVitals:
         if self._host_arg is False:
             return
         self._host = self._host_arg if self._host_arg is not None else HostSource()
+        if self.device.type == "cpu" and self._host_arg is None:
+            # the CPU packages' energy counters, where the kernel lets us read them
+            rapl = RaplReader()
+            self._rapl = rapl if rapl.available else None
 
     def _open_nvml(self) -> None:
         if self._nvml_arg is False:
@@ -194,6 +200,15 @@ class DeviceVitals:
 
             self._name = cpu_name()
 
+    @property
+    def threads(self) -> int:
+        """The torch threads of the run (the CPU's 100%-per-thread scale, its ceiling's key)."""
+        return self._threads
+
+    def refresh_peaks(self) -> None:
+        """Read the peaks again (a ceiling was measured after the loop)."""
+        self._contained("resolving the peaks", self._resolve_peaks)
+
     def _resolve_peaks(self) -> None:
         memory_gb = None
         if self._gpu is not None and self._gpu.memory_total_gb:
@@ -205,6 +220,7 @@ class DeviceVitals:
         if self._user_peaks is not None:
             peaks = self._user_peaks.merged_over(peaks)
         self._peaks = peaks
+        self._peaks_note = None
         if not peaks.tflops and peaks.bandwidth_gb_s is None:
             self._peaks_note = (
                 f"no peaks for {self._name or self.device}: not in the spec table and no "
@@ -280,6 +296,8 @@ class DeviceVitals:
             flat[key] = _number(row[key])
         row["host"] = host
         row["gpus"] = gpus
+        if self._rapl is not None:
+            row["rapl"] = self._source("RAPL readings", self._rapl.read)
         return row, flat
 
     def _source(self, what: str, read: Callable[[], Any]) -> Any:

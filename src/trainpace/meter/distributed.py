@@ -15,7 +15,7 @@ from typing import Any
 from trainpace.dist.monitor import RankMonitor, vitals_signs
 from trainpace.dist.ranks import RankInfo, rank_info
 from trainpace.dist.summary import rank_summary
-from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder  # noqa: TID251 - wiring
+from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder
 from trainpace.summary import Summary
 
 

@@ -43,6 +43,7 @@ from typing import Any, TextIO
 import torch
 
 from trainpace.config import MeterConfig, WarmupSetting, is_int_at_least
+from trainpace.devices.ceilings import FirstRun, ensure_ceilings
 from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.diagnose import diagnose
 from trainpace.errors import ConfigError
@@ -59,12 +60,12 @@ from trainpace.meter.meta import run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
 from trainpace.meter.pipeline import ROWS_STOCKED, Window, WindowPipeline
 from trainpace.meter.state import RunState, device_name
-from trainpace.report.console import print_report  # noqa: TID251 - the facade wires the outputs
+from trainpace.report.console import print_report
 from trainpace.runlog import Record
-from trainpace.sinks.background import BackgroundWriter, SinkThread, close_all  # noqa: TID251 - the facade wires the outputs
-from trainpace.sinks.base import Sink  # noqa: TID251 - the facade wires the outputs
-from trainpace.sinks.console import ConsoleSink  # noqa: TID251 - the facade wires the outputs
-from trainpace.sinks.runfolder import (  # noqa: TID251 - the facade wires the outputs
+from trainpace.sinks.background import BackgroundWriter, SinkThread, close_all
+from trainpace.sinks.base import Sink
+from trainpace.sinks.console import ConsoleSink
+from trainpace.sinks.runfolder import (
     RunFolderSink,
     release_run_folder,
 )
@@ -121,6 +122,9 @@ class Meter:
         peaks: Mapping[str, Any] | None = None,
         dtype: str | None = None,
         run_id: str | None = None,
+        price_per_hour: float | None = None,
+        grid_g_per_kwh: float | None = None,
+        rated_power_w: float | None = None,
         sink_timeout_s: float = 5.0,
         sinks: Sequence[Sink] = (),
         stream: TextIO | None = None,
@@ -162,6 +166,7 @@ class Meter:
         self._state = RunState(config, self.device, self.run_id)
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
         self._summary: Summary | None = None
+        self._ceilings: FirstRun | None = None  # what finish() did to know the peaks
         self._meta: dict[str, Any] = {}
         self._sink_threads = [SinkThread(sink) for sink in outputs]
         self._pipeline = WindowPipeline(
@@ -269,7 +274,7 @@ class Meter:
                 self._vitals.stop()  # a last reading, then the thread is joined
             self._hand_over(final=True)
             self._close_writer()  # every window written; from here on, one thread
-            # (after the loop, before the summary: where a quick CPU ceiling may be measured)
+            self._first_ceilings()  # after the loop, before the summary
             summary = self._build_summary(final=True, end_s=end_s)
             summary = self._with_profile(summary)
             summary = self._diagnosed(summary)
@@ -353,6 +358,21 @@ class Meter:
             clock=rec.timer.name if rec.timer is not None else "host",
             tokens_counted=rec.tokens_counted, vitals=self._vitals))
 
+    def _first_ceilings(self) -> None:
+        """Where no peak is known for this device and thread count, measure a quick ceiling
+        once, after the loop (never during it), and read the peaks again."""
+        vitals = self._vitals
+        if vitals is None or self._peaks is not None or self.device.type not in ("cpu", "cuda"):
+            return
+        count = vitals.step_count
+        try:
+            dtype = canonical_dtype(count.dtype) if count and count.dtype else None
+        except Exception:  # noqa: BLE001 - an integer step: float32's peak is the one asked
+            dtype = None
+        self._ceilings = ensure_ceilings(self.device, threads=vitals.threads, dtype=dtype)
+        if self._ceilings.measured:
+            vitals.refresh_peaks()
+
     def _with_profile(self, summary: Summary) -> Summary:
         """The profiled steps' trace analysis; its kernel (and communication) evidence joins."""
         analysis = self._captures.analyze()
@@ -427,6 +447,7 @@ class Meter:
             sinks={t.name: {"delivered": t.delivered, "dropped": t.dropped}
                    for t in self._sink_threads},
         )
+        meta["ceilings"] = self._ceilings.to_dict() if self._ceilings is not None else None
         self._meta = meta
         record = Record("meta", meta, rec.steps_closed)
         if self._writer.closed:

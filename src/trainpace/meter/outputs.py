@@ -14,9 +14,9 @@ from typing import Any, TextIO
 
 from trainpace.config import MeterConfig
 from trainpace.errors import ConfigError
-from trainpace.sinks.base import Sink  # noqa: TID251 - the facade wires the outputs
-from trainpace.sinks.console import ConsoleSink  # noqa: TID251 - the facade wires the outputs
-from trainpace.sinks.options import sinks_from_options  # noqa: TID251 - the facade wires the outputs
+from trainpace.sinks.base import Sink
+from trainpace.sinks.console import ConsoleSink
+from trainpace.sinks.options import sinks_from_options
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from trainpace.meter.faults import Faults
 from trainpace.meter.state import RunState
 from trainpace.records import StepRecord, WindowFigures
 from trainpace.runlog import Record
-from trainpace.sinks.background import SinkThread  # noqa: TID251 - the facade wires the outputs
-from trainpace.sinks.runfolder import RunFolderSink  # noqa: TID251 - the facade wires the outputs
+from trainpace.sinks.background import SinkThread
+from trainpace.sinks.runfolder import RunFolderSink
 from trainpace.summary import Summary
 
 SYSTEM_LOG_INTERVAL_S = 1.0  # system.jsonl: one reading a second (a GPU row is ~1 kB)
@@ -110,6 +110,11 @@ class WindowPipeline:
             figures["time_to_target_s"] = progress.time_to_target_s
             figures["eta_to_target_s"] = progress.eta_s
         figures["device_kind"] = state.device.type
+        price = state.config.price_per_hour
+        if price is not None:  # the window's money per million, at its throughput
+            samples, tokens = figures.get("samples_per_s"), figures.get("tokens_per_s")
+            figures["usd_per_million_samples"] = price / 3600 / samples * 1e6 if samples else None
+            figures["usd_per_million_tokens"] = price / 3600 / tokens * 1e6 if tokens else None
         figures.update(self._device_window(records))  # type: ignore[typeddict-item]
         self.emit(Record("window", {"window": figures, "steps": records}, records[-1]["step"]))
         for observer in self.observers:

@@ -16,6 +16,7 @@ import torch
 
 from trainpace.config import MeterConfig
 from trainpace.devices.ceilings import cpu_name
+from trainpace.measure.cost import cost_of_run, measured_span
 from trainpace.measure.summarize import Goal, TargetTracker, summarize, warmup_steps
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.series import StepSeries
@@ -26,6 +27,10 @@ from trainpace.summary import Device, Summary
 SYSTEM_ROWS_KEPT = 100_000
 SYSTEM_ROW_KEYS = ("t_s", "device_util_pct", "memory_used_pct", "temperature_c",
                    "bandwidth_util_pct")
+ENERGY_KEYS = ("index", "energy_mj", "power_w")  # of each GPU: the cost's energy
+# the host readings the diagnosis reads over time (CPU contention, the loading's CPU demand)
+SYSTEM_HOST_KEYS = ("system_cpu_pct", "process_cpu_pct", "main_cpu_pct", "main_demand_pct",
+                    "workers_demand_pct")
 
 
 class RunState:
@@ -55,7 +60,7 @@ class RunState:
         self.tracker.add_records(self.series.records())
 
     def keep_system_rows(self, rows: list[dict[str, Any]]) -> None:
-        self.system_rows.extend({key: row.get(key) for key in SYSTEM_ROW_KEYS} for row in rows)
+        self.system_rows.extend(_kept(row) for row in rows)
 
     def warmup(self, *, final: bool = False) -> int:
         """Warm-up steps of the steps so far. Auto warm-up is found again each time the run
@@ -83,18 +88,41 @@ class RunState:
             host=self._host,
         )
         if vitals is None:
-            return dataclasses.replace(
-                summary, device=Device(kind=self.device.type, name=device_name(self.device)))
+            return self.costed(dataclasses.replace(
+                summary, device=Device(kind=self.device.type, name=device_name(self.device))),
+                self.series.column("t_s"))
         # Device figures over the measured steps: from the end of warm-up to the last step.
         t_s = self.series.column("t_s")
-        warmup = summary.steps.warmup
-        t_start_s = float(t_s[warmup - 1]) if 0 < warmup <= len(t_s) else 0.0
-        t_end_s = float(t_s[-1]) if len(t_s) else end_s - (t0 or end_s)
+        t_start_s, t_end_s = measured_span(t_s, summary.steps.warmup)
+        if not len(t_s):
+            t_end_s = end_s - (t0 or end_s)
         device, bandwidth, flops, host = vitals.sections(
             t_start_s=t_start_s, t_end_s=t_end_s, step_s=summary.time.step_s_median,
             samples_per_s=summary.throughput.samples_per_s)
-        return dataclasses.replace(summary, device=device, bandwidth=bandwidth, flops=flops,
-                                   host=host)
+        summary = dataclasses.replace(summary, device=device, bandwidth=bandwidth, flops=flops,
+                                      host=host)
+        return self.costed(summary, t_s)
+
+    def costed(self, summary: Summary, t_s: Any) -> Summary:
+        """``summary`` with its cost section: the Meter's prices, the energy measured over the
+        measured steps (``t_s``: the steps' ends) from the kept sampler rows."""
+        config = self.config
+        return dataclasses.replace(summary, cost=cost_of_run(
+            summary, t_s, list(self.system_rows), price_per_hour=config.price_per_hour,
+            grid_g_per_kwh=config.grid_g_per_kwh, rated_power_w=config.rated_power_w))
+
+
+def _kept(row: dict[str, Any]) -> dict[str, Any]:
+    """What the diagnosis and the energy figure read of a sampler row (kept for hours)."""
+    kept = {key: row.get(key) for key in SYSTEM_ROW_KEYS}
+    host = row.get("host") or {}
+    kept.update({key: host.get(key) for key in SYSTEM_HOST_KEYS})
+    gpus = row.get("gpus")
+    if gpus:
+        kept["gpus"] = [{key: gpu.get(key) for key in ENERGY_KEYS} for gpu in gpus]
+    if row.get("rapl"):
+        kept["rapl"] = row["rapl"]
+    return kept
 
 
 def device_name(device: torch.device) -> str | None:

@@ -94,7 +94,8 @@ def signs(summary: Summary) -> list[Sign]:
             f"wall {secs(tm.wall_s)}",
             _details(("step median", secs(tm.step_s_median)), ("p90", secs(tm.step_s_p90)),
                      ("warm-up", _warmup_text(s)), ("outside the steps", _outside_text(s)),
-                     ("to target", _target_text(s))),
+                     ("to target", _target_text(s)), ("cost", cost_text(s)),
+                     ("energy", energy_text(s))),
         ),
         Sign(
             "device utilization",
@@ -166,6 +167,44 @@ def _outside_text(s: Summary) -> str | None:
     share = getattr(s.time, "outside_steps_pct", None)
     return secs(outside_s) + (f" ({pct(share)} of wall)" if isinstance(share, (int, float))
                               else "")
+
+
+def money(value: float | None) -> str:
+    """Dollars at a precision that shows small per-run and per-million figures."""
+    if value is None:
+        return DASH
+    return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.3g}"
+
+
+def cost_text(s: Summary) -> str | None:
+    """The run's price, per million samples/tokens and to the target (a price was given)."""
+    c = s.cost
+    if c.price_per_hour is None:
+        return None
+    devices = f" × {c.devices}" if c.devices and c.devices > 1 else ""
+    parts = [f"{money(c.usd_total)} at {money(c.price_per_hour)}/device-hour{devices}"]
+    if c.usd_per_million_tokens is not None:
+        parts.append(f"{money(c.usd_per_million_tokens)} per M tokens")
+    elif c.usd_per_million_samples is not None:
+        parts.append(f"{money(c.usd_per_million_samples)} per M samples")
+    if c.usd_to_target is not None:
+        parts.append(f"{money(c.usd_to_target)} to target")
+    return ", ".join(parts)
+
+
+def energy_text(s: Summary) -> str | None:
+    """Energy of the measured steps with its source, or which source was missing."""
+    c = s.cost
+    if c.energy_j is None:
+        return f"not measured ({c.energy_missing})" if c.energy_missing else None
+    label = "estimate from the rated power" if c.energy_is_estimate else c.energy_source
+    parts = [f"{c.kwh:.3g} kWh" if c.kwh is not None else num(c.energy_j, "J"),
+             f"{num(c.power_w_mean, 'W')} mean"]
+    if c.energy_j_per_sample is not None:
+        parts.append(f"{c.energy_j_per_sample:.3g} J/sample")
+    if c.co2_kg is not None:
+        parts.append(f"{c.co2_kg:.3g} kg CO2 at {c.grid_g_per_kwh:g} g/kWh")
+    return ", ".join(parts) + f" ({label})"
 
 
 def _target_text(s: Summary) -> str | None:

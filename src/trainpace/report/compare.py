@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainpace.compare import Comparison
-from trainpace.report._signs import num, secs
+from trainpace.report._signs import money, num, secs
 
 
 def comparison_renderable(comparison: Comparison) -> Group:
@@ -35,6 +35,13 @@ def comparison_renderable(comparison: Comparison) -> Group:
             ("time to target", [secs(r.time_to_target_s) if r.reached_target else "not reached"
                                 for r in comparison.runs]),
         ]
+    if any(r.usd_per_million_samples is not None for r in comparison.runs):
+        rows += [
+            ("$ per M tokens", [money(r.usd_per_million_tokens) for r in comparison.runs]),
+            ("$ per M samples", [money(r.usd_per_million_samples) for r in comparison.runs]),
+            ("$ to target", [money(r.usd_to_target) for r in comparison.runs]),
+            ("power", [num(r.power_w_mean, "W") for r in comparison.runs]),
+        ]
     for name, values in rows:
         if any(value != "—" for value in values):
             table.add_row(name, *values)
@@ -46,6 +53,8 @@ def comparison_renderable(comparison: Comparison) -> Group:
     )
     notes = [Text(f"note: {note}", style="dim") for run in comparison.runs
              for note in run.notes]
+    if comparison.savings is not None:
+        notes.insert(0, Text(comparison.savings["text"], style="bold"))
     return Group(table, verdict, *notes)
 
 

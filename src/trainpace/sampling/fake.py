@@ -49,6 +49,7 @@ class FakeGpu:
     slowdown_c: int = 87
     power_mw: int = 100_000
     power_limit_mw: int = 700_000
+    energy_mj: int = 0  # total energy since the driver loaded (a test advances it)
     sm_clock_mhz: int = 1980
     sm_clock_max_mhz: int = 1980
     clocks_event_reasons: int = 0
@@ -248,6 +249,7 @@ _DEVICE_FILLS: Mapping[str, Callable[[FakeNvmlLibrary, FakeGpu, Any], None]] = {
     "nvmlDeviceGetTemperatureThreshold": _threshold,
     "nvmlDeviceGetPowerUsage": _value(lambda gpu, args: gpu.power_mw),
     "nvmlDeviceGetEnforcedPowerLimit": _value(lambda gpu, args: gpu.power_limit_mw),
+    "nvmlDeviceGetTotalEnergyConsumption": _value(lambda gpu, args: gpu.energy_mj),
     "nvmlDeviceGetClockInfo": _value(lambda gpu, args: gpu.sm_clock_mhz, at=1),
     "nvmlDeviceGetMaxClockInfo": _value(lambda gpu, args: gpu.sm_clock_max_mhz, at=1),
     "nvmlDeviceGetCurrentClocksEventReasons": _value(lambda gpu, args: gpu.clocks_event_reasons),

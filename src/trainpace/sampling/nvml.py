@@ -65,7 +65,7 @@ _PCIE_TX, _PCIE_RX = 197, 198  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES / _RX_BYTES (co
 
 READING_KEYS: tuple[str, ...] = (
     "util_pct", "memory_busy_pct", "memory_used_gb", "memory_total_gb", "memory_used_pct",
-    "temperature_c", "power_w", "power_limit_w", "sm_clock_mhz", "throttle_reasons",
+    "temperature_c", "power_w", "energy_mj", "power_limit_w", "sm_clock_mhz", "throttle_reasons",
     "throttled", "pcie_tx_gb_s", "pcie_rx_gb_s", *GPM_METRICS.values(),
 )
 
@@ -260,6 +260,11 @@ class Nvml:
         row["temperature_c"] = float(temperature) if temperature is not None else None
         power = self._query(slot, "power", [("nvmlDeviceGetPowerUsage", (handle,), {})])
         row["power_w"] = power / 1000.0 if power is not None else None
+        # mJ since the driver loaded (Volta and newer): differenced over the measured steps
+        energy = self._query(slot, "energy", [
+            ("nvmlDeviceGetTotalEnergyConsumption", (handle,), {}),
+        ])
+        row["energy_mj"] = int(energy) if energy is not None else None
         limit = self._query(slot, "power_limit", [
             ("nvmlDeviceGetEnforcedPowerLimit", (handle,), {}),
         ])

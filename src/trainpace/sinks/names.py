@@ -26,6 +26,8 @@ WINDOW_TAGS: dict[str, tuple[str, float]] = {
     "bandwidth_util_pct": ("bandwidth/util_pct", 1.0),
     "loss": ("train/loss", 1.0),
     "eta_to_target_s": ("time/eta_to_target_s", 1.0),
+    "usd_per_million_samples": ("cost/usd_per_million_samples", 1.0),
+    "usd_per_million_tokens": ("cost/usd_per_million_tokens", 1.0),
 }
 
 # (section, key of summary.json) -> (tag, multiplier): the run's figures at its end. The tags a
@@ -46,6 +48,14 @@ SUMMARY_TAGS: dict[tuple[str, str], tuple[str, float]] = {
     ("bandwidth", "util_pct"): ("bandwidth/util_pct", 1.0),
     ("flops", "achieved_tflops"): ("flops/achieved_tflops", 1.0),
     ("flops", "mfu_pct"): ("flops/mfu_pct", 1.0),
+    ("cost", "usd_total"): ("cost/usd_total", 1.0),
+    ("cost", "usd_per_million_samples"): ("cost/usd_per_million_samples", 1.0),
+    ("cost", "usd_per_million_tokens"): ("cost/usd_per_million_tokens", 1.0),
+    ("cost", "usd_to_target"): ("cost/usd_to_target", 1.0),
+    ("cost", "energy_j_per_sample"): ("cost/energy_j_per_sample", 1.0),
+    ("cost", "power_w_mean"): ("cost/power_w", 1.0),
+    ("cost", "kwh"): ("cost/kwh", 1.0),
+    ("cost", "co2_kg"): ("cost/co2_kg", 1.0),
 }
 
 STEP_TAG = "trainpace/step"
