@@ -20,6 +20,7 @@ from trainpace.errors import TrainpaceError
 # Verb name -> module. Order is the order of `trainpace --help`.
 VERBS: dict[str, str] = {
     "demo": "trainpace.cli._demo",
+    "run": "trainpace.cli._run",
     "report": "trainpace.cli._report",
     "compare": "trainpace.cli._compare",
     "analyze": "trainpace.cli._analyze",

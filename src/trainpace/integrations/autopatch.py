@@ -1,0 +1,330 @@
+"""Metering a script that knows nothing of trainpace (``trainpace run``).
+
+:class:`AutoPatch` drives a :class:`~trainpace.Meter` through its public API from hooks that
+PyTorch calls anyway, so the figures are the Meter's own:
+
+- **batches**: ``torch.utils.data.DataLoader.__iter__`` is replaced while installed, and each
+  DataLoader iterated with gradients enabled goes through ``meter.loader`` (the wait per batch,
+  samples and tokens counted from what it yields). A wrapper the script puts around a
+  DataLoader iterates it, so it is covered too. A DataLoader iterated under ``torch.no_grad()``
+  or ``torch.inference_mode()`` is taken for evaluation and left alone;
+- **step boundaries**: the optimizer step hooks (``register_optimizer_step_pre_hook`` /
+  ``post_hook``, global: every optimizer calls them). A step opens at the first sign of
+  training after the previous optimizer step (a batch from a metered DataLoader; before any
+  DataLoader was metered, a module's forward with gradients on; a ``backward()``; the
+  optimizer's own step) and closes when the *first optimizer that ever stepped* finishes its
+  ``step()``; the batches pulled in between are its micro-batches, so gradient accumulation is
+  inferred. With several optimizers (a GAN) the others step inside;
+- **the loss**: the scalar tensor passed to ``backward()`` (``torch.autograd.backward``, which
+  ``Tensor.backward`` calls), handed to ``meter.observe(loss=...)``: kept on the device, read at
+  the window boundary, never synchronized.
+
+Everything is undone by :meth:`AutoPatch.remove`. A failure of ours inside a hook is logged
+once (logger ``trainpace``) and the script goes on.
+
+Running the script itself is :mod:`trainpace.integrations._script` (no torch import there, so
+a bad command line is answered at once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.autograd
+from torch.nn.modules import module as _module
+from torch.optim import optimizer as _optimizer
+from torch.utils.data import DataLoader
+
+from trainpace.summary import Finding
+
+if TYPE_CHECKING:
+    from trainpace.meter import Meter
+
+__all__ = ["STEP_MARKER", "AutoPatch", "PerStep"]
+
+logger = logging.getLogger("trainpace")
+
+
+class _StepMarker:
+    """Counted at the end of a step that pulled no batch: ``--samples-per-step`` needs one."""
+
+    __slots__ = ()
+
+
+STEP_MARKER = _StepMarker()
+
+
+class PerStep:
+    """``Meter(samples=...)`` / ``tokens=`` for a count given per optimizer step: the first
+    batch counted in a step (or the step's marker, when it pulled none) carries all of it."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.counted = False
+
+    def __call__(self, batch: Any) -> int:
+        if self.counted:
+            return 0
+        self.counted = True
+        return self.count
+
+
+class AutoPatch:
+    """Meters whatever training runs while installed (``with AutoPatch(meter):``).
+
+    ``samples_per_step`` / ``tokens_per_step``: the counts of each optimizer step, for a
+    script that pulls no batch from a DataLoader; the same objects must be given to the
+    Meter as ``samples=`` / ``tokens=`` (:meth:`counters` makes them).
+    """
+
+    def __init__(self, meter: Meter, *, samples: PerStep | None = None,
+                 tokens: PerStep | None = None) -> None:
+        self.meter = meter
+        self._samples = samples
+        self._tokens = tokens
+        self._marker = STEP_MARKER if samples is not None or tokens is not None else None
+        self._context: Any = None  # the open meter.step() context, or None
+        self._pacer: int | None = None  # id() of the optimizer whose step() ends a step
+        self._handles: list[Any] = []
+        self._forward_handle: Any = None
+        self._original_iter: Callable[[Any], Iterator[Any]] | None = None
+        self._original_backward: Callable[..., Any] | None = None
+        self._faults: set[str] = set()
+        self._entering = False
+        # What was seen, for the report's "what trainpace run could not see".
+        self.optimizer_steps = 0
+        self.optimizers: dict[int, str] = {}  # id -> class name, in the order they stepped
+        self.loaders_metered = 0
+        self.loaders_skipped = 0  # iterated under no_grad: taken for evaluation
+        self.backward_calls = 0
+
+    @staticmethod
+    def counters(samples_per_step: int | None,
+                 tokens_per_step: int | None) -> tuple[PerStep | None, PerStep | None]:
+        """The ``samples=`` / ``tokens=`` overrides for per-step counts (None: counted)."""
+        return (PerStep(samples_per_step) if samples_per_step is not None else None,
+                PerStep(tokens_per_step) if tokens_per_step is not None else None)
+
+    # -- install / remove -----------------------------------------------------------------
+
+    def install(self) -> None:
+        """Patch DataLoader iteration and backward(); register the optimizer step hooks."""
+        original_iter = DataLoader.__iter__
+        self._original_iter = original_iter
+        patch = self
+
+        def __iter__(loader: DataLoader[Any]) -> Iterator[Any]:  # noqa: N807 - the patched dunder
+            return patch._iterate(loader)
+
+        DataLoader.__iter__ = __iter__  # type: ignore[method-assign,assignment]
+        self._original_backward = torch.autograd.backward
+        torch.autograd.backward = self._backward
+        self._handles = [
+            _optimizer.register_optimizer_step_pre_hook(self._pre_step),
+            _optimizer.register_optimizer_step_post_hook(self._post_step),
+        ]
+        self._arm_forward()
+
+    def remove(self) -> None:
+        """Undo everything; a step left open (the script ended inside one) is not counted."""
+        if self._original_iter is not None:
+            DataLoader.__iter__ = self._original_iter  # type: ignore[method-assign,assignment]
+            self._original_iter = None
+        if self._original_backward is not None:
+            torch.autograd.backward = self._original_backward
+            self._original_backward = None
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._disarm_forward()
+        if self._context is not None:
+            context, self._context = self._context, None
+            # An unfinished step: closed as failed, so it is not counted as a step.
+            self._contained("ending the last step", context.__exit__, RuntimeError,
+                            RuntimeError("the script ended inside a step"), None)
+
+    def __enter__(self) -> AutoPatch:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    # -- the hooks (hot path) -------------------------------------------------------------
+
+    def _iterate(self, loader: DataLoader[Any]) -> Iterator[Any]:
+        original = self._original_iter
+        if original is None:  # removed while a reference to the patched method lived on
+            return DataLoader.__iter__(loader)
+        if self._entering:  # meter.loader's own iter() of this DataLoader
+            return original(loader)
+        if not torch.is_grad_enabled():
+            self.loaders_skipped += 1
+            return original(loader)
+        self.loaders_metered += 1
+        try:
+            metered = self.meter.loader(loader)  # its settings are read from the DataLoader
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._fault("wrapping a DataLoader", exc)
+            return original(loader)
+        # The wrapper's iter() calls DataLoader.__iter__ again (that is timed: workers start
+        # there); this time it must reach the original.
+        self._entering = True
+        try:
+            iterator = iter(metered)
+        finally:
+            self._entering = False
+        # From now on a step opens at its first batch, as `with meter.step()` right after the
+        # fetch would; the forward hook (registered and removed once per step, a module call on
+        # torch's slow path) is no longer needed.
+        self._disarm_forward()
+        return self._opening(iterator)
+
+    def _opening(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        for batch in iterator:
+            if self._context is None:
+                self._open()
+            yield batch
+
+    def _open(self) -> None:
+        """Open a step (the first sign of training since the last optimizer step)."""
+        self._disarm_forward()
+        try:
+            context = self.meter.step(self._marker)
+            context.__enter__()
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._fault("starting a step", exc)
+            return
+        self._context = context
+
+    def _close(self) -> None:
+        context, self._context = self._context, None
+        if context is not None:
+            self._contained("ending a step", context.__exit__, None, None, None)
+        if self._samples is not None:
+            self._samples.counted = False
+        if self._tokens is not None:
+            self._tokens.counted = False
+        if not self.loaders_metered:
+            self._arm_forward()
+
+    def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
+        # Registered only while no step is open: one call per step, not one per module.
+        if self._context is None and torch.is_grad_enabled():
+            self._open()
+
+    def _backward(self, tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        original = self._original_backward
+        if original is None:
+            return torch.autograd.backward(tensors, *args, **kwargs)
+        self.backward_calls += 1
+        if self._context is None:
+            self._open()
+        if type(tensors) is torch.Tensor or isinstance(tensors, torch.Tensor):
+            try:
+                if tensors.numel() == 1:  # a loss; a vector-Jacobian product is not one
+                    self.meter.observe(loss=tensors)
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._fault("keeping the loss", exc)
+        return original(tensors, *args, **kwargs)
+
+    def _pre_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        key = id(optimizer)
+        if self._pacer is None:
+            self._pacer = key
+        if key not in self.optimizers:
+            self.optimizers[key] = type(optimizer).__name__
+        if self._context is None:
+            self._open()
+
+    def _post_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if id(optimizer) == self._pacer:
+            self.optimizer_steps += 1
+            self._close()
+
+    def _arm_forward(self) -> None:
+        if self._forward_handle is None:
+            self._forward_handle = _module.register_module_forward_pre_hook(self._forward_pre)
+
+    def _disarm_forward(self) -> None:
+        if self._forward_handle is not None:
+            self._forward_handle.remove()
+            self._forward_handle = None
+
+    def _contained(self, where: str, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._fault(where, exc)
+
+    def _fault(self, where: str, exc: BaseException) -> None:
+        if where in self._faults:
+            return
+        self._faults.add(where)
+        logger.warning("trainpace: %s failed (%s: %s); the script goes on, the figures may "
+                       "miss it", where, type(exc).__name__, exc)
+
+    # -- what was seen --------------------------------------------------------------------
+
+    @property
+    def pacer(self) -> str | None:
+        """Class name of the optimizer whose ``step()`` marks the steps (None before one)."""
+        return self.optimizers.get(self._pacer) if self._pacer is not None else None
+
+    @property
+    def samples_given(self) -> bool:
+        """Whether the samples of a step were given (``--samples-per-step``)."""
+        return self._samples is not None
+
+    @property
+    def tokens_given(self) -> bool:
+        """Whether the tokens of a step were given (``--tokens-per-step``)."""
+        return self._tokens is not None
+
+    @property
+    def saw_batches(self) -> bool:
+        """Whether any training DataLoader was metered (or the counts were given)."""
+        return self.loaders_metered > 0
+
+    def blind_spots(self) -> list[Finding]:
+        """What could not be seen, and why, as findings for the report (empty: all seen)."""
+        out: list[Finding] = []
+        if self.optimizer_steps == 0:
+            out.append(Finding(
+                id="run_no_optimizer_step", severity="warning",
+                title="No optimizer step was seen: there are no step boundaries, so no step "
+                      "times, throughput or data wait",
+                evidence={"optimizer_steps": 0, "backward_calls": self.backward_calls,
+                          "dataloaders_iterated": self.loaders_metered},
+                advice=["trainpace run marks a step at each torch.optim optimizer's step(); a "
+                        "script that updates its weights another way can use trainpace.Meter "
+                        "in its loop (with meter.step(): ...)"],
+            ))
+        if self.loaders_metered == 0 and self._samples is None:
+            advice = ["pass --samples-per-step N (and --tokens-per-step N) to give the counts "
+                      "of one optimizer step"]
+            if self.loaders_skipped:
+                advice.insert(0, "only DataLoaders iterated under torch.no_grad() were seen; "
+                              "they are taken for evaluation and not metered")
+            out.append(Finding(
+                id="run_no_dataloader", severity="info",
+                title="No torch.utils.data.DataLoader was iterated for training: samples, "
+                      "tokens and data wait are unknown",
+                evidence={"dataloaders_iterated": 0,
+                          "dataloaders_under_no_grad": self.loaders_skipped},
+                advice=advice,
+            ))
+        if len(self.optimizers) > 1:
+            names = list(self.optimizers.values())
+            out.append(Finding(
+                id="run_several_optimizers", severity="info",
+                title=f"{len(names)} optimizers stepped; the first one, {names[0]}, marks the "
+                      "steps",
+                evidence={"optimizers": names, "steps_marked_by": names[0]},
+                advice=["the other optimizers' steps are inside each step: the step time is "
+                        "one full iteration of all of them"],
+            ))
+        return out

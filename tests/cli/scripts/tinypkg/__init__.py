@@ -1,0 +1,1 @@
+"""A package whose training module runs under -m."""
