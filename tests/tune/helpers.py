@@ -40,7 +40,11 @@ def children() -> list[psutil.Process]:
     alive = []
     for proc in psutil.Process().children(recursive=True):
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
+            # multiprocessing's resource tracker (and forkserver) live as long as the test
+            # process once anything used the spawn context: they are not a loader's workers
+            helper = any(name in " ".join(proc.cmdline())
+                         for name in ("resource_tracker", "forkserver"))
+            if proc.status() != psutil.STATUS_ZOMBIE and not helper:
                 alive.append(proc)
         except psutil.NoSuchProcess:
             continue

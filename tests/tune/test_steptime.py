@@ -12,9 +12,9 @@ from trainpace.tune.steptime import step_from_run
 
 def test_median_of_measured_steps_without_their_wait(tmp_path):
     records = steps(9, step_s=0.050, samples=8, wait_s=0.020)
-    records[0].update(step_s=5.0, warmup=True)      # warm-up: left out
+    records[0].update(step_s=5.0)                   # warm-up (Meter(warmup=1)): left out
     records[1].update(step_s=0.200, wait_s=0.020)   # one slow step: the median ignores it
-    run = write_run(tmp_path / "r", records)
+    run = write_run(tmp_path / "r", records, meta={"config": {"warmup": 1}})
     step_s, how = step_from_run(run)
     assert step_s == pytest.approx(0.030)
     assert "median of 8 measured steps, data wait excluded" in how

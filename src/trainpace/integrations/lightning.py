@@ -12,7 +12,8 @@ hand-written loop is metered:
   they are outside the steps, kept out of the throughput and reported in training time;
 - each window's figures also go to ``trainer.loggers`` (``log_metrics``), with the names of
   :mod:`trainpace.sinks.names`;
-- under DDP each rank meters itself into ``out/rank{r}`` (console and report on rank 0).
+- under DDP each rank meters itself into ``out/rank{r}``, rank 0 merges them (console and
+  report on rank 0).
 
 Lightning prefetches one batch ahead when the train loader has no length: each step's wait
 is then that of the batch after it, and so are its samples (the same in a steady run).
@@ -80,13 +81,11 @@ class TrainpaceCallback(Callback):
         options = dict(self.meter_options)
         rank, world = int(trainer.global_rank), int(trainer.world_size)
         out = self.out
-        if world > 1:
-            if out is not None:
-                options.setdefault("run_id", Path(out).name)
-                out = Path(out) / f"rank{rank}"
-            if rank != 0:
-                options["console"] = False
-                options["report"] = False
+        # Under DDP the Meter finds its rank itself (torch.distributed is up by now): it
+        # writes out/rank{r}/ and rank 0 merges the job; only rank 0 prints.
+        if world > 1 and rank != 0:
+            options["console"] = False
+            options["report"] = False
         options.setdefault("device", pl_module.device)
         self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from trainpace.errors import RunFolderError
+from trainpace.measure.summarize import summary_for_run
 from trainpace.runlog import read_run
 from trainpace.stats import median
 
@@ -17,16 +20,15 @@ def step_from_run(path: str | Path) -> tuple[float, str]:
     step records, the summary's median step minus its mean wait.
     """
     run = read_run(path)
-    outside = [
-        float(r["step_s"]) - float(r.get("wait_s") or 0.0)
-        for r in run.steps
-        if not r.get("warmup") and isinstance(r.get("step_s"), (int, float))
-    ]
-    outside = [s for s in outside if s > 0]
-    if outside:
+    warmup = summary_for_run(run).steps.warmup if len(run.series) else 0
+    series = run.series
+    after_warmup = series.column("step") > warmup
+    outside = (series.column("step_s") - np.nan_to_num(series.column("wait_s")))[after_warmup]
+    outside = outside[np.isfinite(outside) & (outside > 0)]
+    if outside.size:
         value = median(outside)
         if value is not None and value > 0:
-            return value, f"{run.path}: median of {len(outside)} measured steps, data wait excluded"
+            return value, f"{run.path}: median of {outside.size} measured steps, data wait excluded"
     summary = run.summary
     if summary is not None and summary.time.step_s_median:
         wait = summary.data.wait_s_per_step or 0.0
