@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 HELP = "run an unmodified training script under the Meter (-- SCRIPT ARGS, or -m MODULE ARGS)"
 
 # Output flags that map to a Meter keyword of the same name: (flag, add_argument settings).
+# flags passed through to the Meter keyword of the same name
 SINK_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--tensorboard", {"metavar": "DIR", "help": "also write TensorBoard event files to DIR "
                        "(pip install 'trainpace[tensorboard]')"}),
@@ -35,6 +36,13 @@ SINK_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
                       "to Prometheus on PORT (pip install 'trainpace[prometheus]')"}),
     ("--prometheus-host", {"metavar": "HOST",
                            "help": "the exporter's address (default 127.0.0.1)"}),
+    # what the run costs (the Meter keywords of the same names)
+    ("--price-per-hour", {"type": float, "metavar": "P", "help": "price of one device-hour: "
+                          "the run's cost, per million samples and tokens, and to the target"}),
+    ("--grid-g-per-kwh", {"type": float, "metavar": "G",
+                          "help": "grid carbon intensity (gCO2/kWh) for the CO2 figure"}),
+    ("--rated-power-w", {"type": float, "metavar": "W", "help": "a device's rated power, for "
+                         "an energy estimate where nothing measured it"}),
 )
 
 
