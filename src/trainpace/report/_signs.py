@@ -238,15 +238,23 @@ def evidence_text(evidence: dict[str, Any], limit: int = 8) -> list[str]:
         elif isinstance(value, float):
             text = f"{value:.4g}"
         elif isinstance(value, list):
-            text = ", ".join(str(v) for v in value[:6]) + (", …" if len(value) > 6 else "")
+            if any(isinstance(v, (dict, list)) for v in value):
+                text = f"[{len(value)}]"  # records (phases, ranks): the JSON holds them
+            else:
+                text = ", ".join(_short(v) for v in value[:6]) + (", …" if len(value) > 6 else "")
         elif isinstance(value, dict):
-            text = ", ".join(f"{k}={v}" for k, v in list(value.items())[:5])
+            text = ", ".join(f"{k}={_short(v)}" for k, v in list(value.items())[:5]
+                             if not isinstance(v, (dict, list)))
         else:
             text = str(value)
         out.append(f"{key}={text}")
         if len(out) == limit:
             break
     return out
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def headline(diagnosis: Diagnosis) -> tuple[Finding | None, list[Finding], Finding | None]:
