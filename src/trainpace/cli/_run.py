@@ -50,26 +50,23 @@ def _keyword(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-def _positive(text: str) -> int:
+def _int_at_least(text: str, low: int, expected: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(
+            f"must be {'at least 1' if low == 1 else f'{low} or more'}, got {value}")
     return value
+
+
+def _positive(text: str) -> int:
+    return _int_at_least(text, 1, "a whole number")
 
 
 def _warmup(text: str) -> int | str:
-    if text == "auto":
-        return "auto"
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or 'auto', got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+    return "auto" if text == "auto" else _int_at_least(text, 0, "N or 'auto'")
 
 
 def _steps_range(text: str) -> tuple[int, int]:

@@ -342,17 +342,24 @@ class Merger:
 
     def state(self, *, done: bool) -> dict[str, Any]:
         """The exchange's view (the merged run's ``meta.dist``): per-rank state and gaps."""
-        return {
-            "world_size": self.world_size,
-            "ranks_reporting": len(self.ranks),
-            "windows_scored": self.scored_windows,
-            "score_source": self.source,
-            "history_windows": HISTORY_WINDOWS,
-            "last_window_samples_per_s": self.last_window_samples_per_s,
-            "missing": self.missing(done=done),
-            "ranks": self.rank_dicts(),
-            "merge": {"levels": 1},
-        }
+        return merge_state(self, done=done, ranks_reporting=len(self.ranks),
+                           merge={"levels": 1})
+
+
+def merge_state(merger: Any, *, done: bool, ranks_reporting: int,
+                merge: dict[str, Any]) -> dict[str, Any]:
+    """``meta.dist`` of a flat or two-level merge: what both say, and how it merged."""
+    return {
+        "world_size": merger.world_size,
+        "ranks_reporting": ranks_reporting,
+        "windows_scored": merger.scored_windows,
+        "score_source": merger.source,
+        "history_windows": HISTORY_WINDOWS,
+        "last_window_samples_per_s": merger.last_window_samples_per_s,
+        "missing": merger.missing(done=done),
+        "ranks": merger.rank_dicts(),
+        "merge": merge,
+    }
 
 
 def _score(excess_s: float, step_s: float) -> float:

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from trainpace.dist.merge import (
+    merge_state,
     HISTORY_WINDOWS,
     STALE_WINDOWS,
     Merger,
@@ -285,16 +286,7 @@ class TreeMerger:
         return self._dicts[1]
 
     def state(self, *, done: bool) -> dict[str, Any]:
-        return {
-            "world_size": self.world_size,
-            "ranks_reporting": self.ranks_reporting(),
-            "windows_scored": self.scored_windows,
-            "score_source": self.source,
-            "history_windows": HISTORY_WINDOWS,
-            "last_window_samples_per_s": self.last_window_samples_per_s,
-            "missing": self.missing(done=done),
-            "ranks": self.rank_dicts(),
-            "merge": {"levels": 2, "nodes": len(self.nodes),
-                      "nodes_reporting": len(self.latest), "candidates_per_node": CANDIDATES,
-                      "tracked_ranks": sorted(self.tracked)},
-        }
+        """The exchange's view (the merged run's ``meta.dist``), as the flat merge gives it."""
+        return merge_state(self, done=done, ranks_reporting=self.ranks_reporting(), merge={
+            "levels": 2, "nodes": len(self.nodes), "nodes_reporting": len(self.latest),
+            "candidates_per_node": CANDIDATES, "tracked_ranks": sorted(self.tracked)})
