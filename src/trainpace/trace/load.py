@@ -24,7 +24,7 @@ import numpy as np
 from trainpace.errors import TraceFormatError
 from trainpace.trace.memory import CHUNK_BYTES, check_memory
 from trainpace.trace.source import Source
-from trainpace.trace.stream import Event, Stream
+from trainpace.trace.stream import EVENTS, Event, Stream
 
 # Times a profiler can write, in µs: a timestamp within ~300 years of its clock's origin (the
 # epoch, or boot), a span under ~11 days. Beyond them a value is damage, not a measurement,
@@ -165,42 +165,49 @@ class _Columns:
     def add(self, events: list[Any]) -> None:
         """Events parsed by orjson (dicts): typed like msgspec's, else checked one by one."""
         try:
-            records = msgspec.convert(events, list[Event])
+            records = msgspec.convert(events, EVENTS)
         except msgspec.ValidationError:
             self._careful(events)
             self.events_total += len(events)
         else:
             self.add_records(records)
 
-    def add_records(self, events: list[Event]) -> None:
-        """Events decoded by msgspec (types already checked, absent fields marked)."""
+    def add_records(self, events: list[Any]) -> None:
+        """Events decoded by msgspec (types already checked, absent fields marked): an
+        :class:`Event` for each complete event, a record of another type for other phases."""
         try:
             self._records(events)
         except OverflowError:  # an id beyond 64 bits
             self._careful([msgspec.to_builtins(e) for e in events])
             self.events_total += len(events)
 
-    def _records(self, events: list[Event]) -> None:
-        n = len(events)
+    def _records(self, records: list[Any]) -> None:
+        n = len(records)
         self.events_total += n
         # The first reason an event is skipped is the one counted: not 'X', no cat, no name,
         # no time. Each later check is one pass in C over a field; the masks are built only
-        # when some event fails it (searching a list for None is cheaper than a mask). The
-        # phase filter is a comprehension: most traces hold many non-'X' events (flow arrows),
-        # and one Python loop costs less than a mask built in numpy and applied.
-        events = [e for e in events if e.ph == "X"]
+        # when some event fails it (the distinct values, needed anyway, say whether any is
+        # None). The phase filter is a comprehension: most traces hold many non-'X' events
+        # (flow arrows), and one Python loop costs less than a mask built in numpy and applied.
+        events: list[Event] = [e for e in records if type(e) is Event]
         if len(events) < n:
             self.skipped["other phases (not 'X')"] += n - len(events)
         cats = list(map(_CAT, events))
-        if None in cats:
+        cat_set: dict[Any, int] | None
+        cat_set = dict.fromkeys(cats, 0)
+        if None in cat_set:
             before = len(events)
             events, cats = _kept(_present(cats), events, cats)
             self.skipped["no cat (HTA drops these too)"] += before - len(events)
+            cat_set = None
         names = list(map(_NAME, events))
-        if None in names:
+        name_set: dict[Any, int] | None
+        name_set = dict.fromkeys(names, 0)
+        if None in name_set:
             before = len(events)
             events, cats, names = _kept(_present(names), events, cats, names)
             self.skipped["malformed: name or cat missing or not a string"] += before - len(events)
+            cat_set = name_set = None
         m = len(events)
         ts = np.fromiter(map(_TS, events), dtype=np.float64, count=m)
         dur = np.fromiter(map(_DUR, events), dtype=np.float64, count=m)
@@ -209,13 +216,15 @@ class _Columns:
             self.skipped["malformed: ts or dur missing or not a number"] += m - int(timed.sum())
             events, cats, names = _kept(timed.tolist(), events, cats, names)
             ts, dur = ts[timed], dur[timed]
+            cat_set = name_set = None
             m = len(events)
         thread = self._threads(events, m)
         # the five ids of every event in one pass, as rows of a (m, 5) array
         ids = np.fromiter(map(_ARG_IDS, map(_ARGS, events)), dtype=_ID_ROW, count=m)
         stream, correlation, external_id, external_id_old, device = ids.T
         self.pieces.append({
-            "name": _intern(self.names, names), "cat": _intern(self.cats, cats),
+            "name": _intern(self.names, names, name_set),
+            "cat": _intern(self.cats, cats, cat_set),
             "ts": ts, "dur": dur, "stream": stream, "correlation": correlation,
             "external_id": np.where(external_id != -1, external_id, external_id_old),
             "device": device, "thread": thread,
@@ -328,10 +337,13 @@ class _Columns:
         )
 
 
-def _intern(table: dict[str, int], values: list[str]) -> np.ndarray:
+def _intern(table: dict[str, int], values: list[str],
+            local: dict[Any, int] | None = None) -> np.ndarray:
     """Each value's index in ``table`` (new values appended), with a dict operation per
-    distinct value, not per event."""
-    local = dict.fromkeys(values, 0)  # the distinct values, in order of first appearance
+    distinct value, not per event. ``local``: the distinct values, if already known (a dict
+    of them, in order of first appearance, that this fills in)."""
+    if local is None:
+        local = dict.fromkeys(values, 0)
     for value in local:
         local[value] = table.setdefault(value, len(table))
     return np.fromiter(map(local.__getitem__, values), dtype=np.int32, count=len(values))
