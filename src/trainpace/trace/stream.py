@@ -2,14 +2,15 @@
 
 The file is streamed: gzip is decompressed in blocks (in a thread beside the parse,
 :mod:`.source`), the ``traceEvents`` array is cut at
-event boundaries into pieces of about a MB, and each piece is decoded and handed to a sink,
+event boundaries into pieces of about 128 KB, and each piece is decoded and handed to a sink,
 then dropped. Cutting is safe without a JSON tokenizer: a piece ends at a ``}`` followed by
 ``,`` or ``]``. If that ``}`` was inside a string or a nested object, the piece does not parse
 *and* the parse fails at its very end; a failure anywhere else is damage in the file, reported
 with its offset.
 
 A piece is decoded by msgspec into small typed records holding only the fields the analysis
-reads: the rest of each event is skipped without building Python objects, and the records
+reads, typed by the event's phase (an event of another phase than "X" becomes an empty record):
+the rest of each event is skipped without building Python objects, and the records
 are not tracked by the garbage collector (they hold no references that could form a cycle),
 which together make the decoding several times faster than a generic parse. A piece msgspec
 refuses (bad JSON, an unexpected type) is parsed again by orjson into dicts, which the sink
