@@ -8,6 +8,10 @@ Two ways, each measured the same way on both sides:
 - the whole command: the wall time of a fresh process from its start to its exit, imports
   included (``trainpace analyze --json`` against a script doing HTA's imports and analyses).
 
+Each is also measured in CPU time (the process's and its children's, user + system), which a
+machine shared with other work distorts far less than wall time. Both sides run from bytecode
+(trainpace's sources are compiled first, as pip does on install for HTA's).
+
 The contenders:
 
 - ``gunzip``: read the file and decompress it in blocks, nothing else (no analysis can be faster);
@@ -30,9 +34,11 @@ holistictraceanalysis==0.5.0 and pandas<3).
 from __future__ import annotations
 
 import argparse
+import compileall
 import gzip
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,6 +57,9 @@ DEFAULT_HTA_VENV = ROOT / ".venv-hta"
 # the benchmark's own peak. Processes the work starts report through RUSAGE_CHILDREN.
 _MEASURE = """
 import json, resource, sys, time
+def _cpu():
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + c.ru_utime + c.ru_stime
 def _status_kb(key):
     with open("/proc/self/status") as fh:
         for line in fh:
@@ -60,11 +69,11 @@ def _status_kb(key):
 paths = json.loads(sys.argv[1])
 {imports}
 base = _status_kb("VmRSS")
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), _cpu()
 {work}
-seconds = time.perf_counter() - t0
+seconds, cpu = time.perf_counter() - t0, _cpu() - c0
 peak = max(_status_kb("VmHWM"), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-print("@@" + json.dumps({{"s": seconds, "peak_kb": peak, "base_kb": base, "check": check}}))
+print("@@" + json.dumps({{"s": seconds, "cpu_s": cpu, "peak_kb": peak, "base_kb": base, "check": check}}))
 """
 
 GUNZIP = {
@@ -133,15 +142,21 @@ def measure(python: str, spec: dict[str, str], paths: list[str],
     return report
 
 
-def command_s(argv: list[str], env: dict[str, str]) -> float:
-    """The wall time of a whole command, from its start to its exit."""
-    t0 = time.perf_counter()
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def command_s(argv: list[str], env: dict[str, str]) -> dict[str, float]:
+    """The wall time of a whole command, from its start to its exit, and its CPU time (its
+    own and its children's: the benchmark waits for nothing else meanwhile)."""
+    c0, t0 = _children_cpu_s(), time.perf_counter()
     done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           env=env, check=False)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, _children_cpu_s() - c0
     if done.returncode != 0:
         raise RuntimeError(f"{argv[0]} failed: " + " | ".join(done.stderr.splitlines()[-5:]))
-    return seconds
+    return {"s": seconds, "cpu_s": cpu}
 
 
 Contender = tuple[str, "dict[str, str] | list[str]"]
@@ -158,13 +173,14 @@ def interleaved(repeats: int, contenders: dict[str, Contender], paths: list[str]
             if isinstance(spec, dict):
                 runs[name].append(measure(python, spec, paths, env))
             else:
-                runs[name].append({"s": command_s([python, *spec, *paths], env)})
+                runs[name].append(command_s([python, *spec, *paths], env))
     return {name: summarize(r) for name, r in runs.items()}
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The median time and the largest memory over the runs."""
-    out: dict[str, Any] = {"s": statistics.median(r["s"] for r in runs)}
+    out: dict[str, Any] = {"s": statistics.median(r["s"] for r in runs),
+                           "cpu_s": statistics.median(r["cpu_s"] for r in runs)}
     if "peak_kb" in runs[0]:
         out.update(peak_mb=max(r["peak_kb"] for r in runs) / 1024,
                    above_base_mb=max(r["peak_kb"] - r["base_kb"] for r in runs) / 1024,
@@ -253,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
                                    Path(tmp) / f"resnet50_x{args.scale}.json.gz")
                 sets.append((big.name, [str(big)]))
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        # An installed package is read from bytecode (pip compiles it, as it did HTA's); with
+        # PYTHONDONTWRITEBYTECODE set, a source tree would be compiled again by every process.
+        compileall.compile_dir(str(ROOT / "src"), quiet=1)
         print(f"machine: {os.cpu_count()} CPUs, load average {_load()} at the start "
               "(a shared machine: the ratios, measured in turns, are what to read)", flush=True)
         rows = []
@@ -285,17 +304,26 @@ def _load() -> str:
         return "unknown"
 
 
+def _t(m: dict[str, Any]) -> str:
+    """A time as 'wall s (cpu s CPU)'."""
+    return f"{m['s']:5.2f} s ({m['cpu_s']:.2f} CPU)"
+
+
+def _x(slow: dict[str, Any], fast: dict[str, Any]) -> str:
+    """How many times faster, in wall time and in CPU time."""
+    return f"{slow['s'] / fast['s']:4.1f}x, {slow['cpu_s'] / fast['cpu_s']:4.1f}x CPU"
+
+
 def _print_row(row: dict[str, Any]) -> None:
     g, t, c = row["gunzip"], row["trainpace"], row["trainpace_command"]
-    line = (f"{row['trace']:<40} {row['json_mb']:6.1f} MB JSON | gunzip {g['s']:5.2f} s | "
-            f"trainpace {t['s']:5.2f} s ({t['s'] / g['s']:.2f}x gunzip, {t['above_base_mb']:.0f} MB"
-            f" above imports) command {c['s']:5.2f} s")
+    line = (f"{row['trace']}: {row['json_mb']:.1f} MB JSON\n  gunzip {_t(g)} | trainpace {_t(t)}"
+            f" = {t['s'] / g['s']:.2f}x gunzip ({t['cpu_s'] / g['cpu_s']:.2f}x CPU), "
+            f"{t['above_base_mb']:.0f} MB above imports | command {_t(c)}")
     if "hta" in row:
         h, a, hc = row["hta"], row["hta_all"], row["hta_command"]
-        line += (f" | HTA {h['s']:5.2f} s ({h['s'] / t['s']:4.1f}x), all {a['s']:5.2f} s "
-                 f"({a['s'] / t['s']:4.1f}x), command {hc['s']:5.2f} s ({hc['s'] / c['s']:4.1f}x)"
-                 f" | memory {t['above_base_mb'] / max(h['above_base_mb'], 1e-9):.2f} of HTA's"
-                 f" | idle figures {'agree' if row['agree'] else 'DIFFER'}")
+        line += (f"\n  HTA {_t(h)} = {_x(h, t)} | all {_t(a)} = {_x(a, t)} | command {_t(hc)}"
+                 f" = {_x(hc, c)} | memory {t['above_base_mb'] / max(h['above_base_mb'], 1e-9):.2f}"
+                 f" of HTA's | idle figures {'agree' if row['agree'] else 'DIFFER'}")
     print(line, flush=True)
 
 
@@ -303,23 +331,29 @@ def _span(values: list[float]) -> str:
     return f"{min(values):.1f}x to {max(values):.1f}x"
 
 
+def _ratios(rows: list[dict[str, Any]], slow: str, fast: str) -> str:
+    wall = [r[slow]["s"] / r[fast]["s"] for r in rows]
+    cpu = [r[slow]["cpu_s"] / r[fast]["cpu_s"] for r in rows]
+    return f"{_span(wall)} (CPU time: {_span(cpu)})"
+
+
 def _print_summary(rows: list[dict[str, Any]]) -> None:
     with_hta = [r for r in rows if "hta" in r]
     print("\ntargets: >= 10x faster than HTA on every trace, as a library call and as a whole "
           "command; <= 1/5 of its memory; the analysis <= 1.5x gunzip alone")
     if with_hta:
-        t = [r["trainpace"]["s"] for r in with_hta]
-        lib = [r["hta"]["s"] / s for r, s in zip(with_hta, t, strict=True)]
-        lib_all = [r["hta_all"]["s"] / s for r, s in zip(with_hta, t, strict=True)]
-        cmd = [r["hta_command"]["s"] / r["trainpace_command"]["s"] for r in with_hta]
         memory = [r["trainpace"]["above_base_mb"] / max(r["hta"]["above_base_mb"], 1e-9)
                   for r in with_hta]
-        print(f"library call vs HTA (temporal breakdown + overlap): {_span(lib)}; vs HTA asked "
-              f"for all: {_span(lib_all)}")
-        print(f"whole command vs HTA's (temporal breakdown + overlap): {_span(cmd)}")
+        print("library call vs HTA (temporal breakdown + overlap): "
+              + _ratios(with_hta, "hta", "trainpace"))
+        print("library call vs HTA asked for all: " + _ratios(with_hta, "hta_all", "trainpace"))
+        print("whole command vs HTA's (temporal breakdown + overlap): "
+              + _ratios(with_hta, "hta_command", "trainpace_command"))
         print(f"memory above the imports: {min(memory):.2f} to {max(memory):.2f} of HTA's")
     floor = [r["trainpace"]["s"] / r["gunzip"]["s"] for r in rows]
-    print(f"analysis vs gunzip alone: {min(floor):.2f}x to {max(floor):.2f}x its time")
+    floor_cpu = [r["trainpace"]["cpu_s"] / r["gunzip"]["cpu_s"] for r in rows]
+    print(f"analysis vs gunzip alone: {min(floor):.2f}x to {max(floor):.2f}x its time "
+          f"(CPU time: {min(floor_cpu):.2f}x to {max(floor_cpu):.2f}x)")
 
 
 if __name__ == "__main__":

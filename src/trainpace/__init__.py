@@ -1,9 +1,9 @@
 """trainpace: measure and explain the speed of PyTorch training.
 
 The public API is what ``__all__`` lists; every other module is private and may change.
-Everything but the errors and :class:`Summary` is imported on first use (:data:`_LAZY`), so
-the parts that need no PyTorch (``trainpace analyze``, ``trainpace report``) start without
-loading it, and ``import trainpace`` stays cheap.
+Everything but the errors is imported on first use (:data:`_LAZY`), so the parts that need no
+PyTorch (``trainpace analyze``, ``trainpace report``) start without loading it, and ``import
+trainpace`` stays cheap.
 """
 
 import importlib as _importlib
@@ -21,7 +21,6 @@ from trainpace.errors import (
     TraceFormatError,
     TrainpaceError,
 )
-from trainpace.summary import Summary
 
 if _typing.TYPE_CHECKING:
     from trainpace.compare import Comparison, compare_runs
@@ -29,6 +28,7 @@ if _typing.TYPE_CHECKING:
     from trainpace.meter import Meter
     from trainpace.runlog import RunData, read_run
     from trainpace.series import StepSeries
+    from trainpace.summary import Summary
     from trainpace.trace import TraceAnalysis, analyze_traces
     from trainpace.tune import tune_loader
 
@@ -38,6 +38,7 @@ _LAZY: dict[str, str] = {
     "read_run": "trainpace.runlog",
     "RunData": "trainpace.runlog",
     "StepSeries": "trainpace.series",
+    "Summary": "trainpace.summary",
     "compare_runs": "trainpace.compare",
     "Comparison": "trainpace.compare",
     "threshold_table": "trainpace.diagnose",

@@ -137,3 +137,50 @@ def test_meter_run_trace_console_and_html(tmp_path: Path,
     assert "GPU util" not in out
     html = page.read_text()
     assert "GPU util" not in html and "device idle" not in html and "on device" not in html
+
+
+def test_analyze_loads_only_what_it_uses() -> None:
+    # the floor of a quick command: the other verbs, the run-folder reader, torch, rich
+    import subprocess
+    import sys
+
+    code = ("import sys; from trainpace.cli import main; "
+            f"code = main(['analyze', '--json', {str(HANDMADE)!r}]); "
+            "print(sorted(m for m in ('trainpace.cli._run', 'trainpace.cli._report', "
+            "'trainpace.runlog', 'trainpace.meter', 'torch', 'rich') if m in sys.modules), "
+            "code, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stderr.strip().splitlines()[-1] == "[] 0"
+    assert json.loads(done.stdout)["ranks"][0]["idle_pct"] == 52.38
+
+
+def test_json_through_orjson_equals_the_stdlib_encoding(capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    from trainpace.cli._output import print_json
+    from trainpace.trace import analyze_traces
+
+    data = analyze_traces([*SAMPLED, HANDMADE], workers=1).to_dict()
+    data["extra"] = {1: float("nan"), "µ": [float("inf"), (1, 2)]}
+    print_json(data)  # pytest's capture writes UTF-8: orjson
+    fast = capsys.readouterr().out
+    plain = io.StringIO()  # no encoding: the stdlib
+    print_json(data, plain)
+    assert json.loads(fast) == json.loads(plain.getvalue())
+    assert json.loads(fast)["extra"] == {"1": None, "µ": [None, [1, 2]]}
+
+
+def test_a_verb_first_command_line_parses_as_before(capsys: pytest.CaptureFixture[str]) -> None:
+    from trainpace.cli import build_parser
+
+    argv = ["analyze", str(HANDMADE), "--gap-us", "20", "--top", "3"]
+    whole, alone = build_parser().parse_args(argv), build_parser("analyze").parse_args(argv)
+    assert vars(whole) == vars(alone)
+    with pytest.raises(SystemExit) as bad:
+        main(["analyze", str(HANDMADE), "--top", "0"])
+    assert bad.value.code == 2
+    assert "trainpace analyze: error: argument --top" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "tune-loader" in capsys.readouterr().out  # the full parser lists every verb

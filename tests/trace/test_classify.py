@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from trainpace.trace import classify as cl
@@ -55,3 +57,59 @@ def test_dataloader_names() -> None:
     assert cl.DATALOADER.search("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
     assert cl.DATALOADER.search("enumerate(DataPipe)#ShardingFilterIterDataPipe")
     assert not cl.DATALOADER.search("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__iter__")
+
+
+def _spellings(branch: str) -> list[str]:
+    """Every text a branch of a category pattern matches at its shortest: each optional
+    character present or absent, a group ``(x)?`` present or absent, ``\\b`` and ``^`` dropped.
+    Only those constructs occur in the branches of the prefiltered patterns (checked here)."""
+    assert re.fullmatch(r"(\\b|\^)?([a-z0-9_:]\??|\([a-z]+\)\?)*", branch), branch
+    branch = branch.removeprefix("\\b").removeprefix("^")
+    out = [""]
+    i = 0
+    while i < len(branch):
+        if branch[i] == "(":
+            j = branch.index(")?", i)
+            group = branch[i + 1:j]
+            out = [s + g for s in out for g in ("", group)]
+            i = j + 2
+        elif i + 1 < len(branch) and branch[i + 1] == "?":
+            out = [s + g for s in out for g in ("", branch[i])]
+            i += 2
+        else:
+            out = [s + branch[i] for s in out]
+            i += 1
+    return out
+
+
+@pytest.mark.parametrize("category", sorted(cl.CATEGORY_LITERALS))
+def test_category_literals_are_in_every_match(category: str) -> None:
+    pattern = dict(cl.KERNEL_CATEGORIES)[category]
+    literals = cl.CATEGORY_LITERALS[category]
+    for branch in pattern.split("|"):
+        for text in _spellings(branch):
+            assert re.search(pattern, text), (branch, text)  # the expansion is a match
+            assert any(lit in text for lit in literals), (category, branch, text)
+
+
+def test_prefiltered_categories_equal_the_patterns_alone() -> None:
+    from tracekit import RESNET_NW0, SAMPLED
+
+    from trainpace.trace.load import load_trace
+
+    names = {"void foo_mha_kernel", "xmha", "all_to_all", "reduce-scatter", "cudnn::cnn::x"}
+    for path in (RESNET_NW0, *SAMPLED):
+        names |= set(load_trace(path).names)
+
+    def plain(name: str) -> str:  # the classification without the literals
+        low = name.lower()
+        match = cl._OWN_NAME.match(low)
+        own = match.group(1) if match else low
+        for text in (own, low):
+            for category, source in cl.KERNEL_CATEGORIES:
+                if re.search(source, text):
+                    return category
+        return "other"
+
+    assert len(names) > 500
+    assert [cl.kernel_category(n) for n in sorted(names)] == [plain(n) for n in sorted(names)]

@@ -88,6 +88,39 @@ def test_orjson_path_gives_the_same_columns(monkeypatch: pytest.MonkeyPatch) -> 
         assert np.array_equal(getattr(slow, column), getattr(fast, column))
 
 
+@pytest.mark.parametrize("odd", [
+    None,  # every phase known, "ph" first: decoded by phase
+    {"cat": "cpu_op", "name": "late ph", "ts": 5, "dur": 1, "ph": "X"},  # "ph" last
+    {"ph": "G", "cat": "cpu_op", "name": "unknown phase", "ts": 5, "dur": 1},
+    {"cat": "cpu_op", "name": "no phase", "ts": 5, "dur": 1},
+    {"ph": 7, "cat": "cpu_op", "name": "phase not a string", "ts": 5, "dur": 1},
+])
+def test_events_typed_by_phase_read_as_the_careful_path_reads_them(
+        write_trace: WriteTrace, monkeypatch: pytest.MonkeyPatch,
+        odd: dict[str, object] | None) -> None:
+    trace = handmade()
+    trace["traceEvents"] += [{"ph": ph, "name": f"phase {ph}", "cat": "c", "ts": 1, "id": 3}
+                             for ph in stream.OTHER_PHASES]
+    if odd is not None:
+        trace["traceEvents"].insert(3, odd)
+    path = write_trace(trace)
+    typed = load_trace(path)
+
+    class Refuses:
+        def decode(self, data: bytes) -> None:
+            raise msgspec.DecodeError("refused")
+
+    monkeypatch.setattr(stream, "_DECODER", Refuses())
+    careful = load_trace(path)
+    assert _names(typed) == _names(careful) and typed.skipped == careful.skipped
+    assert typed.events_total == careful.events_total == len(trace["traceEvents"])
+    assert typed.skipped["other phases (not 'X')"] == 4 + len(stream.OTHER_PHASES) + (
+        odd is not None and odd.get("ph") != "X")
+    for column in ("ts", "dur", "stream", "correlation", "external_id", "device", "thread"):
+        assert np.array_equal(getattr(typed, column), getattr(careful, column))
+    assert ("late ph" in typed.names) == (odd is not None and odd["name"] == "late ph")
+
+
 def test_real_gzip_trace_matches_a_plain_parse() -> None:
     cols = load_trace(SAMPLED[0], chunk_bytes=1 << 16)
     events = json.loads(gzip.decompress(SAMPLED[0].read_bytes()))["traceEvents"]

@@ -29,17 +29,20 @@ VERBS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, one sub-parser per verb."""
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser, one sub-parser per verb; only ``verb``'s when it is given (the
+    other verbs' modules and arguments then cost nothing: the floor of a quick command)."""
     parser = argparse.ArgumentParser(
         prog="trainpace",
         description="Measure and explain the speed of PyTorch training.",
     )
     parser.add_argument("--version", action="version", version=f"trainpace {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for verb, module_name in VERBS.items():
+    for name, module_name in VERBS.items():
+        if verb is not None and name != verb:
+            continue
         module = importlib.import_module(module_name)
-        verb_parser = sub.add_parser(verb, help=module.HELP, description=module.HELP)
+        verb_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(verb_parser)
         verb_parser.set_defaults(_run=module.run)
     return parser
@@ -47,8 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trainpace`` command; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    # A command line that starts with a verb is parsed by that verb's parser alone, with the
+    # same result; anything else (--help, --version, a typo) gets the full parser.
+    verb = arguments[0] if arguments and arguments[0] in VERBS else None
+    parser = build_parser(verb)
+    args = parser.parse_args(arguments)
     # The library never configures logging; the CLI shows warnings on stderr.
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     try:

@@ -103,8 +103,19 @@ KERNEL_CATEGORIES: tuple[tuple[str, str], ...] = (
                     r"|transpose|embedding|unary|binary"),
 )
 CATEGORIES: tuple[str, ...] = (*(c for c, _ in KERNEL_CATEGORIES), "other")
+# For the patterns that re scans slowly (no literal prefix to skip ahead on: a whole kernel
+# name, hundreds of characters, costs tens of µs), substrings one of which every match
+# contains: a text holding none of them cannot match, found by str's fast substring search.
+# tests/trace/test_classify.py checks each against every spelling its pattern's branches allow.
+CATEGORY_LITERALS: dict[str, tuple[str, ...]] = {
+    "communication": ("ccl", "all", "reduce", "sendrecv", "nvshmem", "dpsk::ep"),
+    "attention": ("flash", "mha", "attention", "attn", "sdpa", "xformers", "cutlass"),
+    "convolution": ("conv", "cudnn", "winograd", "grad", "fprop", "implicit_gemm", "fft2d",
+                    "nchwtonhwc", "nhwctonchw"),
+}
 _CATEGORY_PATTERNS = tuple(
-    (category, re.compile(pattern)) for category, pattern in KERNEL_CATEGORIES
+    (category, re.compile(pattern), CATEGORY_LITERALS.get(category))
+    for category, pattern in KERNEL_CATEGORIES
 )
 _OWN_NAME = re.compile(r"^(?:void\s+)?([^<(]*)")
 
@@ -116,7 +127,9 @@ def kernel_category(name: str) -> str:
     match = _OWN_NAME.match(low)
     own = match.group(1) if match else low
     for text in (own, low):
-        for category, pattern in _CATEGORY_PATTERNS:
+        for category, pattern, literals in _CATEGORY_PATTERNS:
+            if literals is not None and not any(lit in text for lit in literals):
+                continue
             if pattern.search(text):
                 return category
     return "other"

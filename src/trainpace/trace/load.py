@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from itertools import compress, repeat
-from operator import attrgetter, is_not
+from itertools import compress
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import numpy as np
 from trainpace.errors import TraceFormatError
 from trainpace.trace.memory import CHUNK_BYTES, check_memory
 from trainpace.trace.source import Source
-from trainpace.trace.stream import Event, Stream
+from trainpace.trace.stream import EVENTS, Event, Stream
 
 # Times a profiler can write, in µs: a timestamp within ~300 years of its clock's origin (the
 # epoch, or boot), a span under ~11 days. Beyond them a value is damage, not a measurement,
@@ -130,11 +130,12 @@ def _number(value: Any) -> float | None:
 
 # A decoded piece is read field by field: each field of every event at once, through C-level
 # iteration (map over attrgetter) into numpy, so no Python code runs per event.
-_CAT, _NAME, _TS, _DUR, _TID, _ARGS = (
-    attrgetter(f) for f in ("cat", "name", "ts", "dur", "tid", "args")
-)
+_TS, _DUR, _ARGS = (attrgetter(f) for f in ("ts", "dur", "args"))
+_KEY = attrgetter("cat", "name", "tid")
+_Key = tuple[Any, Any, Any]
 _ARG_IDS = attrgetter("stream", "correlation", "external_id", "external_id_old", "device")
-_ID_ROW = np.dtype((np.int64, 5))
+# a record of five int64 fields: numpy fills it from a tuple faster than a row of an array
+_ID_ROW = np.dtype([(f"id{i}", np.int64) for i in range(5)])
 _COLUMNS = (("name", np.int32), ("cat", np.int32), ("ts", np.float64), ("dur", np.float64),
             ("stream", np.int64), ("correlation", np.int64), ("external_id", np.int64),
             ("device", np.int64), ("thread", np.int64))
@@ -143,11 +144,6 @@ _COLUMNS = (("name", np.int32), ("cat", np.int32), ("ts", np.float64), ("dur", n
 def _kept(mask: list[bool], *lists: list[Any]) -> tuple[list[Any], ...]:
     """``lists`` with only the items where ``mask`` is true."""
     return tuple(list(compress(items, mask)) for items in lists)
-
-
-def _present(values: list[Any]) -> list[bool]:
-    """For each value, is it not None."""
-    return list(map(is_not, values, repeat(None)))
 
 
 class _Columns:
@@ -165,75 +161,79 @@ class _Columns:
     def add(self, events: list[Any]) -> None:
         """Events parsed by orjson (dicts): typed like msgspec's, else checked one by one."""
         try:
-            records = msgspec.convert(events, list[Event])
+            records = msgspec.convert(events, EVENTS)
         except msgspec.ValidationError:
             self._careful(events)
             self.events_total += len(events)
         else:
             self.add_records(records)
 
-    def add_records(self, events: list[Event]) -> None:
-        """Events decoded by msgspec (types already checked, absent fields marked)."""
+    def add_records(self, events: list[Any]) -> None:
+        """Events decoded by msgspec (types already checked, absent fields marked): an
+        :class:`Event` for each complete event, a record of another type for other phases."""
         try:
             self._records(events)
         except OverflowError:  # an id beyond 64 bits
             self._careful([msgspec.to_builtins(e) for e in events])
             self.events_total += len(events)
 
-    def _records(self, events: list[Event]) -> None:
-        n = len(events)
+    def _records(self, records: list[Any]) -> None:
+        n = len(records)
         self.events_total += n
         # The first reason an event is skipped is the one counted: not 'X', no cat, no name,
-        # no time. Each later check is one pass in C over a field; the masks are built only
-        # when some event fails it (searching a list for None is cheaper than a mask). The
-        # phase filter is a comprehension: most traces hold many non-'X' events (flow arrows),
-        # and one Python loop costs less than a mask built in numpy and applied.
-        events = [e for e in events if e.ph == "X"]
+        # no time. The phase filter is a comprehension: most traces hold many non-'X' events
+        # (flow arrows), and one Python loop costs less than a mask built in numpy and applied.
+        events: list[Event] = [e for e in records if type(e) is Event]
         if len(events) < n:
             self.skipped["other phases (not 'X')"] += n - len(events)
-        cats = list(map(_CAT, events))
-        if None in cats:
-            before = len(events)
-            events, cats = _kept(_present(cats), events, cats)
-            self.skipped["no cat (HTA drops these too)"] += before - len(events)
-        names = list(map(_NAME, events))
-        if None in names:
-            before = len(events)
-            events, cats, names = _kept(_present(names), events, cats, names)
-            self.skipped["malformed: name or cat missing or not a string"] += before - len(events)
+        # cat, name and thread are read as one key per event: a trace repeats a few hundred
+        # of them, so each symbol is interned once per distinct key, and the events cost
+        # three passes in C (keys, their distinct values, an index per event), not nine.
+        keys = list(map(_KEY, events))
+        distinct = dict.fromkeys(keys, 0)
+        if any(cat is None or name is None for cat, name, _ in distinct):
+            events, keys = self._named(events, keys)
+            distinct = dict.fromkeys(keys, 0)
         m = len(events)
         ts = np.fromiter(map(_TS, events), dtype=np.float64, count=m)
         dur = np.fromiter(map(_DUR, events), dtype=np.float64, count=m)
         timed = ~(np.isnan(ts) | np.isnan(dur))
         if not timed.all():
             self.skipped["malformed: ts or dur missing or not a number"] += m - int(timed.sum())
-            events, cats, names = _kept(timed.tolist(), events, cats, names)
+            events, keys = _kept(timed.tolist(), events, keys)
             ts, dur = ts[timed], dur[timed]
+            distinct = dict.fromkeys(keys, 0)
             m = len(events)
-        thread = self._threads(events, m)
-        # the five ids of every event in one pass, as rows of a (m, 5) array
+        for i, key in enumerate(distinct):
+            distinct[key] = i
+        index = np.fromiter(map(distinct.__getitem__, keys), dtype=np.intp, count=m)
+        # the symbols of each distinct key, in order of first appearance (as the tables grow)
+        names, cats = self.names, self.cats
+        cat = np.array([cats.setdefault(k[0], len(cats)) for k in distinct], dtype=np.int32)
+        name = np.array([names.setdefault(k[1], len(names)) for k in distinct], dtype=np.int32)
+        thread = np.array([self._thread(k[2]) for k in distinct], dtype=np.int64)
+        # the five ids of every event in one pass, as records
         ids = np.fromiter(map(_ARG_IDS, map(_ARGS, events)), dtype=_ID_ROW, count=m)
-        stream, correlation, external_id, external_id_old, device = ids.T
+        stream, correlation, external_id, external_id_old, device = (
+            ids[f] for f in _ID_ROW.names or ())
         self.pieces.append({
-            "name": _intern(self.names, names), "cat": _intern(self.cats, cats),
+            "name": name[index], "cat": cat[index],
             "ts": ts, "dur": dur, "stream": stream, "correlation": correlation,
             "external_id": np.where(external_id != -1, external_id, external_id_old),
-            "device": device, "thread": thread,
+            "device": device, "thread": thread[index],
         })
         if not self.float_ts and bool((ts != np.floor(ts)).any()):
             self.float_ts = True  # ns resolution (an integral value written as 5.0 is not)
 
-    def _threads(self, events: list[Event], m: int) -> np.ndarray:
-        """Each event's thread as a number: its tid, or for a tid written as a string (old
-        traces: "stream 7"), a negative number standing for that string."""
-        tids = list(map(_TID, events))
-        try:
-            return np.fromiter(tids, dtype=np.int64, count=m)
-        except (TypeError, ValueError, OverflowError):
-            local = dict.fromkeys(tids, 0)  # a few distinct threads: one lookup each
-            for tid in local:
-                local[tid] = self._thread(tid)
-            return np.fromiter(map(local.__getitem__, tids), dtype=np.int64, count=m)
+    def _named(self, events: list[Event], keys: list[_Key]) -> tuple[list[Any], ...]:
+        """The events with a cat and a name, the others counted by the first one missing."""
+        before = len(events)
+        events, keys = _kept([k[0] is not None for k in keys], events, keys)
+        self.skipped["no cat (HTA drops these too)"] += before - len(events)
+        before = len(events)
+        events, keys = _kept([k[1] is not None for k in keys], events, keys)
+        self.skipped["malformed: name or cat missing or not a string"] += before - len(events)
+        return events, keys
 
     def _thread(self, tid: Any) -> int:
         if isinstance(tid, int) and not isinstance(tid, bool) and -(2**63) <= tid < 2**63:
@@ -326,15 +326,6 @@ class _Columns:
             skipped=skipped,
             rounded_to_us=self.float_ts,
         )
-
-
-def _intern(table: dict[str, int], values: list[str]) -> np.ndarray:
-    """Each value's index in ``table`` (new values appended), with a dict operation per
-    distinct value, not per event."""
-    local = dict.fromkeys(values, 0)  # the distinct values, in order of first appearance
-    for value in local:
-        local[value] = table.setdefault(value, len(table))
-    return np.fromiter(map(local.__getitem__, values), dtype=np.int32, count=len(values))
 
 
 def trace_files(paths: list[str | os.PathLike[str]]) -> list[str]:

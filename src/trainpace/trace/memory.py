@@ -12,7 +12,9 @@ import stat
 
 from trainpace.errors import TraceFormatError
 
-CHUNK_BYTES = 1 << 18
+# JSON per piece: 128 KB keeps a piece's objects (~1 MB) small beside a small trace's columns,
+# and large enough that the per-piece work (a few dozen numpy calls) costs nothing.
+CHUNK_BYTES = 1 << 17
 # Bytes the analysis needs per byte of trace JSON (columns and their derived arrays), and the
 # parsed Python objects of one piece per byte of it; measured on real traces, kept generous.
 _COLUMN_BYTES_PER_JSON_BYTE = 0.5

@@ -21,7 +21,10 @@ from trainpace.errors import TraceFormatError
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _IN_BYTES = 1 << 14  # compressed bytes per read: ~0.3-0.5 MB of trace JSON
-_OUT_BYTES = 1 << 18  # decompressed bytes per block handed to the parser (one piece)
+# Decompressed bytes per block handed to the parser: from the thread, blocks of a piece or
+# more (each hand-off costs a wake-up); inline, smaller ones (less memory, nothing to wake).
+_OUT_BYTES = 1 << 18
+_INLINE_OUT_BYTES = 1 << 16
 _QUEUE_BLOCKS = 4
 # Below this compressed size the decompression takes a few ms: done inline, as the parse asks
 # for it; above it in a thread (on a loaded machine each hand-off between threads can wait for
@@ -34,7 +37,7 @@ class _DamagedError(Exception):
     """The gzip stream ends too early or does not inflate."""
 
 
-def _inflated(head: bytes, raw: IO[bytes]) -> Iterator[bytes]:
+def _inflated(head: bytes, raw: IO[bytes], out_bytes: int) -> Iterator[bytes]:
     """The decompressed blocks of a gzip file, all its members; raises _DamagedError if the
     stream ends inside a member."""
     inflater = zlib.decompressobj(_GZIP)
@@ -50,7 +53,7 @@ def _inflated(head: bytes, raw: IO[bytes]) -> Iterator[bytes]:
                 continue
             inflater = zlib.decompressobj(_GZIP)
         while data:
-            out = inflater.decompress(data, _OUT_BYTES)
+            out = inflater.decompress(data, out_bytes)
             if out:
                 yield out
             if inflater.eof:
@@ -116,12 +119,12 @@ class Source:
         except OSError as exc:
             raise TraceFormatError(f"{self.path}: cannot read it ({exc.strerror or exc})") from exc
         if self._head == _GZIP_MAGIC:
-            blocks = _inflated(self._head, self._raw)
-            self._head = b""
+            head, self._head = self._head, b""
             if _size(self._raw) < _THREAD_MIN_BYTES:
-                self._inline = blocks  # a few ms of zlib: not worth a thread's hand-offs
+                # a few ms of zlib: not worth a thread's hand-offs
+                self._inline = _inflated(head, self._raw, _INLINE_OUT_BYTES)
             else:
-                self._gunzip = _Gunzip(blocks)
+                self._gunzip = _Gunzip(_inflated(head, self._raw, _OUT_BYTES))
                 self._gunzip.start()
         return self
 
