@@ -280,3 +280,35 @@ def test_live_panel_in_a_real_terminal(tmp_path, columns, lines):
     finally:
         subprocess.run(["tmux", "-L", socket, "kill-server"], env=env(), check=False,
                        capture_output=True)
+
+
+def test_work_after_the_optimizer_step_is_in_the_step_the_evaluation_outside(tmp_path):
+    """A sleep after each optimizer.step() is in step_s; the evaluation between epochs is
+    outside; both as the Meter written into the same loop measures them."""
+    epochs, steps, tail_s, eval_s = 2, 15, 0.02, 0.3
+    flags = ["--epochs", epochs, "--steps", steps, "--tail-ms", tail_s * 1e3,
+             "--eval-ms", eval_s * 1e3]
+    done = trainpace_run("--json", "--quiet", "--window", "10", "--out", tmp_path / "run",
+                         "epochs_eval.py", *flags)
+    assert done.returncode == 0, done.stderr
+    by_hand = subprocess.run([sys.executable, "epochs_eval.py", *map(str, flags), "--meter",
+                              str(tmp_path / "hand")], cwd=SCRIPTS, env=env(),
+                             capture_output=True, text=True, timeout=120)
+    assert by_hand.returncode == 0, by_hand.stderr
+    for folder in (tmp_path / "run", tmp_path / "hand"):
+        rows = steps_of(folder)
+        assert len(rows) == epochs * steps
+        # A sleep lasts at least its time: every step holds its tail.
+        assert min(r["step_s"] for r in rows) >= tail_s, folder
+        outside = sum(r["outside_s"] for r in rows)
+        # The evaluation after epoch 1 is outside (the last one comes after the last step);
+        # the tails are not: they would add epochs * steps * tail_s = 0.6 s.
+        assert eval_s <= outside < eval_s + 0.5 * epochs * steps * tail_s, folder
+        (first_of_epoch_2,) = [r for r in rows if r["step"] == steps + 1]
+        assert first_of_epoch_2["outside_s"] >= eval_s
+    summary = json.loads(done.stdout)
+    hand = json.loads((tmp_path / "hand" / "summary.json").read_text())
+    # The same loop, the same ways of counting: the machine's load is all that differs.
+    assert summary["steps"] == hand["steps"]
+    ratio = summary["time"]["step_s_median"] / hand["time"]["step_s_median"]
+    assert 0.5 < ratio < 2.0, (summary["time"], hand["time"])
