@@ -107,6 +107,9 @@ class AutoPatch:
         self._scaled: tuple[weakref.ref[torch.Tensor], torch.Tensor] | None = None
         self._original_scale: Callable[..., Any] | None = None
         self._pacer: int | None = None  # id() of the optimizer whose step() ends a step
+        # The optimizers themselves, while installed (compared by identity on the hot path).
+        self._pacer_optimizer: torch.optim.Optimizer | None = None
+        self._known: set[torch.optim.Optimizer] = set()
         self._handles: list[Any] = []
         self._forward_handle: Any = None
         self._original_iter: Callable[[Any], Iterator[Any]] | None = None
@@ -173,6 +176,8 @@ class AutoPatch:
             handle.remove()
         self._handles = []
         self._disarm_forward()
+        self._known = set()
+        self._pacer_optimizer = None
         if self._ended:  # its optimizer step was done: a whole step
             self._close()
         elif self._context is not None:
@@ -241,7 +246,8 @@ class AutoPatch:
         that ended is closed first."""
         if self._ended:
             self._close()
-        self._disarm_forward()
+        if self._forward_handle is not None:
+            self._disarm_forward()
         try:
             context = self.meter.step(self._marker)
             context.__enter__()
@@ -254,7 +260,10 @@ class AutoPatch:
         self._ended = False
         context, self._context = self._context, None
         if context is not None:
-            self._contained("ending a step", context.__exit__, None, None, None)
+            try:
+                context.__exit__(None, None, None)
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._fault("ending a step", exc)
         if self._samples is not None:
             self._samples.counted = False
         if self._tokens is not None:
@@ -298,18 +307,24 @@ class AutoPatch:
             self._fault("keeping the loss before scaling", exc)
 
     def _pre_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        key = id(optimizer)
-        if self._pacer is None:
-            self._pacer = key
-        if key not in self.optimizers:
-            self.optimizers[key] = type(optimizer).__name__
+        pacer = self._pacer_optimizer
+        if optimizer is not pacer and optimizer not in self._known:
+            self._first_step_of(optimizer)
+            pacer = self._pacer_optimizer
         # A second step() of the pacer without a batch between is a new step; another
         # optimizer's step() after the pacer's is still this step's (a GAN's generator).
-        if self._context is None or (self._ended and key == self._pacer):
+        if self._context is None or (self._ended and optimizer is pacer):
             self._open()
 
+    def _first_step_of(self, optimizer: torch.optim.Optimizer) -> None:
+        self._known.add(optimizer)
+        key = id(optimizer)
+        if self._pacer is None:
+            self._pacer, self._pacer_optimizer = key, optimizer
+        self.optimizers[key] = type(optimizer).__name__
+
     def _post_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if id(optimizer) == self._pacer:
+        if optimizer is self._pacer_optimizer:
             self.optimizer_steps += 1
             if self.loaders_metered and self._context is not None:
                 self._ended = True  # closed when the loop goes on (what follows is training)
