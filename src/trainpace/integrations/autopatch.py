@@ -107,9 +107,8 @@ class AutoPatch:
         self._scaled: tuple[weakref.ref[torch.Tensor], torch.Tensor] | None = None
         self._original_scale: Callable[..., Any] | None = None
         self._pacer: int | None = None  # id() of the optimizer whose step() ends a step
-        # The optimizers themselves, while installed (compared by identity on the hot path).
+        # The pacer itself, while installed (compared by identity on the hot path).
         self._pacer_optimizer: torch.optim.Optimizer | None = None
-        self._known: set[torch.optim.Optimizer] = set()
         self._handles: list[Any] = []
         self._forward_handle: Any = None
         self._original_iter: Callable[[Any], Iterator[Any]] | None = None
@@ -176,7 +175,6 @@ class AutoPatch:
             handle.remove()
         self._handles = []
         self._disarm_forward()
-        self._known = set()
         self._pacer_optimizer = None
         if self._ended:  # its optimizer step was done: a whole step
             self._close()
@@ -308,7 +306,7 @@ class AutoPatch:
 
     def _pre_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         pacer = self._pacer_optimizer
-        if optimizer is not pacer and optimizer not in self._known:
+        if optimizer is not pacer and id(optimizer) not in self.optimizers:
             self._first_step_of(optimizer)
             pacer = self._pacer_optimizer
         # A second step() of the pacer without a batch between is a new step; another
@@ -317,7 +315,6 @@ class AutoPatch:
             self._open()
 
     def _first_step_of(self, optimizer: torch.optim.Optimizer) -> None:
-        self._known.add(optimizer)
         key = id(optimizer)
         if self._pacer is None:
             self._pacer, self._pacer_optimizer = key, optimizer
