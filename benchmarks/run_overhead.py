@@ -1,40 +1,58 @@
 """What ``trainpace run``'s hooks cost per step, against the Meter written into the same loop.
 
-One small real training loop (a DataLoader over tensors in memory, a two-layer model,
-``backward()``, an SGD step, then a sleep of ``--step-ms`` standing for the device's work,
-the GIL free) is timed in alternating blocks inside one process:
+The bound (issue 11): the per-step cost of the patched path within 1.5× of the Meter's.
+
+One real training loop (a DataLoader over tensors in memory, a small model, ``backward()``,
+an SGD step, ``zero_grad()``) is timed in three variants, inside one process:
 
 - ``bare``: the loop as it is;
 - ``meter``: the loop written for the Meter (``meter.loader``, ``with meter.step()``,
   ``meter.observe(loss=...)``);
-- ``patched``: the bare loop under ``AutoPatch`` (what ``trainpace run`` does): the DataLoader's
-  ``__iter__``, the global optimizer step hooks, a global forward pre-hook between steps, and
-  ``torch.autograd.backward``.
+- ``patched``: the bare loop under ``AutoPatch`` (what ``trainpace run`` does): the
+  DataLoader's ``__iter__``, the global optimizer step hooks, ``torch.autograd.backward`` and
+  ``GradScaler.scale``.
 
-Both metered variants use the same Meter settings (run folder, sampler at 10 Hz, FLOPs counted
-on the first step; no console), a fresh Meter per block. The first tenth of each block is left
-out. Each block is timed on the training thread's CPU clock (``time.thread_time``): on a shared,
-loaded machine the wall clock of a block varies by more than the overheads measured (other
-processes take the core), while the CPU time the loop's own thread spends does not count that;
-the background threads (sampler, writer) are the same Meter's in both metered variants. The wall
-clock is printed too. A figure no load disturbs comes last: Python function calls per step
-(the loop of one profiled block of each variant, the Meter's set-up and finish() left out; the
-window boundaries are in it). Overhead = median over rounds of (block − the bare blocks beside it), per
-step; the figure that matters is the ratio patched / meter (the issue's bound: 1.5×).
+Three workloads: ``step`` (a two-layer model of width 32, batch 32, then a 1 ms sleep standing
+for the device's work, the GIL free), ``tiny`` (width 1, batch 1, no sleep) and ``no-work``
+(no model: one scalar weight times the item, fetched without collation; the least a step that
+meets every hook can do, so the hooks' share is the largest).
 
-    python benchmarks/run_overhead.py              # 12 rounds, 1 ms sleeps
-    python benchmarks/run_overhead.py --quick      # 4 rounds
-    python benchmarks/run_overhead.py --step-ms 10
+How the timing is made robust on a shared, loaded machine:
+
+- **the training thread's CPU time** (``time.thread_time``) per step is the main figure: the
+  time other processes take the core is not counted in it (the wall time, which counts it, is
+  printed too). The Meter's background threads (sampler, writer) are the same in both metered
+  variants and are not in it;
+- **many rounds of three short adjacent blocks** (200–300 steps, a fraction of a second: the
+  load changes little within a round), one of each variant, in an order that goes through all
+  six permutations, so a drift of the machine's load falls on every variant alike; a block is
+  a workload's steps under a fresh Meter (its set-up, its first tenth and its ``finish()``
+  left out; its window boundaries in);
+- **the overhead of a variant in a round** is its block minus the bare block of that round;
+  the figure is the **median over rounds**, and the ratio patched / meter the ratio of those
+  medians; its spread is a bootstrap over rounds (the 5th and 95th percentiles). Load only
+  ever adds time, so the fastest block of each variant (less the fastest bare block) is
+  printed too;
+- a figure no load disturbs comes last: Python function calls per step (cProfile, the loop
+  of one block of each variant).
+
+    python benchmarks/run_overhead.py              # 60 rounds per workload (about 4 min)
+    python benchmarks/run_overhead.py --quick      # 12 rounds
+    python benchmarks/run_overhead.py --json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
+import random
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,38 +62,72 @@ from torch.utils.data import DataLoader, TensorDataset
 import trainpace
 from trainpace.integrations.autopatch import AutoPatch
 
-BATCH = 32
+VARIANTS = ("bare", "meter", "patched")
+# Per block: the mean step and the median step, on the thread's CPU clock and the wall clock.
+CLOCKS = {"cpu": "CPU, mean", "cpu_step": "CPU, median step", "wall": "wall, mean",
+          "wall_step": "wall, median step"}
+BOUND = 1.5
 
 
-def make_loop(steps: int, step_ms: float, width: int) -> tuple[Callable[..., None], DataLoader[Any]]:
-    torch.manual_seed(0)
-    data = TensorDataset(torch.randn(steps * BATCH, width), torch.randint(0, 8, (steps * BATCH,)))
-    loader = DataLoader(data, batch_size=BATCH)
-    model = torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.ReLU(),
-                                torch.nn.Linear(2 * width, 8))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    pause = step_ms / 1000.0
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    name: str
+    width: int  # 0: no model, one scalar weight
+    batch: int  # 0: the dataset's items as they are (batch_size=None: no collate)
+    step_ms: float
+    steps: int  # per block
 
-    def body(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        optimizer.zero_grad()
+
+WORKLOADS = (Workload(name="step", width=32, batch=32, step_ms=1.0, steps=200),
+             Workload(name="tiny", width=1, batch=1, step_ms=0.0, steps=300),
+             Workload(name="no-work", width=0, batch=0, step_ms=0.0, steps=300))
+
+
+class Loop:
+    """One workload's model, optimizer and data, shared by every block (the same memory)."""
+
+    def __init__(self, workload: Workload) -> None:
+        torch.manual_seed(0)
+        width, steps = workload.width, workload.steps
+        n = steps * max(workload.batch, 1)
+        self.steps = steps
+        self.data: Any = TensorDataset(torch.randn(n, max(width, 1)), torch.randint(0, 2, (n,)))
+        self.batch = workload.batch or None
+        self.model: Callable[[torch.Tensor], torch.Tensor]
+        if width:
+            model = torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.ReLU(),
+                                        torch.nn.Linear(2 * width, 2))
+            self.model, params = model, list(model.parameters())
+        else:  # no work: one weight times the input
+            weight = torch.nn.Parameter(torch.ones(()))
+            self.model, params = (lambda x: weight * x[0]), [weight]
+        self.loss = torch.nn.functional.cross_entropy if width else (lambda out, y: out)
+        self.optimizer = torch.optim.SGD(params, lr=0.01)
+        self.pause = workload.step_ms / 1000.0
+
+    def loader(self) -> DataLoader[Any]:
+        return DataLoader(self.data, batch_size=self.batch)
+
+    def body(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = self.loss(self.model(x), y)
         loss.backward()
-        optimizer.step()
-        time.sleep(pause)  # the device's work: the host waits, the GIL free
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        if self.pause:
+            time.sleep(self.pause)  # the device's work: the host waits, the GIL free
         return loss
 
-    return body, loader
 
+def block(variant: str, loop: Loop, out: Path, profile: Any = None) -> dict[str, float]:
+    """Seconds per step of one block, its first tenth left out: the mean (``cpu``, ``wall``:
+    the window boundaries spread over the steps) and the median step (``cpu_step``,
+    ``wall_step``: the typical step, which a preemption of the thread does not move).
 
-def block(variant: str, steps: int, step_ms: float, out: Path, width: int = 32,
-          profile: Any = None) -> tuple[float, float]:
-    """(thread CPU seconds, wall seconds) per step of one block, its first tenth left out.
-
-    ``profile`` (a cProfile.Profile) is enabled around the loop only: the Meter's set-up and
-    finish() are the same in both metered variants and vary with the measured times.
+    ``profile`` (a cProfile.Profile) is enabled around the loop only.
     """
-    body, loader = make_loop(steps, step_ms, width)
     marks: list[tuple[float, float]] = []
+    mark = marks.append
+    thread_time, perf_counter, body = time.thread_time, time.perf_counter, loop.body
     meter = None
     if variant != "bare":
         meter = trainpace.Meter(out / f"{variant}-{time.perf_counter_ns()}", console=False,
@@ -83,107 +135,145 @@ def block(variant: str, steps: int, step_ms: float, out: Path, width: int = 32,
     patch = AutoPatch(meter) if meter is not None and variant == "patched" else None
     if patch is not None:
         patch.install()
-    if profile is not None:
-        profile.enable()
+    # Profiled from the end of the first tenth (its one-offs, e.g. counting the FLOPs of the
+    # first step, left out as they are from the times).
+    start = loop.steps // 10 if profile is not None else -1
     if variant == "meter":
         assert meter is not None
-        for x, y in meter.loader(loader):
+        for x, y in meter.loader(loop.loader()):
             with meter.step():
                 meter.observe(loss=body(x, y))
-            marks.append((time.thread_time(), time.perf_counter()))
+            mark((thread_time(), perf_counter()))
+            if len(marks) == start:
+                profile.enable()
     else:  # bare, or patched: the same loop
-        for x, y in loader:
+        for x, y in loop.loader():
             body(x, y)
-            marks.append((time.thread_time(), time.perf_counter()))
+            mark((thread_time(), perf_counter()))
+            if len(marks) == start:
+                profile.enable()
     if profile is not None:
         profile.disable()
     if patch is not None:
         patch.remove()
     if meter is not None:
         meter.finish()
-    skip = steps // 10
-    n = len(marks) - 1 - skip
-    return (marks[-1][0] - marks[skip][0]) / n, (marks[-1][1] - marks[skip][1]) / n
+    kept = marks[len(marks) // 10:]
+    n = len(kept) - 1
+    return {"cpu": (kept[-1][0] - kept[0][0]) / n, "wall": (kept[-1][1] - kept[0][1]) / n,
+            "cpu_step": statistics.median(b[0] - a[0] for a, b in itertools.pairwise(kept)),
+            "wall_step": statistics.median(b[1] - a[1] for a, b in itertools.pairwise(kept))}
 
 
-def calls_per_step(variant: str, steps: int, out: Path, width: int) -> float:
+def calls_per_step(variant: str, loop: Loop, out: Path) -> float:
     """Python function calls per step of one block (cProfile's count: deterministic)."""
     import cProfile
     import pstats
 
     profile = cProfile.Profile()
-    block(variant, steps, 0.0, out, width, profile)
-    return float(pstats.Stats(profile).total_calls) / steps  # type: ignore[attr-defined]
+    block(variant, loop, out, profile)
+    profiled = loop.steps - loop.steps // 10
+    return float(pstats.Stats(profile).total_calls) / profiled  # type: ignore[attr-defined]
+
+
+def ratio_of_medians(patched: list[float], meter: list[float]) -> float:
+    base = statistics.median(meter)
+    return statistics.median(patched) / base if base > 0 else float("inf")
+
+
+def bootstrap(patched: list[float], meter: list[float], draws: int = 2000) -> tuple[float, float]:
+    """5th and 95th percentiles of the ratio of medians, rounds drawn with replacement."""
+    rng = random.Random(0)
+    n = len(meter)
+    ratios = []
+    for _ in range(draws):
+        picks = [rng.randrange(n) for _ in range(n)]
+        ratios.append(ratio_of_medians([patched[i] for i in picks], [meter[i] for i in picks]))
+    ratios.sort()
+    return ratios[int(0.05 * draws)], ratios[int(0.95 * draws) - 1]
+
+
+def measure(workload: Workload, rounds: int, out: Path) -> dict[str, Any]:
+    loop = Loop(workload)
+    for variant in VARIANTS:  # warm the process up: imports, allocator, caches
+        block(variant, loop, out)
+    orders = list(itertools.permutations(VARIANTS))
+    per_round: dict[str, dict[str, list[float]]] = {
+        clock: {variant: [] for variant in VARIANTS} for clock in CLOCKS}
+    for r in range(rounds):
+        for variant in orders[r % len(orders)]:
+            for clock, value in block(variant, loop, out).items():
+                per_round[clock][variant].append(value)
+    result: dict[str, Any] = {"workload": workload.name, "rounds": rounds,
+                              "steps": workload.steps}
+    for clock, values in per_round.items():
+        bare = values["bare"]
+        overhead = {variant: [t - b for t, b in zip(values[variant], bare, strict=True)]
+                    for variant in ("meter", "patched")}
+        low, high = bootstrap(overhead["patched"], overhead["meter"])
+        # Load only ever adds time: the fastest block of each variant is the least disturbed.
+        fastest = {v: (min(values[v]) - min(bare)) * 1e6 for v in ("meter", "patched")}
+        result[clock] = {
+            "bare_step_s": statistics.median(bare),
+            "overhead_us": {v: statistics.median(o) * 1e6 for v, o in overhead.items()},
+            "ratio": ratio_of_medians(overhead["patched"], overhead["meter"]),
+            "ratio_p5": low, "ratio_p95": high,
+            "fastest_us": fastest,
+            "ratio_fastest": fastest["patched"] / fastest["meter"] if fastest["meter"] > 0
+            else float("inf"),
+            "each_overhead_us": {v: [x * 1e6 for x in o] for v, o in overhead.items()},
+        }
+    calls = {variant: calls_per_step(variant, loop, out) for variant in VARIANTS}
+    extra = {variant: calls[variant] - calls["bare"] for variant in ("meter", "patched")}
+    result["calls_per_step"] = calls
+    result["calls_ratio"] = extra["patched"] / extra["meter"]
+    return result
+
+
+def show(result: dict[str, Any], print_: Callable[[str], None] = print) -> None:
+    cpu, wall = result["cpu"], result["wall"]
+    print_(f"{result['workload']}: {result['rounds']} rounds of {result['steps']} steps; bare "
+           f"step {cpu['bare_step_s'] * 1e6:.0f} µs CPU on the training thread, "
+           f"{wall['bare_step_s'] * 1e6:.0f} µs wall (means)")
+    for clock, label in CLOCKS.items():
+        figures = result[clock]
+        meter, patched = (figures["overhead_us"][v] for v in ("meter", "patched"))
+        ratio = figures["ratio"]
+        verdict = "holds" if ratio <= BOUND else "DOES NOT HOLD"
+        print_(f"  {label:17s} meter +{meter:6.1f} µs/step, patched +{patched:6.1f} µs/step: "
+               f"{ratio:.2f}× (90% of resamples {figures['ratio_p5']:.2f}–"
+               f"{figures['ratio_p95']:.2f}×); ≤ {BOUND}×: {verdict}; fastest blocks "
+               f"{figures['ratio_fastest']:.2f}×")
+    calls = result["calls_per_step"]
+    print_(f"  Python calls per step: bare {calls['bare']:.0f}, meter "
+           f"+{calls['meter'] - calls['bare']:.0f}, patched +{calls['patched'] - calls['bare']:.0f}"
+           f": {result['calls_ratio']:.2f}×")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="4 rounds")
+    parser.add_argument("--quick", action="store_true", help="12 rounds per workload")
     parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--steps", type=int, default=300, help="steps per block")
-    parser.add_argument("--step-ms", type=float, default=1.0, help="sleep per step")
-    parser.add_argument("--width", type=int, default=32,
-                        help="model width (8: the torch step is smallest, the hooks' share "
-                             "largest)")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--workload", choices=[w.name for w in WORKLOADS], action="append",
+                        help="only this workload (repeatable; default: all)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="steps per block, for every workload (default: the workload's)")
+    parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     args = parser.parse_args()
-    rounds = args.rounds or (4 if args.quick else 12)
+    rounds = args.rounds or (12 if args.quick else 60)
     torch.set_num_threads(1)
-    cpu: dict[str, list[float]] = {"meter": [], "patched": []}
-    wall: dict[str, list[float]] = {"meter": [], "patched": []}
-    bare_cpu: list[float] = []
-    bare_wall: list[float] = []
-    blocks_cpu: dict[str, list[float]] = {"bare": [], "meter": [], "patched": []}
+    results = []
     with tempfile.TemporaryDirectory(prefix="trainpace-run-overhead-") as tmp:
-        out = Path(tmp)
-        block("bare", args.steps, args.step_ms, out, args.width)  # warm the process up
-        for r in range(rounds):
-            order = ("meter", "patched") if r % 2 == 0 else ("patched", "meter")
-            for variant in order:
-                before = block("bare", args.steps, args.step_ms, out, args.width)
-                tool = block(variant, args.steps, args.step_ms, out, args.width)
-                after = block("bare", args.steps, args.step_ms, out, args.width)
-                base_cpu, base_wall = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
-                bare_cpu.append(base_cpu)
-                blocks_cpu["bare"] += [before[0], after[0]]
-                blocks_cpu[variant].append(tool[0])
-                bare_wall.append(base_wall)
-                cpu[variant].append(tool[0] - base_cpu)
-                wall[variant].append(tool[1] - base_wall)
-        calls = {variant: calls_per_step(variant, 1000, out, args.width)
-                 for variant in ("bare", "meter", "patched")}
-    step_cpu, step_wall = statistics.median(bare_cpu), statistics.median(bare_wall)
-    figures = {name: {variant: statistics.median(values[variant]) * 1e6
-                      for variant in ("meter", "patched")}
-               for name, values in (("cpu", cpu), ("wall", wall))}
-    ratio = (figures["cpu"]["patched"] / figures["cpu"]["meter"]
-             if figures["cpu"]["meter"] > 0 else float("nan"))
-    print(f"bare step: {step_cpu * 1e3:.3f} ms CPU on the training thread, {step_wall * 1e3:.3f} "
-          f"ms wall ({args.step_ms:g} ms of it a sleep); {rounds} rounds of {args.steps} steps")
-    for variant in ("meter", "patched"):
-        c, w = figures["cpu"][variant], figures["wall"][variant]
-        print(f"  {variant:8s} {c:7.1f} µs/step CPU ({100 * c / 1e6 / step_cpu:.2f}%), "
-              f"{w:7.1f} µs/step wall ({100 * w / 1e6 / step_wall:.2f}%)")
-    print(f"  patched / meter (CPU) = {ratio:.2f}×  (bound 1.5×: "
-          f"{'ok' if ratio <= 1.5 else 'OVER'})")
-    # The fastest block of each variant is the least disturbed by the machine's other work.
-    fastest = {variant: (min(blocks_cpu[variant]) - min(blocks_cpu["bare"])) * 1e6
-               for variant in ("meter", "patched")}
-    ratio_fastest = (fastest["patched"] / fastest["meter"] if fastest["meter"] > 0
-                     else float("nan"))
-    print(f"  fastest blocks: meter {fastest['meter']:.1f} µs/step, patched "
-          f"{fastest['patched']:.1f} µs/step over the fastest bare block: {ratio_fastest:.2f}×")
-    extra = {variant: calls[variant] - calls["bare"] for variant in ("meter", "patched")}
-    print(f"  Python calls per step: bare {calls['bare']:.0f}, meter +{extra['meter']:.0f}, "
-          f"patched +{extra['patched']:.0f}: {extra['patched'] / extra['meter']:.2f}× the "
-          "meter's")
+        for workload in WORKLOADS:
+            if args.workload and workload.name not in args.workload:
+                continue
+            if args.steps:
+                workload = dataclasses.replace(workload, steps=args.steps)
+            result = measure(workload, rounds, Path(tmp))
+            show(result)
+            results.append(result)
     if args.json:
-        print(json.dumps({"bare_step_cpu_s": step_cpu, "bare_step_wall_s": step_wall,
-                          "overhead_us": figures, "ratio_cpu": ratio, "rounds": rounds,
-                          "fastest_us": fastest, "ratio_fastest": ratio_fastest,
-                          "calls_per_step": calls,
-                          "steps": args.steps,
-                          "cpu_each_us": {k: [x * 1e6 for x in v] for k, v in cpu.items()}}))
+        print(json.dumps(results))
     return 0
 
 

@@ -12,12 +12,23 @@ PyTorch calls anyway, so the figures are the Meter's own:
   ``post_hook``, global: every optimizer calls them). A step opens at the first sign of
   training after the previous optimizer step (a batch from a metered DataLoader; before any
   DataLoader was metered, a module's forward with gradients on; a ``backward()``; the
-  optimizer's own step) and closes when the *first optimizer that ever stepped* finishes its
+  optimizer's own step) and ends when the *first optimizer that ever stepped* finishes its
   ``step()``; the batches pulled in between are its micro-batches, so gradient accumulation is
   inferred. With several optimizers (a GAN) the others step inside;
+- **the end of a step**: what the loop does after ``optimizer.step()`` (``zero_grad()``, a
+  print, a scheduler step) is part of training, so a step that ended is closed only when the
+  loop goes on: right before the next ``next()`` on a metered iterator (the next batch, or the
+  one that finds the loader exhausted), at the pacer's next ``step()`` (several steps on one
+  batch), or when the loop leaves the training iterator (a DataLoader's ``iter()``: a new
+  epoch, an evaluation loader; a ``break`` out of the loop, which finalizes the iterator).
+  What follows the close until the next batch (an evaluation between epochs) is the Meter's
+  time outside the steps. Without a metered DataLoader the Meter measures no time outside the
+  steps, and a step is closed at its optimizer step;
 - **the loss**: the scalar tensor passed to ``backward()`` (``torch.autograd.backward``, which
   ``Tensor.backward`` calls), handed to ``meter.observe(loss=...)``: kept on the device, read at
-  the window boundary, never synchronized.
+  the window boundary, never synchronized. Under a ``GradScaler`` that tensor is the scaled
+  loss: ``GradScaler.scale`` is patched to remember which tensor it made from which, and the
+  loss before scaling is the one kept.
 
 Everything is undone by :meth:`AutoPatch.remove`. A failure of ours inside a hook is logged
 once (logger ``trainpace``) and the script goes on.
@@ -29,11 +40,13 @@ a bad command line is answered at once).
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.autograd
+from torch.amp.grad_scaler import GradScaler
 from torch.nn.modules import module as _module
 from torch.optim import optimizer as _optimizer
 from torch.utils.data import DataLoader
@@ -87,7 +100,15 @@ class AutoPatch:
         self._tokens = tokens
         self._marker = STEP_MARKER if samples is not None or tokens is not None else None
         self._context: Any = None  # the open meter.step() context, or None
+        # The open step's optimizer step is done: it is closed when the loop goes on.
+        self._ended = False
+        # (the tensor GradScaler.scale made, the one it was made from): the loss to keep
+        # when the former reaches backward().
+        self._scaled: tuple[weakref.ref[torch.Tensor], torch.Tensor] | None = None
+        self._original_scale: Callable[..., Any] | None = None
         self._pacer: int | None = None  # id() of the optimizer whose step() ends a step
+        # The pacer itself, while installed (compared by identity on the hot path).
+        self._pacer_optimizer: torch.optim.Optimizer | None = None
         self._handles: list[Any] = []
         self._forward_handle: Any = None
         self._original_iter: Callable[[Any], Iterator[Any]] | None = None
@@ -122,6 +143,16 @@ class AutoPatch:
         DataLoader.__iter__ = __iter__  # type: ignore[method-assign,assignment]
         self._original_backward = torch.autograd.backward
         torch.autograd.backward = self._backward
+        original_scale = GradScaler.scale
+        self._original_scale = original_scale
+
+        def scale(scaler: GradScaler, outputs: Any) -> Any:
+            scaled = original_scale(scaler, outputs)
+            if scaled is not outputs and isinstance(scaled, torch.Tensor):
+                patch._remember_scaled(scaled, outputs)
+            return scaled
+
+        GradScaler.scale = scale  # type: ignore[method-assign,assignment]
         self._handles = [
             _optimizer.register_optimizer_step_pre_hook(self._pre_step),
             _optimizer.register_optimizer_step_post_hook(self._post_step),
@@ -136,11 +167,18 @@ class AutoPatch:
         if self._original_backward is not None:
             torch.autograd.backward = self._original_backward
             self._original_backward = None
+        if self._original_scale is not None:
+            GradScaler.scale = self._original_scale  # type: ignore[method-assign]
+            self._original_scale = None
+        self._scaled = None
         for handle in self._handles:
             handle.remove()
         self._handles = []
         self._disarm_forward()
-        if self._context is not None:
+        self._pacer_optimizer = None
+        if self._ended:  # its optimizer step was done: a whole step
+            self._close()
+        elif self._context is not None:
             context, self._context = self._context, None
             # An unfinished step: closed as failed, so it is not counted as a step.
             self._contained("ending the last step", context.__exit__, RuntimeError,
@@ -161,6 +199,8 @@ class AutoPatch:
             return DataLoader.__iter__(loader)
         if self._entering:  # meter.loader's own iter() of this DataLoader
             return original(loader)
+        if self._ended:  # the loop left its iterator (a new epoch, an evaluation loader)
+            self._close()
         if not torch.is_grad_enabled():
             self.loaders_skipped += 1
             return original(loader)
@@ -184,14 +224,28 @@ class AutoPatch:
         return self._opening(iterator)
 
     def _opening(self, iterator: Iterator[Any]) -> Iterator[Any]:
-        for batch in iterator:
-            if self._context is None:
-                self._open()
-            yield batch
+        try:
+            while True:
+                if self._ended:  # the loop goes on: the step that ended is closed here
+                    self._close()
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    return
+                if self._context is None:
+                    self._open()
+                yield batch
+        finally:  # exhausted, or the loop broke out (the iterator is finalized)
+            if self._ended:
+                self._close()
 
     def _open(self) -> None:
-        """Open a step (the first sign of training since the last optimizer step)."""
-        self._disarm_forward()
+        """Open a step (the first sign of training since the last optimizer step); a step
+        that ended is closed first."""
+        if self._ended:
+            self._close()
+        if self._forward_handle is not None:
+            self._disarm_forward()
         try:
             context = self.meter.step(self._marker)
             context.__enter__()
@@ -201,9 +255,13 @@ class AutoPatch:
         self._context = context
 
     def _close(self) -> None:
+        self._ended = False
         context, self._context = self._context, None
         if context is not None:
-            self._contained("ending a step", context.__exit__, None, None, None)
+            try:
+                context.__exit__(None, None, None)
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._fault("ending a step", exc)
         if self._samples is not None:
             self._samples.counted = False
         if self._tokens is not None:
@@ -213,7 +271,7 @@ class AutoPatch:
 
     def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
         # Registered only while no step is open: one call per step, not one per module.
-        if self._context is None and torch.is_grad_enabled():
+        if (self._context is None or self._ended) and torch.is_grad_enabled():
             self._open()
 
     def _backward(self, tensors: Any, *args: Any, **kwargs: Any) -> Any:
@@ -221,29 +279,54 @@ class AutoPatch:
         if original is None:
             return torch.autograd.backward(tensors, *args, **kwargs)
         self.backward_calls += 1
+        # After the step's optimizer step, a backward() is still its own (a GAN's second
+        # network): the step is one whole iteration, as a `with meter.step()` body would be.
         if self._context is None:
             self._open()
         if type(tensors) is torch.Tensor or isinstance(tensors, torch.Tensor):
             try:
                 if tensors.numel() == 1:  # a loss; a vector-Jacobian product is not one
-                    self.meter.observe(loss=tensors)
+                    loss = tensors
+                    scaled = self._scaled
+                    if scaled is not None and scaled[0]() is tensors:
+                        loss = scaled[1]  # as it was before GradScaler.scale
+                        self._scaled = None
+                    self.meter.observe(loss=loss)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._fault("keeping the loss", exc)
         return original(tensors, *args, **kwargs)
 
+    def _remember_scaled(self, scaled: torch.Tensor, outputs: Any) -> None:
+        try:
+            if isinstance(outputs, torch.Tensor):
+                # Detached: nothing of the graph is kept should backward() never come.
+                self._scaled = (weakref.ref(scaled), outputs.detach())
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._fault("keeping the loss before scaling", exc)
+
     def _pre_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        key = id(optimizer)
-        if self._pacer is None:
-            self._pacer = key
-        if key not in self.optimizers:
-            self.optimizers[key] = type(optimizer).__name__
-        if self._context is None:
+        pacer = self._pacer_optimizer
+        if optimizer is not pacer and id(optimizer) not in self.optimizers:
+            self._first_step_of(optimizer)
+            pacer = self._pacer_optimizer
+        # A second step() of the pacer without a batch between is a new step; another
+        # optimizer's step() after the pacer's is still this step's (a GAN's generator).
+        if self._context is None or (self._ended and optimizer is pacer):
             self._open()
 
+    def _first_step_of(self, optimizer: torch.optim.Optimizer) -> None:
+        key = id(optimizer)
+        if self._pacer is None:
+            self._pacer, self._pacer_optimizer = key, optimizer
+        self.optimizers[key] = type(optimizer).__name__
+
     def _post_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if id(optimizer) == self._pacer:
+        if optimizer is self._pacer_optimizer:
             self.optimizer_steps += 1
-            self._close()
+            if self.loaders_metered and self._context is not None:
+                self._ended = True  # closed when the loop goes on (what follows is training)
+            else:
+                self._close()
 
     def _arm_forward(self) -> None:
         if self._forward_handle is None:

@@ -4,6 +4,10 @@
 five signs so far (the Meter's refreshed summary), this window's line, the bottleneck so far
 (the diagnosis of that summary) and the ETA to the target; the script's prints go above it.
 Not on a terminal it prints one line per window. It renders only what it is handed.
+
+The panel keeps one line per row whatever the terminal's width (details cut with an ellipsis;
+the report at the end has them all), so it fits in an 80×24 terminal: a panel taller than the
+terminal is cropped by rich from the bottom, which would hide the bottleneck and the target.
 """
 
 from __future__ import annotations
@@ -18,11 +22,12 @@ from typing import Any, TextIO
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
+from rich.table import Table
 from rich.text import Text
 
 from trainpace.diagnose import diagnose
-from trainpace.report._signs import headline
-from trainpace.report.console import signs_table
+from trainpace.report._signs import headline, signs
+from trainpace.report.console import STATUS_STYLE
 from trainpace.runlog import Record
 from trainpace.sinks.console import format_window
 from trainpace.summary import Summary
@@ -118,13 +123,16 @@ class LiveView:
         parts: list[RenderableType] = []
         summary = self._shown_summary()
         if summary is not None:
-            parts.append(signs_table(summary))
+            parts.append(_signs_lines(summary))
         else:
             parts.append(Text("waiting for the first window of steps…", style="dim"))
         if window is not None:
             parts.append(Text.assemble(("this window  ", "bold"), format_window(window)))
         parts.append(self._bottleneck_text())
         parts.append(self._target_text())
+        for part in parts:
+            if isinstance(part, Text):
+                _one_line(part)
         return Panel(Group(*parts), title=head, title_align="left", border_style="blue")
 
     def _bottleneck_text(self) -> Text:
@@ -178,3 +186,28 @@ class LiveView:
         diagnosis = diagnose(summary, steps=list(self._steps))
         lead, _, _ = headline(diagnosis)
         self._bottleneck = (diagnosis.bottleneck or "none", lead.title if lead else None)
+
+
+def _one_line(text: Text) -> Text:
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    return text
+
+
+def _signs_lines(summary: Summary) -> Table:
+    """The five signs so far, one line each: mark, sign, headline value, details (cut)."""
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
+    table.add_column("", no_wrap=True)
+    table.add_column("sign", no_wrap=True)
+    table.add_column("value", no_wrap=True, justify="right")
+    table.add_column("details")  # the one column that gives way to a narrow terminal
+    for sign in signs(summary):
+        mark, style = STATUS_STYLE[sign.status]
+        table.add_row(
+            Text(mark, style=style),
+            Text(sign.name, style="bold" if sign.status != "not measured" else "dim"),
+            Text(sign.value, style=style if sign.status in ("warning", "critical") else ""),
+            _one_line(Text(" · ".join(sign.details),
+                           style="dim" if sign.status == "not measured" else "")),
+        )
+    return table
