@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -122,6 +123,10 @@ def child(mode: str, *args: str) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def _load(load: tuple[float, float, float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in load)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1_000_000)
@@ -142,10 +147,12 @@ def main() -> None:
         }
         results: dict[str, list[dict[str, Any]]] = {name: [] for name in commands}
         parts: list[dict[str, Any]] = []
+        load_before = os.getloadavg()
         for _ in range(args.rounds):
             for name, command in commands.items():
                 results[name].append(child(*command))
             parts.append(child("phases", str(run_a))["phases"])
+        load_after = os.getloadavg()
         bare_s = statistics.median(r["s"] for r in results["bare"])
         bare_cpu = statistics.median(r["cpu_s"] for r in results["bare"])
         print(f"{args.steps:,} steps, steps.jsonl {size_mb:.0f} MB; {args.rounds} rounds, "
@@ -162,6 +169,8 @@ def main() -> None:
                   f"{cpu / (floor * bare_cpu):>7.2f}×{extra:>22.0f} MB{peak:>7.0f} MB")
         print("compare's ratio is to two bare parses (it reads both runs); targets: ≤ 3× and "
               "≤ 150 MB above imports for 1e6 steps")
+        print(f"load average (1, 5, 15 min) before the rounds {_load(load_before)}, after "
+              f"{_load(load_after)}; on {os.cpu_count()} CPUs")
         print("report --html by part (in one process, each after the one before; peak RSS "
               "above imports when the part ends):")
         for name in parts[0]:

@@ -111,3 +111,37 @@ def test_iteration_is_lazy_and_matches_indexing():
     it = iter(s)
     assert next(it) == s[0]
     assert list(s)[4500] == s[4500]
+
+
+def test_room_reserved_is_filled_in_place_and_trimmed():
+    s = StepSeries()
+    s.reserve(10)
+    s.extend([record(i) for i in range(1, 5)])
+    assert s.nbytes() == 8 * 10 * 3  # the varying columns have their room already
+    assert s.column("step").tolist() == [1.0, 2.0, 3.0, 4.0]
+    s.extend([record(i, samples=4) for i in range(5, 14)])  # past the room: it grows
+    assert s.column("step").tolist() == [float(i) for i in range(1, 14)]
+    assert s.column("samples").tolist() == [8.0] * 4 + [4.0] * 9
+    s.trim()
+    assert s.nbytes() == 8 * 13 * 4
+    assert s.records() == [record(i) for i in range(1, 5)] + [record(i, samples=4)
+                                                             for i in range(5, 14)]
+
+
+def test_the_reader_keeps_no_room_beyond_its_steps(tmp_path):
+    lines = [json.dumps(record(i)) for i in range(1, 20_001)]
+    read = read_steps(write(tmp_path / "steps.jsonl", lines))
+    assert read.series.nbytes() == 8 * 20_000 * 3
+    assert read.series.records()[-1] == record(20_000)
+
+
+def test_missing_steps_of_a_long_increasing_run_across_chunks():
+    from trainpace.series import CHUNK_STEPS
+
+    steps = [*range(3, CHUNK_STEPS + 1), *range(CHUNK_STEPS + 4, 2 * CHUNK_STEPS + 10)]
+    s = StepSeries.from_records({"step": i, "t_s": 1.0, "step_s": 1.0} for i in steps)
+    assert s.missing_steps() == [(1, 2), (CHUNK_STEPS + 1, CHUNK_STEPS + 3)]
+    # out of order or repeated: the sorted path gives the same ranges
+    shuffled = StepSeries.from_records({"step": i, "t_s": 1.0, "step_s": 1.0}
+                                       for i in [5, 3, 3, 9, 4, 12])
+    assert shuffled.missing_steps() == [(1, 2), (6, 8), (10, 11)]

@@ -188,3 +188,35 @@ def test_a_page_of_a_long_run_keeps_its_size_bounded():
                    "loss": 1.0 / (1 + i)} for i in range(n))
     doc = run_page(Summary(steps=Steps(total=n, warmup=1, measured=n - 1)), series=series)
     assert len(doc) < 400_000  # a few thousand points a plot, not 200k
+
+
+def _long_series(n, stall_at):
+    rng = np.random.default_rng(0)
+    step_s = 0.03 * (1 + 0.05 * rng.standard_normal(n))
+    step_s[stall_at - 1] = 2.0
+    series = StepSeries()
+    series.extend({"step": i + 1, "t_s": float(t), "step_s": float(s), "wait_s": 0.3 * float(s),
+                   "h2d_s": 0.001, "samples": 8, "loss": 2.0 - i / n}
+                  for i, (s, t) in enumerate(zip(step_s, np.cumsum(step_s), strict=True)))
+    return series
+
+
+def test_a_long_runs_page_costs_little_beside_its_columns():
+    import tracemalloc
+
+    n = 200_000
+    series = _long_series(n, stall_at=131_072)
+    summary = Summary(steps=Steps(total=n, warmup=1, measured=n - 1))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        doc = run_page(summary, series=series)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    # full-length layers and masks took ~97 bytes a step before the chunked layers; now the
+    # stacked total (8), the smoothed loss and its bias correction (8 + 16), masks
+    assert peak < 60 * n, peak / n
+    # the one 2 s stall, in the third chunk of the breakdown, is still drawn and named
+    assert doc.count('class="clipped"') == 1
+    assert "total at 131k: 2 s" in doc

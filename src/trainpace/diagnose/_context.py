@@ -3,6 +3,11 @@
 The per-step records are held as columns (float64, NaN for unknown), whether they came as a
 :class:`~trainpace.series.StepSeries` (a run of millions of steps is never turned into one
 Python object per step) or as a list of ``steps.jsonl`` records.
+
+Memory: the rules' working columns are views of the store's wherever the values are the same
+(the measured steps are a contiguous stretch, the data wait is known everywhere), so a run of
+1e6 steps is diagnosed with a few MB of masks beside its columns, not a copy of each; the step
+numbers are the one column copied (int32 when they fit), a chunk at a time.
 """
 
 from __future__ import annotations
@@ -21,6 +26,43 @@ from trainpace.series import StepSeries
 from trainpace.stats import median
 from trainpace.summary import Bottleneck, Finding, Severity, Summary
 from trainpace.units import number_or_none
+
+CHUNK = 1 << 16  # steps converted at a time: bounds the temporaries of a long run
+
+
+def selection(mask: np.ndarray) -> slice | np.ndarray:
+    """The positions where ``mask`` is True: a slice when they are contiguous (the usual case:
+    every step past the warm-up), so indexing with it is a view, not a copy."""
+    count = int(np.count_nonzero(mask))
+    if count == 0:
+        return slice(0, 0)
+    first = int(np.argmax(mask))
+    if bool(mask[first:first + count].all()):
+        return slice(first, first + count)
+    return np.flatnonzero(mask)
+
+
+def known_or(values: np.ndarray, fill: float) -> np.ndarray:
+    """``values`` with NaN and inf replaced by ``fill``: ``values`` itself (no copy) when they
+    are all finite."""
+    known = np.isfinite(values)
+    if bool(known.all()):
+        return values
+    return np.where(known, values, fill)
+
+
+def _step_numbers(step: np.ndarray) -> np.ndarray:
+    """Each record's step number; its position (1-based) where it has none (NaN or ≤ 0).
+    Truncated to an integer as ``astype`` does; int32 when every number fits."""
+    n = step.size
+    top = max(n, float(np.nanmax(step)) if n and not bool(np.isnan(step).all()) else 0.0)
+    out = np.empty(n, dtype=np.int32 if top < 2**31 - 1 else np.int64)
+    for lo in range(0, n, CHUNK):
+        hi = min(n, lo + CHUNK)
+        part = step[lo:hi]
+        out[lo:hi] = np.where(np.isnan(part) | (part <= 0),
+                              np.arange(lo + 1, hi + 1, dtype=np.float64), part)
+    return out
 
 
 class StepColumns(Protocol):
@@ -107,9 +149,7 @@ class Steps:
                 except KeyError:  # a field the producer does not keep
                     self._columns[name] = np.full(len(steps), math.nan)
         self.n = len(self._columns["step"])
-        step = self._columns["step"]
-        index = np.arange(1, self.n + 1, dtype=np.float64)
-        self.step = np.where(np.isnan(step) | (step <= 0), index, step).astype(np.int64)
+        self.step = _step_numbers(self._columns["step"])
         self.warmup = self.step <= warmup
         if flags is not None:
             self.warmup |= flags
@@ -123,11 +163,11 @@ class Steps:
 class StepTimes:
     """The measured (non-warm-up) steps with a known step time, as parallel columns."""
 
-    step: np.ndarray  # int64
+    step: np.ndarray  # int32 or int64
     step_s: np.ndarray
     wait_s: np.ndarray  # unknown as 0
     t_s: np.ndarray  # NaN unknown
-    index: np.ndarray  # positions in :class:`Steps`
+    index: slice | np.ndarray  # positions in :class:`Steps` (a slice when contiguous)
 
     def __len__(self) -> int:
         return int(self.step_s.size)
@@ -135,8 +175,7 @@ class StepTimes:
 
 def _empty_times() -> StepTimes:
     empty = np.empty(0)
-    return StepTimes(np.empty(0, dtype=np.int64), empty, empty, empty,
-                     np.empty(0, dtype=np.int64))
+    return StepTimes(np.empty(0, dtype=np.int64), empty, empty, empty, slice(0, 0))
 
 
 @dataclass(frozen=True)
@@ -167,12 +206,11 @@ class Context:
         if steps is None or steps.n == 0:
             return _empty_times()
         step_s = steps.column("step_s")
-        keep = np.flatnonzero(~steps.warmup & np.isfinite(step_s))
-        wait = steps.column("wait_s")[keep]
+        keep = selection(~steps.warmup & np.isfinite(step_s))
         return StepTimes(
             step=steps.step[keep],
             step_s=step_s[keep],
-            wait_s=np.where(np.isfinite(wait), wait, 0.0),
+            wait_s=known_or(steps.column("wait_s")[keep], 0.0),
             t_s=steps.column("t_s")[keep],
             index=keep,
         )

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from trainpace.diagnose import advice as adv
-from trainpace.diagnose._context import Context, Outcome, Verdict, banded
+from trainpace.diagnose._context import Context, Outcome, Verdict, banded, known_or, selection
 from trainpace.diagnose.thresholds import Thresholds
 from trainpace.stats import median
 from trainpace.summary import Bottleneck, Finding
@@ -162,16 +162,17 @@ def timeline(ctx: Context) -> Timeline | None:
         return None
     step_s = steps.column("step_s")
     end = steps.column("t_s")
-    keep = np.isfinite(step_s) & np.isfinite(end)
-    if int(keep.sum()) < ctx.t.outlier_min_steps:
+    mask = np.isfinite(step_s) & np.isfinite(end)
+    if int(np.count_nonzero(mask)) < ctx.t.outlier_min_steps:
         return None
+    keep = selection(mask)
+    del mask
     measured = ctx.times.step_s
     reference = measured if measured.size >= ctx.t.slow_phase_min_steps else step_s[keep]
     steady = median(reference)
     if not steady or not math.isfinite(steady):
         return None
-    wait = steps.column("wait_s")[keep]
-    wait = np.where(np.isfinite(wait), wait, 0.0)
+    wait = known_or(steps.column("wait_s")[keep], 0.0)
     wall = ctx.summary.time.wall_s or float(np.nanmax(end))
     return Timeline(steps.step[keep], step_s[keep], wait, end[keep], steady,
                     median(ctx.times.wait_s) or 0.0, wall)

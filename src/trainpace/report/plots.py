@@ -2,7 +2,10 @@
 
 - **Downsampled by extremes**: a series longer than the plot has pixels keeps, per pixel
   bucket, its lowest and its highest point (:func:`extremes`), so a one-step spike in a
-  million steps is still drawn, where an average would flatten it.
+  million steps is still drawn, where an average would flatten it. The buckets are searched
+  a chunk of :data:`CHUNK_POINTS` at a time, and a stacked chart's layers are computed a chunk
+  at a time too (:class:`Layer`), so a run of 1e6 steps is drawn with its total (8 MB) and
+  chunk-sized temporaries, not a full-length copy per layer and per step of the computation.
 - **A robust y-range** (``robust=True``): the scale stops at 1.5× the 95th percentile, so one
   2 s stall cannot squash a 30 ms step into a strip; the points above are drawn at the top
   edge with a marker (its tooltip gives the value), and the chart says how many there are.
@@ -13,8 +16,9 @@ Every piece of text goes through :func:`trainpace.report.html.esc`.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +27,7 @@ from trainpace.report.html import PALETTE, empty_chart, esc, tick_label
 from trainpace.stats import percentile
 
 BUCKETS = 700  # pixel buckets of a 720-wide plot: two points (min, max) each
+CHUNK_POINTS = 1 << 16  # points handled at a time: bounds the temporaries of a long series
 ROBUST_PCT = 95.0
 ROBUST_HEADROOM = 1.5
 CLIP_COLOR = "#c8423b"
@@ -37,6 +42,17 @@ class Series:
     name: str
     xs: Values
     ys: Values
+    color: str | None = None
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of a stacked chart as a function: ``values(lo, hi)`` gives its values at the
+    points ``lo..hi-1`` (NaN counts as 0). The chart asks for a chunk at a time, so a layer
+    derived from columns (compute = step − wait) never exists at full length."""
+
+    name: str
+    values: Callable[[int, int], np.ndarray]
     color: str | None = None
 
 
@@ -83,17 +99,32 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
 def extreme_indices(ys: np.ndarray, buckets: int = BUCKETS) -> np.ndarray:
     """Indices that keep, per bucket of consecutive points, the lowest and the highest
     finite one (in order); every index when there are few points. A bucket with no finite
-    point keeps its first index (a NaN there breaks the line, as the data does)."""
+    point keeps its first index (a NaN there breaks the line, as the data does).
+
+    The buckets are searched a whole number of them at a time (about :data:`CHUNK_POINTS`
+    points): each bucket's extremes depend on its own points only, so the result is the
+    same as over the whole series at once, with chunk-sized temporaries."""
     n = len(ys)
     if n <= 2 * buckets:
         return np.arange(n)
     size = -(-n // buckets)
     rows = -(-n // size)
-    padded = np.full(rows * size, np.nan)
-    padded[:n] = ys
-    grid = padded.reshape(rows, size)
+    per = max(1, CHUNK_POINTS // size)  # buckets per chunk
+    kept = [_bucket_extremes(ys, r0, min(rows, r0 + per), size) for r0 in range(0, rows, per)]
+    return np.concatenate(kept)
+
+
+def _bucket_extremes(ys: np.ndarray, r0: int, r1: int, size: int) -> np.ndarray:
+    """:func:`extreme_indices` of buckets ``r0..r1-1`` (``size`` points each; the last one of
+    the series may be short), in order, a bucket's index once when its lowest is its highest."""
+    n = len(ys)
+    lo, hi = r0 * size, min(r1 * size, n)
+    block = np.asarray(ys[lo:hi], dtype=np.float64)
+    if block.size < (r1 - r0) * size:  # the series' last bucket, short: pad it with gaps
+        block = np.concatenate((block, np.full((r1 - r0) * size - block.size, np.nan)))
+    grid = block.reshape(r1 - r0, size)
     finite = np.isfinite(grid)
-    base = np.arange(rows) * size
+    base = lo + np.arange(r1 - r0) * size
     low = base + np.where(finite, grid, np.inf).argmin(axis=1)
     high = base + np.where(finite, grid, -np.inf).argmax(axis=1)
     empty = ~finite.any(axis=1)
@@ -284,8 +315,7 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
         if top is not None:
             parts += _clip_marks(frame, xs, ys, top, s.name, value_format)
     if top is not None:
-        full = [_array(s.ys) for s in series]
-        above = sum(int((y[np.isfinite(y)] > top).sum()) for y in full)
+        above = sum(_count_above(_array(s.ys), top) for s in series)
         parts.append(_clip_note(frame, above, float(all_y.max()), value_format))
     elif note:
         parts.append(_note(frame, note))
@@ -299,31 +329,60 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     return "".join(parts)
 
 
-def stacked_chart(xs: Values, layers: Sequence[Series], *, title: str, x_label: str,
+def _count_above(values: np.ndarray, top: float) -> int:
+    """How many finite values exceed ``top`` (a chunk at a time: no full-length mask)."""
+    count = 0
+    for lo in range(0, values.size, CHUNK_POINTS):
+        part = values[lo:lo + CHUNK_POINTS]
+        count += int(np.count_nonzero((part > top) & (part < np.inf)))
+    return count
+
+
+def _layer(layer: Series | Layer) -> Layer:
+    if isinstance(layer, Layer):
+        return layer
+    values = _array(layer.ys)
+    return Layer(layer.name, lambda lo, hi: values[lo:hi], layer.color)
+
+
+def _stack(layers: Sequence[Layer], lo: int, hi: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """The layers' values at points ``lo..hi-1`` (NaN as 0) and their total: the layers added
+    in order, as ``np.sum(values, axis=0)`` adds them."""
+    values = [np.nan_to_num(np.asarray(layer.values(lo, hi), dtype=np.float64), nan=0.0)
+              for layer in layers]
+    return values, np.sum(values, axis=0)
+
+
+def stacked_chart(xs: Values, layers: Sequence[Series | Layer], *, title: str, x_label: str,
                   y_label: str, bands: Sequence[Band] = (), robust: bool = False,
                   value_format: str = "{:.4g}", width: int = 720, height: int = 260) -> str:
-    """Layers stacked bottom-up over ``xs`` (each layer's ``ys``; None or NaN counts as 0).
+    """Layers stacked bottom-up over ``xs`` (each layer's ``ys``, or its :class:`Layer`
+    function; None or NaN counts as 0).
 
     Downsampled by the extremes of the stacked total (each kept point keeps its layers), so
-    the slowest and fastest step of each pixel are both drawn.
+    the slowest and fastest step of each pixel are both drawn. The layers are computed a chunk
+    at a time, twice: once for the total, once for the values at the points kept.
     """
     x = _array(xs)
     if not x.size or not layers:
         return empty_chart(title, "no data recorded for this plot")
-    values = [np.nan_to_num(_array(layer.ys), nan=0.0) for layer in layers]
-    total = np.sum(values, axis=0)
+    chunked = [_layer(layer) for layer in layers]
+    n = x.size
+    total = np.empty(n)
+    for lo in range(0, n, CHUNK_POINTS):
+        total[lo:lo + CHUNK_POINTS] = _stack(chunked, lo, min(n, lo + CHUNK_POINTS))[1]
     top = robust_top(total) if robust else None
-    above = int((total > top).sum()) if top is not None else 0
+    above = int(np.count_nonzero(total > top)) if top is not None else 0
     keep = extreme_indices(total)
     x, total = x[keep], total[keep]
-    values = [v[keep] for v in values]
+    values = _kept_values(chunked, keep, n)
     y_lo, y_hi = _bounds(total[total <= top] if top is not None else total, from_zero=True)
     frame = _Frame(width, height, float(x.min()), float(x.max()), y_lo,
                    top if top is not None else y_hi)
     parts = _svg_open(frame, title) + _axes(frame, x_label, y_label)
     colors = []
     lower = np.zeros_like(total)
-    for i, (layer, v) in enumerate(zip(layers, values, strict=True)):
+    for i, (layer, v) in enumerate(zip(chunked, values, strict=True)):
         upper = lower + v
         color = layer.color or PALETTE[i % len(PALETTE)]
         colors.append((layer.name, color))
@@ -340,3 +399,17 @@ def stacked_chart(xs: Values, layers: Sequence[Series], *, title: str, x_label: 
         parts.append(_clip_note(frame, above, float(total.max()), value_format))
     parts += [*_legend(frame, colors), "</svg>"]
     return "".join(parts)
+
+
+def _kept_values(layers: Sequence[Layer], keep: np.ndarray, n: int) -> list[np.ndarray]:
+    """Each layer's values (NaN as 0) at the sorted indices ``keep``, a chunk at a time."""
+    out: list[list[np.ndarray]] = [[] for _ in layers]
+    bounds = np.searchsorted(keep, np.arange(0, n + CHUNK_POINTS, CHUNK_POINTS))
+    for chunk, (a, b) in enumerate(itertools.pairwise(bounds.tolist())):
+        if a == b:
+            continue
+        lo = chunk * CHUNK_POINTS
+        values, _ = _stack(layers, lo, min(n, lo + CHUNK_POINTS))
+        for kept, v in zip(out, values, strict=True):
+            kept.append(v[keep[a:b] - lo])
+    return [np.concatenate(k) if k else np.empty(0) for k in out]

@@ -27,7 +27,15 @@ from trainpace.report.html import (
     section,
     table,
 )
-from trainpace.report.plots import Band, HLine, Series, line_chart, stacked_chart
+from trainpace.report.plots import (
+    CHUNK_POINTS,
+    Band,
+    HLine,
+    Layer,
+    Series,
+    line_chart,
+    stacked_chart,
+)
 from trainpace.series import StepSeries
 from trainpace.stats import ema_array
 from trainpace.summary import Diagnosis, Summary
@@ -127,24 +135,45 @@ def time_bands(summary: Summary, series: StepSeries) -> list[Band]:
     return bands
 
 
+def _kept(values: np.ndarray, usable: np.ndarray | None) -> np.ndarray:
+    """``values`` at the usable points: the column itself (a view) when every point is."""
+    return values if usable is None else values[usable]
+
+
+def _usable(mask: np.ndarray) -> np.ndarray | None:
+    """``mask``, or None when it keeps every point (the columns are then used as they are)."""
+    return None if bool(mask.all()) else mask
+
+
+def _any_known_nonzero(values: np.ndarray) -> bool:
+    """Whether some value is nonzero once NaN counts as 0 (a chunk at a time)."""
+    return any(bool(np.nan_to_num(values[lo:lo + CHUNK_POINTS]).any())
+               for lo in range(0, values.size, CHUNK_POINTS))
+
+
 def breakdown_chart(steps: Steps, bands: Sequence[Band] = ()) -> str:
     """Step time over steps, stacked: data wait, host-to-device, compute and other, and the
     time outside the steps (evaluation, checkpoints) when it was recorded. The y-range is
-    robust: a stall is marked at the top rather than squashing the rest."""
+    robust: a stall is marked at the top rather than squashing the rest.
+
+    The layers are views of the columns computed a chunk at a time (:class:`Layer`): a run
+    of millions of steps is drawn without a full-length array per layer."""
     series = _series(steps)
-    step_s = series.column("step_s")
-    usable = np.isfinite(step_s)
-    xs = series.column("step")[usable]
-    wait = np.nan_to_num(series.column("wait_s")[usable])
-    h2d = np.nan_to_num(series.column("h2d_s")[usable])
-    layers = [Series("data wait", xs, wait, "#e08a1e")]
-    if h2d.any():
-        layers.append(Series("host-to-device", xs, h2d, "#8a5cc2"))
-    rest = np.maximum(0.0, step_s[usable] - wait - h2d)
-    layers.append(Series("compute and other", xs, rest, "#3b6fd4"))
-    outside = np.nan_to_num(series.column("outside_s")[usable])
-    if outside.any():
-        layers.append(Series("outside the steps", xs, outside, "#9aa0a6"))
+    usable = _usable(np.isfinite(series.column("step_s")))
+    step_s, xs, wait, h2d, outside = (_kept(series.column(name), usable) for name in
+                                      ("step_s", "step", "wait_s", "h2d_s", "outside_s"))
+
+    def compute(lo: int, hi: int) -> np.ndarray:
+        rest: np.ndarray = np.maximum(0.0, step_s[lo:hi] - np.nan_to_num(wait[lo:hi])
+                                      - np.nan_to_num(h2d[lo:hi]))
+        return rest
+
+    layers = [Layer("data wait", lambda lo, hi: wait[lo:hi], "#e08a1e")]
+    if _any_known_nonzero(h2d):
+        layers.append(Layer("host-to-device", lambda lo, hi: h2d[lo:hi], "#8a5cc2"))
+    layers.append(Layer("compute and other", compute, "#3b6fd4"))
+    if _any_known_nonzero(outside):
+        layers.append(Layer("outside the steps", lambda lo, hi: outside[lo:hi], "#9aa0a6"))
     return stacked_chart(xs, layers, title="Step time breakdown", x_label="step",
                          y_label="seconds", bands=bands, robust=True, value_format="{:.4g} s")
 
@@ -154,9 +183,9 @@ def throughput_points(steps: Steps) -> tuple[list[float], list[float | None], st
     unknown, over consecutive windows of steps (about :data:`THROUGHPUT_POINTS` of them)."""
     series = _series(steps)
     step_s, t_s = series.column("step_s"), series.column("t_s")
-    usable = np.isfinite(step_s) & (step_s > 0) & np.isfinite(t_s)
-    step_s, t_s = step_s[usable], t_s[usable]
-    samples = series.column("samples")[usable]
+    usable = _usable(np.isfinite(step_s) & (step_s > 0) & np.isfinite(t_s))
+    step_s, t_s = _kept(step_s, usable), _kept(t_s, usable)
+    samples = _kept(series.column("samples"), usable)
     n = step_s.size
     if not n:
         return [], [], "samples/s", 1
@@ -210,8 +239,8 @@ def loss_chart(steps: Steps, summary: Summary, smoothing: float = 0.9,
     """The loss (raw and smoothed as the target check smooths it) and the target line."""
     series = _series(steps)
     t_s, loss = series.column("t_s"), series.column("loss")
-    kept = np.isfinite(t_s) & np.isfinite(loss)
-    xs, raw = t_s[kept], loss[kept]
+    kept = _usable(np.isfinite(t_s) & np.isfinite(loss))
+    xs, raw = _kept(t_s, kept), _kept(loss, kept)
     target = summary.time.target
     hlines = []
     if target is not None and target.name == "loss":
