@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trainpace.measure.recorder import StepRecorder
-from trainpace.measure.summarize import window_figures
+from trainpace.measure.summarize import Goal, window_figures
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.faults import Faults
 from trainpace.meter.state import RunState
@@ -29,8 +29,12 @@ SYSTEM_LOG_INTERVAL_S = 1.0  # system.jsonl: one reading a second (a GPU row is 
 ROWS_STOCKED = 1000
 # A mid-run summary refresh may take at most this share of the time since the previous one.
 REFRESH_BUDGET = 0.002
-# More windows than this waiting for the writer are written as one.
-MERGE_AFTER = 4
+# The least run time a window record to the sinks and observers holds, unless it is the last
+# one or a loader ran out: with steps far shorter than the writer's work per window (window
+# 100 of 0.1 ms steps is 10 ms), windows are taken together, so the writer's cost per step
+# and the console's lines per second stay bounded. The run folder gets every window's lines
+# all the same, as soon as the writer takes them.
+SINK_WINDOW_S = 0.05
 
 WindowObserver = Callable[[WindowFigures, list[StepRecord]], None]
 """Called on the writer thread with each window's figures and records (e.g. to exchange
@@ -44,6 +48,7 @@ class Window:
     make_records: Callable[[], list[StepRecord]]
     final: bool
     last_step: int  # the steps closed when it was handed over
+    flush: bool = False  # its window record goes out now (a loader ran out)
 
 
 class WindowPipeline:
@@ -70,6 +75,12 @@ class WindowPipeline:
         self._system_written_s = -float("inf")
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
+        # Steps written but not yet in a sink's window record, and the run time (t_s) the
+        # last window record reached: a window record holds at least sink_window_s of steps.
+        self._unsent: list[StepRecord] = []
+        self._sent_t_s = 0.0
+        self.sink_window_s = SINK_WINDOW_S
+        self._not_in_columns: list[StepRecord] = []  # written, not yet in state.series
 
     def emit(self, record: Record) -> None:
         """To the run folder (now, here) and to each sink's queue."""
@@ -82,30 +93,68 @@ class WindowPipeline:
             sink.log(record)
 
     def windows(self, windows: list[Window]) -> None:
-        """The windows handed over since the last call: each its own figures and records,
-        or, when more than ``MERGE_AFTER`` wait (steps far shorter than the writer's work),
-        all of them as one window, so that the writer catches up."""
-        final = windows[-1].final
+        """The windows handed over since the last call, taken together: their lines go to the
+        run folder now (one append); each window's figures go to the sinks and observers as
+        its window record, unless it holds less than ``sink_window_s`` of steps: then they
+        go with the next window's (at once when a window ``flush``es, the last one too).
+        Steps far shorter than the writer's work per window thus cost the writer one pass,
+        not one per window, and the console a line every ``sink_window_s`` at most."""
+        last = windows[-1]
+        final = last.final
         if not final:  # the next window's step rows (popped by the training thread)
             self._recorder.stock_rows(self._stock)
-        groups = [windows] if len(windows) > MERGE_AFTER else [[w] for w in windows]
-        for group in groups:
-            records: list[StepRecord] = []
-            for window in group:
-                records.extend(window.make_records())
-            if records:
-                self._window(records, final)
-            self._yield_gil()
-        self._system(windows[-1].last_step)
+        made = [window.make_records() for window in windows]
+        records = [record for part in made for record in part] if len(made) > 1 else made[0]
+        if records:
+            self._steps(records)  # every line now, in one append
+        # The window records: each window's own, unless it holds less than sink_window_s of
+        # steps; then it goes out with the next ones.
+        tracker = self.state.tracker
+        for window, part in zip(windows, made, strict=True):
+            if tracker is not None:  # the goal's progress as of this window's end
+                tracker.add_records(part)
+            self._unsent.extend(part)
+            unsent = self._unsent
+            if unsent and (window.final or window.flush
+                           or unsent[-1]["t_s"] - self._sent_t_s >= self.sink_window_s):
+                self._unsent = []
+                self._yield_gil()
+                self._window(unsent, window.final)
+        self._yield_gil()
+        self._system(last.last_step)
         if not final:
-            self._maybe_refresh(windows[-1].last_step)
+            self._maybe_refresh(last.last_step)
+
+    def follow(self, goal: Goal) -> None:
+        """A new goal, followed from the run's first step (every step written so far)."""
+        self._to_columns()
+        self.state.follow(goal)
+
+    def _steps(self, records: list[StepRecord]) -> None:
+        """The steps' lines in the run folder; their columns come with their window record."""
+        if self.run_folder is not None:
+            try:
+                self.run_folder.append_steps(records)
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._faults.report("writing the run folder (window)", exc)
+        self._not_in_columns.extend(records)
+
+    def _to_columns(self) -> None:
+        """The steps written since the last call into the run's columns. Done once per window
+        record and before each read of the columns, not per window: appending has a cost
+        per call (a pass per column) that windows of tiny steps would pay a thousand times
+        a second."""
+        if self._not_in_columns:
+            records, self._not_in_columns = self._not_in_columns, []
+            self.state.series.extend(records)
 
     def _window(self, records: list[StepRecord], final: bool) -> None:
+        """One window record (figures and steps) to each sink, and the window observers."""
         state = self.state
-        state.series.extend(records)
+        self._to_columns()
+        self._sent_t_s = records[-1]["t_s"]
         figures = window_figures(records, state.warmup(final=final))
         if state.tracker is not None:
-            state.tracker.add_records(records)
             progress = state.tracker.progress()
             figures["time_to_target_s"] = progress.time_to_target_s
             figures["eta_to_target_s"] = progress.eta_s
@@ -116,7 +165,9 @@ class WindowPipeline:
             figures["usd_per_million_samples"] = price / 3600 / samples * 1e6 if samples else None
             figures["usd_per_million_tokens"] = price / 3600 / tokens * 1e6 if tokens else None
         figures.update(self._device_window(records))  # type: ignore[typeddict-item]
-        self.emit(Record("window", {"window": figures, "steps": records}, records[-1]["step"]))
+        record = Record("window", {"window": figures, "steps": records}, records[-1]["step"])
+        for sink in self.sinks:  # the run folder has the lines already
+            sink.log(record)
         for observer in self.observers:
             try:
                 observer(figures, records)
@@ -167,6 +218,7 @@ class WindowPipeline:
         now = self._clock()
         if now - self._last_refresh_s < self._refresh_cost_s / REFRESH_BUDGET:
             return
+        self._to_columns()
         self._yield_gil()
         summary = self._refresh(now)
         self._yield_gil()
