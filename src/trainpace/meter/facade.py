@@ -53,16 +53,16 @@ from trainpace.meter.captures import Captures
 from trainpace.meter.conclusion import Conclusion
 from trainpace.meter.distributed import JobRank
 from trainpace.meter.faults import Faults
+from trainpace.meter.handover import HAND_OVER_S, HandOver
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
-from trainpace.meter.pipeline import ROWS_STOCKED, Window, WindowPipeline
+from trainpace.meter.pipeline import ROWS_STOCKED, WindowPipeline
 from trainpace.meter.state import RunState, device_name
 from trainpace.report.console import print_report
 from trainpace.runlog import Record
 from trainpace.sinks.background import BackgroundWriter, SinkThread, close_all
 from trainpace.sinks.base import Sink
-from trainpace.sinks.console import ConsoleSink
 from trainpace.sinks.runfolder import (
     RunFolderSink,
     release_run_folder,
@@ -72,13 +72,8 @@ from trainpace.trace.capture import ProfileWindow
 
 logger = logging.getLogger("trainpace")
 
-# The training thread waits for the writer when it is more than a window behind (steps far
-# shorter than the writer's work per step), at most this long at a time.
-LAG_WAIT_S = 0.5
 # The longest the end of the run (or the interpreter's exit) waits for the run folder.
 WRITER_CLOSE_S = 30.0
-# At a loader's end, the longest wait for the window's console line to be out.
-LINE_FLUSH_S = 1.0
 
 
 class Meter:
@@ -177,12 +172,17 @@ class Meter:
             vitals=lambda: self._vitals, refresh=self._end.refresh,
             waited_on=lambda: self._writer.waited_on)
         self._pipeline.observers.append(self._job.window)
-        self._writer = BackgroundWriter(lambda exc: self._faults.report("writing the run", exc),
-                                        on_windows=self._pipeline.windows)
-        self._lagging = False  # the writer could not catch up once: stop waiting for it
+        self._writer = BackgroundWriter(
+            lambda exc: self._faults.report("writing the run", exc),
+            on_windows=self._pipeline.windows, idle_s=HAND_OVER_S,
+            on_idle=lambda: self._pipeline.written(self._hand_over.take_written()))
+        self._hand_over = HandOver(recorder=self._recorder, writer=self._writer,
+                                   run_folder=self._pipeline.run_folder,
+                                   sinks=self._sink_threads, stock=min(config.window, ROWS_STOCKED),
+                                   before=self._meta_from_window)
         self._loop = Loop(recorder=self._recorder, captures=self._captures, faults=self._faults,
                           clock=clock, window=config.window, hand_over=self._hand_over,
-                          first_step=self._begin_run, loader_done=self._flush_lines)
+                          first_step=self._begin_run, loader_done=self._hand_over.flush_lines)
         self._context = self._loop.context
         # a run never finished still gets its windows out; never waits on a user sink
         self._exit_hook = _at_exit_of(self)
@@ -304,23 +304,9 @@ class Meter:
 
     # -- the training thread's side -------------------------------------------------------
 
-    def _hand_over(self, *, final: bool = False, flush: bool = False) -> None:
-        """Give the steps closed since the last window to the writer (``flush``: their window
-        record goes out now). When the writer is more than a window behind, wait for it
-        (bounded): the run folder keeps up with the steps."""
-        rec = self._recorder
-        make_records = rec.take_ready(final=final)
-        if rec.tokens_counted != self._meta.get("tokens_counted"):
+    def _meta_from_window(self) -> None:
+        if self._recorder.tokens_counted != self._meta.get("tokens_counted"):
             self._log_meta()  # learnt from the first token batch: a killed run keeps it
-        writer = self._writer
-        number = writer.submit_window(Window(make_records, final, rec.steps_closed, flush))
-        if final or number < 2 or writer.windows_written >= number - 1:
-            self._lagging = False
-            return
-        # Behind: wait until it has written this window too, so the next boundaries find it
-        # caught up (each wait costs a wake-up of the writer, milliseconds on a busy machine).
-        if not self._lagging and not writer.wait_for(number, LAG_WAIT_S):
-            self._lagging = True
 
     def _begin_run(self) -> Any:
         """The first step begins: the sampler starts (its clock zero is the run's); returns
@@ -336,15 +322,6 @@ class Meter:
         )
         self._vitals.start()
         return self._vitals.flop_counter(samples=self._recorder.open_samples or None)
-
-    def _flush_lines(self) -> None:
-        """At a loader's end: the window handed over is written and its console line out."""
-        consoles = [t for t in self._sink_threads if isinstance(t.sink, ConsoleSink)]
-        if not consoles:
-            return
-        if self._writer.wait_for(self._writer.windows_submitted, LINE_FLUSH_S):
-            for thread in consoles:
-                thread.flush(LINE_FLUSH_S)
 
     def _after_finish(self, call: str) -> None:
         self._faults.warn_once("after-finish", f"{call} after meter.finish(): the run is over, "

@@ -49,6 +49,8 @@ class Window:
     final: bool
     last_step: int  # the steps closed when it was handed over
     flush: bool = False  # its window record goes out now (a loader ran out)
+    # Windows before it whose lines the training thread wrote itself (see meter.handover)
+    written: tuple[list[StepRecord], ...] = ()
 
 
 class WindowPipeline:
@@ -103,27 +105,41 @@ class WindowPipeline:
         final = last.final
         if not final:  # the next window's step rows (popped by the training thread)
             self._recorder.stock_rows(self._stock)
-        made = [window.make_records() for window in windows]
-        records = [record for part in made for record in part] if len(made) > 1 else made[0]
-        if records:
-            self._steps(records)  # every line now, in one append
+        # (window, its records): the windows written on the training thread come first
+        parts: list[tuple[Window | None, list[StepRecord]]] = []
+        new: list[StepRecord] = []
+        for window in windows:
+            parts.extend((None, records) for records in window.written)
+            made = window.make_records()
+            parts.append((window, made))
+            new.extend(made)
+        if new:
+            self._steps(new)  # every line not on disk yet, in one append
+        for _, records in parts:
+            self._not_in_columns.extend(records)
         # The window records: each window's own, unless it holds less than sink_window_s of
         # steps; then it goes out with the next ones.
         tracker = self.state.tracker
-        for window, part in zip(windows, made, strict=True):
+        for handed, records in parts:
             if tracker is not None:  # the goal's progress as of this window's end
-                tracker.add_records(part)
-            self._unsent.extend(part)
+                tracker.add_records(records)
+            self._unsent.extend(records)
             unsent = self._unsent
-            if unsent and (window.final or window.flush
-                           or unsent[-1]["t_s"] - self._sent_t_s >= self.sink_window_s):
+            now = handed is not None and (handed.final or handed.flush)
+            if unsent and (now or unsent[-1]["t_s"] - self._sent_t_s >= self.sink_window_s):
                 self._unsent = []
                 self._yield_gil()
-                self._window(unsent, window.final)
+                self._window(unsent, handed is not None and handed.final)
         self._yield_gil()
         self._system(last.last_step)
         if not final:
             self._maybe_refresh(last.last_step)
+
+    def written(self, parts: tuple[list[StepRecord], ...]) -> None:
+        """Windows whose lines the training thread wrote, not handed over within
+        ``HAND_OVER_S``: their figures, columns and window records, as for any window."""
+        if parts:
+            self.windows([Window(list, False, parts[-1][-1]["step"], written=parts)])
 
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
@@ -137,7 +153,6 @@ class WindowPipeline:
                 self.run_folder.append_steps(records)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._faults.report("writing the run folder (window)", exc)
-        self._not_in_columns.extend(records)
 
     def _to_columns(self) -> None:
         """The steps written since the last call into the run's columns. Done once per window

@@ -32,6 +32,7 @@ logger = logging.getLogger("trainpace")
 
 _STOP = object()
 _WINDOW = object()  # a job that takes every window handed over so far
+_IDLE = object()  # no job came for idle_s once armed
 
 SINK_QUEUE_RECORDS = 64
 """Records a sink may have waiting (two or three per window; a window record holds its step
@@ -42,13 +43,19 @@ class BackgroundWriter:
     """Runs submitted calls one after another on a daemon thread; ``close()`` drains and joins.
 
     ``on_windows``, when given, takes the windows handed to :meth:`submit_window`: all those
-    waiting when the thread gets to them, in one call (coalesced), in order.
+    waiting when the thread gets to them, in one call (coalesced), in order. ``on_idle``,
+    once :meth:`arm` was called, runs when no job came for ``idle_s`` (work left waiting
+    elsewhere that must not wait for long).
     """
 
     def __init__(self, on_error: Callable[[BaseException], None], name: str = "trainpace-writer",
-                 on_windows: Callable[[list[Any]], None] | None = None) -> None:
+                 on_windows: Callable[[list[Any]], None] | None = None,
+                 on_idle: Callable[[], None] | None = None, idle_s: float = 0.05) -> None:
         self._on_error = on_error
         self._on_windows = on_windows
+        self._on_idle = on_idle
+        self._idle_s = idle_s
+        self._armed = False
         self._jobs: deque[Any] = deque()
         self._windows: list[Any] = []
         self._lock = threading.Lock()
@@ -81,6 +88,13 @@ class BackgroundWriter:
             self._wake.notify()
             return self.windows_submitted
 
+    def arm(self) -> None:
+        """Run ``on_idle`` once no job has come for ``idle_s`` (from now, or the last job)."""
+        with self._lock:
+            if not self._armed:
+                self._armed = True
+                self._wake.notify()
+
     def wait_for(self, window: int, timeout_s: float) -> bool:
         """Block until window number ``window`` is written (True), or ``timeout_s`` passed."""
         deadline = time.monotonic() + timeout_s
@@ -111,16 +125,26 @@ class BackgroundWriter:
     def _run(self) -> None:
         while True:
             with self._lock:
+                job: Any = None
                 while not self._jobs:
-                    self._wake.wait()
-                job = self._jobs.popleft()
+                    if not self._armed:
+                        self._wake.wait()
+                    elif not self._wake.wait(self._idle_s) and not self._jobs:
+                        self._armed = False
+                        job = _IDLE
+                        break
+                if job is None:
+                    job = self._jobs.popleft()
                 windows: list[Any] = []
                 if job is _WINDOW:
                     windows, self._windows = self._windows, []
             if job is _STOP:
                 return
             try:
-                if job is _WINDOW:
+                if job is _IDLE:
+                    if self._on_idle is not None:
+                        self._on_idle()
+                elif job is _WINDOW:
                     if windows and self._on_windows is not None:
                         self._on_windows(windows)
                 else:

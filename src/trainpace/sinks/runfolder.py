@@ -15,6 +15,7 @@ import contextlib
 import errno
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -88,10 +89,15 @@ def _claim(folder: Path, *, key_value: Path) -> bool:
 
 
 class RunFolderSink:
-    """Writes one run folder (see :mod:`trainpace.runlog` for the format)."""
+    """Writes one run folder (see :mod:`trainpace.runlog` for the format).
+
+    Safe to call from two threads (the Meter's training thread appends the lines of tiny
+    windows itself, its writer thread writes the rest): one write at a time.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock = threading.Lock()
         path.mkdir(parents=True, exist_ok=True)
         self._fds: dict[str, int] = {}
         self._sizes: dict[str, int] = {}  # bytes in each appended file (cut back to on failure)
@@ -103,13 +109,17 @@ class RunFolderSink:
 
     def log(self, record: Record) -> None:
         """Write the record where it belongs in the folder."""
+        with self._lock:
+            self._log(record)
+
+    def _log(self, record: Record) -> None:
         if record.kind == "meta":
             self._meta = record.data
             self._write_meta()
         elif record.kind == "summary":
             self._replace(SUMMARY_FILE, record.data)
         elif record.kind == "window":
-            self.append_steps(record.data["steps"])
+            self._append_steps(record.data["steps"])
         elif record.kind == "system":
             try:
                 self._append(SYSTEM_FILE, record.data["rows"])
@@ -120,12 +130,17 @@ class RunFolderSink:
 
     def close(self) -> None:
         """Close the appended files."""
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
 
     def append_steps(self, steps: list[Any]) -> None:
         """Append step records to steps.jsonl (a failed write is counted in missing_steps)."""
+        with self._lock:
+            self._append_steps(steps)
+
+    def _append_steps(self, steps: list[Any]) -> None:
         if not steps:
             return
         try:
