@@ -146,3 +146,20 @@ def test_whatever_a_sink_raises_is_contained_and_reported_once(raised, caplog):
     assert thread.errors == 10 and thread.delivered == 10
     messages = [r.getMessage() for r in caplog.records]
     assert sum(type(raised).__name__ in m for m in messages) == 1
+
+
+def test_an_armed_writer_runs_on_idle_once_no_job_came_for_idle_s():
+    idle = []
+    writer = BackgroundWriter(lambda e: None, on_idle=lambda: idle.append(time.monotonic()),
+                              idle_s=0.05)
+    time.sleep(0.2)
+    assert idle == []  # never armed: never woken for nothing
+    armed = time.monotonic()
+    writer.arm()
+    deadline = time.monotonic() + 5
+    while not idle and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(idle) == 1 and idle[0] - armed >= 0.05
+    time.sleep(0.2)
+    assert len(idle) == 1  # once per arm()
+    assert writer.close(timeout_s=5)

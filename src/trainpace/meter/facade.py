@@ -31,7 +31,6 @@ import atexit
 import datetime as dt
 import logging
 import os
-import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,7 +48,7 @@ from trainpace.measure.loader import find_dataloader, loader_settings
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import Goal
 from trainpace.measure.vitals import DeviceVitals
-from trainpace.meter.captures import Captures
+from trainpace.meter.captures import Captures, profile_window
 from trainpace.meter.conclusion import Conclusion
 from trainpace.meter.distributed import JobRank
 from trainpace.meter.faults import Faults
@@ -57,18 +56,14 @@ from trainpace.meter.handover import HAND_OVER_S, HandOver
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
-from trainpace.meter.pipeline import ROWS_STOCKED, WindowPipeline
+from trainpace.meter.pipeline import ROWS_STOCKED, Window, WindowPipeline
 from trainpace.meter.state import RunState, device_name
 from trainpace.report.console import print_report
 from trainpace.runlog import Record
 from trainpace.sinks.background import BackgroundWriter, SinkThread, close_all
 from trainpace.sinks.base import Sink
-from trainpace.sinks.runfolder import (
-    RunFolderSink,
-    release_run_folder,
-)
+from trainpace.sinks.runfolder import RunFolderSink, release_run_folder
 from trainpace.summary import Summary
-from trainpace.trace.capture import ProfileWindow
 
 logger = logging.getLogger("trainpace")
 
@@ -154,7 +149,8 @@ class Meter:
         self._recorder = StepRecorder(clock=clock, timer=device_timer_for(self.device),
                                       samples=samples, tokens=tokens)
         self._recorder.stock_rows(min(config.window, ROWS_STOCKED))
-        self._captures = Captures(self._profile_window(), self._faults, clock)
+        self._captures = Captures(profile_window(config.profile_steps, self.path),
+                                 self._faults, clock)
         self._vitals: DeviceVitals | None = None
         self._state = RunState(config, self.device, self.run_id)
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
@@ -174,8 +170,8 @@ class Meter:
         self._pipeline.observers.append(self._job.window)
         self._writer = BackgroundWriter(
             lambda exc: self._faults.report("writing the run", exc),
-            on_windows=self._pipeline.windows, idle_s=HAND_OVER_S,
-            on_idle=lambda: self._pipeline.written(self._hand_over.take_written()))
+            on_windows=self._windows, idle_s=HAND_OVER_S,
+            on_idle=lambda: self._pipeline.idle(self._hand_over.take_written()))
         self._hand_over = HandOver(recorder=self._recorder, writer=self._writer,
                                    run_folder=self._pipeline.run_folder,
                                    sinks=self._sink_threads, stock=min(config.window, ROWS_STOCKED),
@@ -287,7 +283,9 @@ class Meter:
             self._faults.report("finishing the run", exc)
         self._close_outputs()
         self._summary = summary if summary is not None else Summary(run_id=self.run_id)
-        shown = self._job.finish(self._summary, self._diagnosed_merged)
+        # rank 0: the job's merged summary, diagnosed with the job's meta
+        shown = self._job.finish(
+            self._summary, lambda merged, meta: self._end.diagnosed(merged, meta, tune=False))
         if self.config.report and shown is not None:
             try:
                 print_report(shown, file=self._stream)
@@ -323,25 +321,17 @@ class Meter:
         self._vitals.start()
         return self._vitals.flop_counter(samples=self._recorder.open_samples or None)
 
+    def _windows(self, windows: list[Window]) -> None:
+        """The writer's work on the windows; steps it holds back go out if nothing follows."""
+        self._pipeline.windows(windows)
+        if self._pipeline.holding:
+            self._writer.arm()
+
     def _after_finish(self, call: str) -> None:
         self._faults.warn_once("after-finish", f"{call} after meter.finish(): the run is over, "
                                "nothing more is recorded (make a new Meter for another run)")
 
-    # -- the writer's side ----------------------------------------------------------------
-
-    def _diagnosed_merged(self, merged: Summary, meta: Mapping[str, Any]) -> Summary:
-        """Rank 0: the job's merged summary, diagnosed with the job's meta."""
-        return self._end.diagnosed(merged, meta, tune=False)
-
     # -- lifetimes ------------------------------------------------------------------------
-
-    def _profile_window(self) -> ProfileWindow | None:
-        if self.config.profile_steps is None:
-            return None
-        start, stop = self.config.profile_steps
-        folder = (self.path / "profile" if self.path is not None
-                  else Path(tempfile.mkdtemp(prefix="trainpace-profile-")))
-        return ProfileWindow(start, stop, folder)
 
     def _close_writer(self) -> None:
         if not self._writer.close(WRITER_CLOSE_S):
@@ -393,7 +383,6 @@ class Meter:
             self._pipeline.emit(record)
         else:
             self._writer.submit(self._pipeline.emit, record)
-
 
 
 def _at_exit_of(meter: Meter) -> Callable[[], None]:

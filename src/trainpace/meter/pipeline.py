@@ -135,11 +135,17 @@ class WindowPipeline:
         if not final:
             self._maybe_refresh(last.last_step)
 
-    def written(self, parts: tuple[list[StepRecord], ...]) -> None:
-        """Windows whose lines the training thread wrote, not handed over within
-        ``HAND_OVER_S``: their figures, columns and window records, as for any window."""
-        if parts:
-            self.windows([Window(list, False, parts[-1][-1]["step"], written=parts)])
+    @property
+    def holding(self) -> bool:
+        """Steps wait for their window record (less than ``sink_window_s`` of them so far)."""
+        return bool(self._unsent)
+
+    def idle(self, parts: tuple[list[StepRecord], ...]) -> None:
+        """Nothing was handed over for a while: the windows whose lines the training thread
+        wrote (``parts``) and the steps held back go out now, as for any window."""
+        if parts or self._unsent:
+            last = parts[-1][-1] if parts else self._unsent[-1]
+            self.windows([Window(list, False, last["step"], flush=True, written=parts)])
 
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
