@@ -1,10 +1,14 @@
 """The writer side of a window: records, figures, the run folder, sinks, observers, refreshes.
 
 Runs on the writer thread (:class:`~trainpace.sinks.background.BackgroundWriter`). Windows that
-arrive faster than they are written come in together and are written as one: one append to
-``steps.jsonl``, one set of figures, one line. The run folder is written here, directly; every
-other sink gets the record through its own :class:`~trainpace.sinks.background.SinkThread`,
-so none of them can hold the run folder back.
+arrive together (faster than they are written, or written on the training thread by
+:mod:`~trainpace.meter.handover` when they are tiny) are taken in one pass: one append to
+``steps.jsonl`` for the lines not on disk yet, one extension of the columns. Each window's
+figures go out as its window record, unless it holds less than ``SINK_WINDOW_S`` of steps:
+then with the next (a window record of tiny steps holds ~50 ms of them, so the console prints
+at most ~20 lines a second). The run folder is written here, directly; every other sink gets
+the record through its own :class:`~trainpace.sinks.background.SinkThread`, so none of them
+can hold the run folder back.
 """
 
 from __future__ import annotations
