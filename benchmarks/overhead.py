@@ -406,7 +406,11 @@ def main() -> int:
         finally:
             if server is not None:
                 server.terminate()
-                server.wait(timeout=30)
+                try:
+                    server.wait(timeout=30)
+                except subprocess.TimeoutExpired:  # a busy machine: do not lose the figures
+                    server.kill()
+                    server.wait(timeout=30)
 
     load = os.getloadavg()
     report: dict[str, Any] = {"rounds": rounds, "step": args.step, "loader": args.loader,

@@ -37,6 +37,10 @@ _IDLE = object()  # no job came for idle_s once armed
 SINK_QUEUE_RECORDS = 64
 """Records a sink may have waiting (two or three per window; a window record holds its step
 records, ~50 kB at window 100): beyond, the oldest are dropped."""
+SINK_QUEUE_STEPS = 6_400
+"""Step records a sink may have waiting in its window records (a window record of tiny steps
+holds ~50 ms of them, thousands): beyond, the oldest records are dropped, so the memory a
+slow sink holds stays that of 64 windows of 100 steps whatever the step rate."""
 
 
 class BackgroundWriter:
@@ -169,11 +173,14 @@ class SinkThread:
     is queued and close within ``timeout_s``, then abandons it (with a warning).
     """
 
-    def __init__(self, sink: Sink, *, capacity: int = SINK_QUEUE_RECORDS) -> None:
+    def __init__(self, sink: Sink, *, capacity: int = SINK_QUEUE_RECORDS,
+                 capacity_steps: int = SINK_QUEUE_STEPS) -> None:
         self.sink = sink
         self.name = type(sink).__name__
-        self._queue: deque[Record] = deque()
+        self._queue: deque[tuple[Record, int]] = deque()  # (record, its step records)
         self._capacity = capacity
+        self._capacity_steps = capacity_steps
+        self._queued_steps = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._idle = threading.Condition(self._lock)
@@ -191,15 +198,18 @@ class SinkThread:
         with self._lock:
             if self._stopping:
                 return
-            if len(self._queue) >= self._capacity:
-                self._queue.popleft()
+            steps = len(record.data.get("steps", ())) if record.kind == "window" else 0
+            while self._queue and (len(self._queue) >= self._capacity or
+                                   self._queued_steps + steps > self._capacity_steps):
+                self._queued_steps -= self._queue.popleft()[1]
                 self.dropped += 1
                 if self.dropped == 1:
                     logger.warning(
                         "trainpace: sink %s is slower than the run (%d records waiting); its "
                         "oldest records are dropped (counted in meta.json; the run folder has "
-                        "them all)", self.name, self._capacity)
-            self._queue.append(record)
+                        "them all)", self.name, len(self._queue) + 1)
+            self._queue.append((record, steps))
+            self._queued_steps += steps
             self._wake.notify()
 
     def flush(self, timeout_s: float) -> bool:
@@ -244,7 +254,8 @@ class SinkThread:
                     self._wake.wait()
                 if not self._queue:  # stopping, and everything delivered
                     break
-                record = self._queue.popleft()
+                record, steps = self._queue.popleft()
+                self._queued_steps -= steps
                 self._busy = True
             self._call("log", self.sink.log, record)
             with self._lock:
