@@ -52,14 +52,11 @@ def test_tiny_windows_are_on_disk_at_their_boundary_and_reach_sinks_in_order(tmp
     meter.finish()
     # at most the step just taken and the window being written by the writer thread
     assert max(behind) <= 2 * window + 1
-    # every step once, in order, in window records holding SINK_WINDOW_S of steps each (or
-    # fewer, taken by the writer after HAND_OVER_S without a hand-over: a loaded machine
-    # that held the loop back), so far fewer records than windows
+    # every step once, in order; windows taken together by the writer (more than
+    # MERGE_AFTER) reach the sinks as one record, so fewer records than windows
+    assert SINK_WINDOW_S == 0.0
     assert sink.steps() == list(range(1, n + 1))
-    spans = sorted(data["steps"][-1]["t_s"] - data["steps"][0]["t_s"]
-                   for _, data in sink.records)
-    assert len(sink.records) <= 2 * loop_s / min(SINK_WINDOW_S, HAND_OVER_S) + 2 < n / window
-    assert spans[len(spans) // 2] >= SINK_WINDOW_S * 0.5
+    assert len(sink.records) < n / window and loop_s > 0
     assert [s["step"] for s in read_run(meter.path).steps] == list(range(1, n + 1))
 
 
