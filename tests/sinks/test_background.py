@@ -146,3 +146,49 @@ def test_whatever_a_sink_raises_is_contained_and_reported_once(raised, caplog):
     assert thread.errors == 10 and thread.delivered == 10
     messages = [r.getMessage() for r in caplog.records]
     assert sum(type(raised).__name__ in m for m in messages) == 1
+
+
+def test_an_armed_writer_runs_on_idle_once_no_job_came_for_idle_s():
+    idle = []
+    writer = BackgroundWriter(lambda e: None, on_idle=lambda: idle.append(time.monotonic()),
+                              idle_s=0.05)
+    time.sleep(0.2)
+    assert idle == []  # never armed: never woken for nothing
+    armed = time.monotonic()
+    writer.arm()
+    deadline = time.monotonic() + 5
+    while not idle and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(idle) == 1 and idle[0] - armed >= 0.05
+    time.sleep(0.2)
+    assert len(idle) == 1  # once per arm()
+    assert writer.close(timeout_s=5)
+
+
+def test_a_slow_sink_holds_at_most_its_step_budget_in_window_records():
+    gate, taken = threading.Event(), threading.Event()
+
+    class Held:
+        def __init__(self):
+            self.got = []
+
+        def log(self, rec):
+            taken.set()
+            gate.wait(5)
+            self.got.append(rec.step)
+
+        def close(self):
+            pass
+
+    sink = Held()
+    thread = SinkThread(sink, capacity=64, capacity_steps=100)
+    windows = [Record("window", {"window": {}, "steps": [{}] * 40}, step) for step in range(6)]
+    thread.log(windows[0])
+    assert taken.wait(5)
+    for rec in windows[1:]:
+        thread.log(rec)
+    # the first is in the sink's hands; 40-step records wait: two fit in 100 steps
+    assert thread.dropped == 3
+    gate.set()
+    thread.close(timeout_s=5)
+    assert sink.got == [0, 4, 5]

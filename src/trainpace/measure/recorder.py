@@ -15,11 +15,9 @@ of its ``step_s``.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -27,47 +25,13 @@ import torch
 
 from trainpace.measure.batch import TokenCount, count_tokens, samples_in
 from trainpace.measure.clock import DeviceTimer, Marker
+from trainpace.measure.readback import DeviceReadback
+from trainpace.measure.steprow import StepRow, mean_of, step_loss
 from trainpace.records import StepRecord
 
 logger = logging.getLogger("trainpace")
 Clock = Callable[[], float]
 _TENSOR = torch.Tensor
-
-
-class _Row:
-    """One optimizer step while it is being recorded and resolved.
-
-    A plain slotted class, not a dataclass: one is made per step (ahead of it, see stock_rows).
-    """
-
-    __slots__ = ("batches", "cycle_s", "emitted", "end_marker", "end_s", "fetched_since_micro",
-                 "h2d_markers", "h2d_s", "losses", "metrics", "micro_done", "outside_s", "record",
-                 "samples", "samples_unknown", "start_marker", "step", "tokens", "wait_markers",
-                 "wait_s")
-
-    def __init__(self) -> None:
-        self.wait_s = 0.0
-        self.outside_s = 0.0  # between the previous step's end and this step's first fetch
-        self.h2d_s: float | None = None
-        self.samples = 0
-        self.samples_unknown = False  # a batch of the step could not be counted
-        # Lists are made when a first value comes (an empty tuple until then): most steps
-        # never have tokens or markers, and a row is made per step.
-        self.tokens: list[TokenCount] | tuple[()] = ()
-        self.batches = 0
-        self.fetched_since_micro = 0
-        self.micro_done = 0
-        self.losses: list[Any] | tuple[()] = ()
-        self.metrics: list[Any] | tuple[()] = ()
-        self.wait_markers: list[tuple[Marker, Marker]] | tuple[()] = ()
-        self.h2d_markers: list[tuple[Marker, Marker]] | tuple[()] = ()
-        self.step = 0
-        self.end_s = 0.0  # clock() at the step's end
-        self.cycle_s = 0.0  # host cycle time
-        self.start_marker: Marker | None = None
-        self.end_marker: Marker | None = None
-        self.record: StepRecord | None = None  # resolved, waiting for device values
-        self.emitted = False  # handed out by take_records()
 
 
 class StepRecorder:
@@ -94,19 +58,19 @@ class StepRecorder:
         self.t0: float | None = None  # clock() at the first data touch or step
         self._next_start_marker: Marker | None = None
         self._prev_end_s: float | None = None
-        self._cur = _Row()
+        self._cur = StepRow()
         self.in_step = False  # inside a meter.step() block
         self._accumulate = 1
         self.steps_closed = 0  # optimizer steps recorded so far
-        self._pending: deque[_Row] = deque()  # closed, device times not read yet
-        self._reading: deque[_Row] = deque()  # device values being copied to the host
-        self._readback: _Readback | None = None
+        self._pending: deque[StepRow] = deque()  # closed, device times not read yet
+        # on a device clock: its event times and values, read back without a synchronization
+        self._readback = DeviceReadback(timer) if timer is not None else None
         self.overhead_s = 0.0  # the meter's own boundary work, kept out of step times
-        self.last_closed: _Row | None = None
+        self.last_closed: StepRow | None = None
         # Rows made ahead (by the Meter's writer thread, at window boundaries): making an
         # object is the dearest thing the hot path would do after a long step, when little of
         # it is in the CPU's caches, and popping one is cheap.
-        self._spare_rows: list[_Row] = []
+        self._spare_rows: list[StepRow] = []
         self._plain_batches = samples is None and tokens is None
         self._tensors_layout: tuple[type, ...] | None = None  # see _count
         self.fault: tuple[str, Exception] | None = None  # a failure of ours, to report
@@ -225,7 +189,7 @@ class StepRecorder:
         row = self._cur
         if failed:
             # The step raised: it never finished, so it is not a step. Start afresh.
-            self._cur = _Row()
+            self._cur = StepRow()
             self._prev_end_s = now = self.clock()
             if self._metered:
                 self._idle_since = now
@@ -256,7 +220,7 @@ class StepRecorder:
         self._pending.append(row)
         self.last_closed = row
         spare = self._spare_rows
-        self._cur = spare.pop() if spare else _Row()
+        self._cur = spare.pop() if spare else StepRow()
         if self._metered:
             self._idle_since = now
         return True
@@ -294,10 +258,10 @@ class StepRecorder:
     def stock_rows(self, n: int) -> None:
         """Make rows for the next ``n`` steps now, not one per step. Safe from another
         thread: the training thread only pops from the stock (atomic, under the GIL)."""
-        made = [_Row() for _ in range(n - len(self._spare_rows))]
+        made = [StepRow() for _ in range(n - len(self._spare_rows))]
         self._spare_rows.extend(made)  # one list into another: atomic under the GIL
 
-    def _count(self, row: _Row, batch: Any) -> None:
+    def _count(self, row: StepRow, batch: Any) -> None:
         row.batches += 1
         if self._plain_batches:
             # The common batches, counted with one read of torch: a tensor, or a tuple or list
@@ -363,152 +327,43 @@ class StepRecorder:
             if rows:
                 rows[-1].emitted = True  # observe() looks no further back than this one
             return partial(self._host_records, rows)
-        records = self._device_records(final)
+        assert self._readback is not None  # made with the timer
+        t0 = self.t0 if self.t0 is not None else 0.0  # None: no step closed, none pending
+        records = self._readback.take(self._pending, final=final, t0=t0, metered=self._metered)
         return lambda: records
 
-    def _host_records(self, rows: list[_Row]) -> list[StepRecord]:
-        return [self._host_record(row) for row in rows]
-
-    def _device_records(self, final: bool) -> list[StepRecord]:
-        timer = self.timer
-        assert timer is not None
-        ready: list[_Row] = []
-        while self._pending:
-            row = self._pending[0]
-            marker = row.end_marker
-            if marker is not None and not timer.ready(marker):
-                if not final:
-                    break
-                timer.wait(marker)
-            self._pending.popleft()
-            row.record = self._resolve_times(row)
-            ready.append(row)
-        self._reading.extend(ready)
-        self._start_readback(ready)
-        return self._finish_readback(final)
-
-    def _host_record(self, row: _Row) -> StepRecord:
-        assert self.t0 is not None
-        row.emitted = True
-        loss, nonfinite = _loss(row.losses)
-        return {
-            "step": row.step,
-            "t_s": row.end_s - self.t0,
-            "step_s": row.cycle_s - row.outside_s,
-            "wait_s": row.wait_s,
-            "exposed_wait_s": None,
-            "h2d_s": row.h2d_s,
-            "samples": None if row.samples_unknown else row.samples,
-            "tokens": int(sum(row.tokens)) if row.tokens else None,
-            "micro_batches": row.batches,
-            "loss": loss,
-            "metric": _mean(row.metrics) if row.metrics else None,
-            "outside_s": row.outside_s if self._metered else None,
-            "loss_nonfinite": nonfinite,
-        }
-
-    def _resolve_times(self, row: _Row) -> StepRecord:
-        step_s = row.cycle_s
-        exposed: float | None = None
-        h2d = row.h2d_s
-        timer = self.timer
-        if timer is not None and row.end_marker is not None and row.start_marker is not None:
-            step_s = timer.elapsed_s(row.start_marker, row.end_marker)
-            exposed = sum(timer.elapsed_s(a, b) for a, b in row.wait_markers)
-            if row.h2d_markers:
-                h2d = sum(timer.elapsed_s(a, b) for a, b in row.h2d_markers)
-            # Each end marker is the next step's start marker: release it as a start, once.
-            for marker in [row.start_marker, *(m for pair in row.wait_markers for m in pair),
-                           *(m for pair in row.h2d_markers for m in pair)]:
-                timer.release(marker)
-            # the device ran the work done outside the step (an evaluation) in that time too
-            step_s = max(step_s - row.outside_s, 0.0)
-        else:
-            step_s -= row.outside_s
-        assert self.t0 is not None
-        return {
-            "step": row.step,
-            "t_s": row.end_s - self.t0,
-            "step_s": step_s,
-            "wait_s": row.wait_s,
-            "exposed_wait_s": exposed,
-            "h2d_s": h2d,
-            "samples": None if row.samples_unknown else row.samples,
-            "tokens": None,
-            "micro_batches": row.batches,
-            "loss": None,
-            "metric": None,
-            "outside_s": row.outside_s if self._metered else None,
-            "loss_nonfinite": None,
-        }
-
-    def _start_readback(self, rows: list[_Row]) -> None:
-        """Fill host values now; start one async copy for the values still on a CUDA device."""
-        device_values: list[torch.Tensor] = []
-        slots: list[tuple[list[Any], int]] = []
-        blocked: set[int] = set()
-        for row in rows:
-            for kept in (row.tokens, row.losses, row.metrics):
-                if not isinstance(kept, list):
-                    continue
-                values: list[Any] = kept  # device values are replaced by floats once read
-                for i, value in enumerate(values):
-                    if isinstance(value, torch.Tensor) and value.device.type == "cuda":
-                        device_values.append(value.float().reshape(-1).mean())
-                        slots.append((values, i))
-                        blocked.add(id(row))
-                    elif isinstance(value, torch.Tensor):
-                        values[i] = float(value.float().mean())  # MPS: no async copy; read now
-        if not device_values:
-            return
-        assert self.timer is not None
-        if self._readback is not None:  # one copy in flight at a time: land the older first
-            self.timer.wait(self._readback.marker)
-            self._readback.apply()
-        # Copy into pinned memory without blocking; read it once its marker has passed.
-        stacked = torch.stack(device_values)
-        host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
-        host.copy_(stacked, non_blocking=True)
-        self._readback = _Readback(self.timer.mark(), host, slots, blocked)
-
-    def _finish_readback(self, final: bool) -> list[StepRecord]:
-        readback = self._readback
-        if readback is not None:
-            assert self.timer is not None
-            if final:
-                self.timer.wait(readback.marker)
-            if final or self.timer.ready(readback.marker):
-                readback.apply()
-                self._readback = readback = None
-        blocked = readback.rows if readback is not None else set()
+    def _host_records(self, rows: list[StepRow]) -> list[StepRecord]:
+        """The rows' records, made in one loop (on the writer thread, where this is most of
+        the per-step work when steps are tiny): locals, no call per row for a plain step."""
+        t0 = self.t0
+        assert t0 is not None or not rows  # a row is closed after touch()
+        metered = self._metered
         out: list[StepRecord] = []
-        while self._reading and id(self._reading[0]) not in blocked:
-            row = self._reading.popleft()
-            record = row.record
-            assert record is not None
-            record["tokens"] = int(sum(row.tokens)) if row.tokens else None
-            record["loss"], record["loss_nonfinite"] = _loss(row.losses)
-            record["metric"] = _mean(row.metrics)
+        append = out.append
+        for row in rows:
             row.emitted = True
-            out.append(record)
+            losses, metrics, tokens = row.losses, row.metrics, row.tokens
+            loss, nonfinite = step_loss(losses) if losses else (None, None)
+            outside = row.outside_s
+            append({
+                "step": row.step,
+                "t_s": row.end_s - t0,  # type: ignore[operator]  # asserted above
+                "step_s": row.cycle_s - outside,
+                "wait_s": row.wait_s,
+                "exposed_wait_s": None,
+                "h2d_s": row.h2d_s,
+                "samples": None if row.samples_unknown else row.samples,
+                "tokens": int(sum(tokens)) if tokens else None,
+                "micro_batches": row.batches,
+                "loss": loss,
+                "metric": mean_of(metrics) if metrics else None,
+                "outside_s": outside if metered else None,
+                "loss_nonfinite": nonfinite,
+            })
         return out
 
 
-@dataclass
-class _Readback:
-    """Device values being copied to pinned host memory, and where each one goes."""
-
-    marker: Marker
-    host: torch.Tensor
-    slots: list[tuple[list[Any], int]]
-    rows: set[int]
-
-    def apply(self) -> None:
-        for (values, i), value in zip(self.slots, self.host.tolist(), strict=True):
-            values[i] = value
-
-
-def _add_tokens(row: _Row, tokens: TokenCount) -> None:
+def _add_tokens(row: StepRow, tokens: TokenCount) -> None:
     if isinstance(row.tokens, list):
         row.tokens.append(tokens)
     else:
@@ -522,21 +377,3 @@ def _keep(value: Any) -> Any:
             return float(value.detach().float().mean())
         return value.detach()
     return float(value)
-
-
-def _loss(values: list[Any] | tuple[()]) -> tuple[float | None, bool | None]:
-    """The step's mean loss and whether a loss was NaN or infinite (then no mean: None)."""
-    if not values:
-        return None, None
-    kept = [float(v) for v in values if v is not None]
-    if not all(map(math.isfinite, kept)):
-        return None, True
-    return (sum(kept) / len(kept) if kept else None), False
-
-
-def _mean(values: list[Any] | tuple[()]) -> float | None:
-    finite = [float(v) for v in values if v is not None]
-    if not finite:
-        return None
-    mean = sum(finite) / len(finite)
-    return mean if math.isfinite(mean) else None

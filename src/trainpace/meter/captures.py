@@ -9,7 +9,9 @@ of milliseconds; that time is returned to the caller, which keeps it out of the 
 
 from __future__ import annotations
 
+import tempfile
 from contextlib import AbstractContextManager
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -18,6 +20,17 @@ from trainpace.trace.capture import ProfileWindow
 from trainpace.trace.result import TraceAnalysis
 
 Clock = Any  # Callable[[], float]
+
+
+def profile_window(steps: tuple[int, int] | None, run_folder: Path | None) -> ProfileWindow | None:
+    """The profiler window of ``Meter(profile_steps=...)``: its trace in the run folder's
+    ``profile/`` (a temporary folder without a run folder); None without profile_steps."""
+    if steps is None:
+        return None
+    start, stop = steps
+    folder = (run_folder / "profile" if run_folder is not None
+              else Path(tempfile.mkdtemp(prefix="trainpace-profile-")))
+    return ProfileWindow(start, stop, folder)
 
 
 class Captures:

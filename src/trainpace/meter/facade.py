@@ -28,11 +28,9 @@ logged once and the training goes on.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime as dt
 import logging
 import os
-import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,18 +41,18 @@ from typing import Any, TextIO
 import torch
 
 from trainpace.config import MeterConfig, WarmupSetting, is_int_at_least
-from trainpace.devices.ceilings import FirstRun, ensure_ceilings
 from trainpace.devices.specs import canonical_dtype, override_peaks
-from trainpace.diagnose import diagnose
 from trainpace.errors import ConfigError
 from trainpace.measure.clock import device_timer_for, resolve_device
 from trainpace.measure.loader import find_dataloader, loader_settings
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import Goal
 from trainpace.measure.vitals import DeviceVitals
-from trainpace.meter.captures import Captures
+from trainpace.meter.captures import Captures, profile_window
+from trainpace.meter.conclusion import Conclusion
 from trainpace.meter.distributed import JobRank
 from trainpace.meter.faults import Faults
+from trainpace.meter.handover import HAND_OVER_S, HandOver
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
@@ -64,25 +62,13 @@ from trainpace.report.console import print_report
 from trainpace.runlog import Record
 from trainpace.sinks.background import BackgroundWriter, SinkThread, close_all
 from trainpace.sinks.base import Sink
-from trainpace.sinks.console import ConsoleSink
-from trainpace.sinks.runfolder import (
-    RunFolderSink,
-    release_run_folder,
-)
-from trainpace.summary import Diagnosis, Summary
-from trainpace.trace.capture import ProfileWindow
-from trainpace.trace.evidence import with_trace_evidence
-from trainpace.tune.hint import tune_advice
+from trainpace.sinks.runfolder import RunFolderSink, release_run_folder
+from trainpace.summary import Summary
 
 logger = logging.getLogger("trainpace")
 
-# The training thread waits for the writer when it is more than a window behind (steps far
-# shorter than the writer's work per step), at most this long at a time.
-LAG_WAIT_S = 0.5
 # The longest the end of the run (or the interpreter's exit) waits for the run folder.
 WRITER_CLOSE_S = 30.0
-# At a loader's end, the longest wait for the window's console line to be out.
-LINE_FLUSH_S = 1.0
 
 
 class Meter:
@@ -163,28 +149,36 @@ class Meter:
         self._recorder = StepRecorder(clock=clock, timer=device_timer_for(self.device),
                                       samples=samples, tokens=tokens)
         self._recorder.stock_rows(min(config.window, ROWS_STOCKED))
-        self._captures = Captures(self._profile_window(), self._faults, clock)
+        self._captures = Captures(profile_window(config.profile_steps, self.path),
+                                 self._faults, clock)
         self._vitals: DeviceVitals | None = None
         self._state = RunState(config, self.device, self.run_id)
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
         self._summary: Summary | None = None
-        self._ceilings: FirstRun | None = None  # what finish() did to know the peaks
-        self._dataloader: Any = None  # with tune_loader_s: the loop's DataLoader
         self._meta: dict[str, Any] = {}
         self._sink_threads = [SinkThread(sink) for sink in outputs]
+        self._end = Conclusion(recorder=self._recorder, state=self._state, job=self._job,
+                               captures=self._captures, faults=self._faults, device=self.device,
+                               vitals=lambda: self._vitals, peaks_given=self._peaks is not None,
+                               tune_loader_s=config.tune_loader_s)
         self._pipeline = WindowPipeline(
             state=self._state, recorder=self._recorder,
             run_folder=RunFolderSink(self.path) if self.path is not None else None,
             sinks=self._sink_threads, faults=self._faults, clock=clock,
-            vitals=lambda: self._vitals, refresh=self._refresh,
+            vitals=lambda: self._vitals, refresh=self._end.refresh,
             waited_on=lambda: self._writer.waited_on)
         self._pipeline.observers.append(self._job.window)
-        self._writer = BackgroundWriter(lambda exc: self._faults.report("writing the run", exc),
-                                        on_windows=self._pipeline.windows)
-        self._lagging = False  # the writer could not catch up once: stop waiting for it
+        self._writer = BackgroundWriter(
+            lambda exc: self._faults.report("writing the run", exc),
+            on_windows=self._windows, idle_s=HAND_OVER_S,
+            on_idle=lambda: self._pipeline.idle(self._hand_over.take_written()))
+        self._hand_over = HandOver(recorder=self._recorder, writer=self._writer,
+                                   run_folder=self._pipeline.run_folder,
+                                   sinks=self._sink_threads, stock=min(config.window, ROWS_STOCKED),
+                                   before=self._meta_from_window)
         self._loop = Loop(recorder=self._recorder, captures=self._captures, faults=self._faults,
                           clock=clock, window=config.window, hand_over=self._hand_over,
-                          first_step=self._begin_run, loader_done=self._flush_lines)
+                          first_step=self._begin_run, loader_done=self._hand_over.flush_lines)
         self._context = self._loop.context
         # a run never finished still gets its windows out; never waits on a user sink
         self._exit_hook = _at_exit_of(self)
@@ -205,7 +199,7 @@ class Meter:
             return iterable
         try:
             if self.config.tune_loader_s is not None:
-                self._dataloader = find_dataloader(iterable)  # kept to be tuned at finish()
+                self._end.dataloader = find_dataloader(iterable)  # kept to be tuned at finish()
             settings = loader_settings(iterable)
             if settings is not None and settings != self._state.loader:
                 self._state.loader = settings
@@ -260,7 +254,7 @@ class Meter:
                             smoothing=smoothing)
                 if goal != self._goal:
                     self._goal = goal
-                    self._writer.submit(self._state.follow, goal)
+                    self._writer.submit(self._pipeline.follow, goal)
                     self._log_meta()
             self._recorder.observe(loss=loss, metric=metric)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
@@ -279,17 +273,19 @@ class Meter:
                 self._vitals.stop()  # a last reading, then the thread is joined
             self._hand_over(final=True)
             self._close_writer()  # every window written; from here on, one thread
-            self._first_ceilings()  # after the loop, before the summary
-            summary = self._build_summary(final=True, end_s=end_s)
-            summary = self._with_profile(summary)
-            summary = self._diagnosed(summary)
+            self._end.first_ceilings()  # after the loop, before the summary
+            summary = self._end.build(final=True, end_s=end_s)
+            summary = self._end.with_profile(summary, self._pipeline.emit)
+            summary = self._end.diagnosed(summary, self._meta)
             self._pipeline.emit(Record("summary", summary.to_dict(),
                                        self._recorder.steps_closed))
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._faults.report("finishing the run", exc)
         self._close_outputs()
         self._summary = summary if summary is not None else Summary(run_id=self.run_id)
-        shown = self._job.finish(self._summary, self._diagnosed_merged)
+        # rank 0: the job's merged summary, diagnosed with the job's meta
+        shown = self._job.finish(
+            self._summary, lambda merged, meta: self._end.diagnosed(merged, meta, tune=False))
         if self.config.report and shown is not None:
             try:
                 print_report(shown, file=self._stream)
@@ -306,22 +302,9 @@ class Meter:
 
     # -- the training thread's side -------------------------------------------------------
 
-    def _hand_over(self, *, final: bool = False) -> None:
-        """Give the steps closed since the last window to the writer. When the writer is more
-        than a window behind, wait for it (bounded): the run folder keeps up with the steps."""
-        rec = self._recorder
-        make_records = rec.take_ready(final=final)
-        if rec.tokens_counted != self._meta.get("tokens_counted"):
+    def _meta_from_window(self) -> None:
+        if self._recorder.tokens_counted != self._meta.get("tokens_counted"):
             self._log_meta()  # learnt from the first token batch: a killed run keeps it
-        writer = self._writer
-        number = writer.submit_window(Window(make_records, final, rec.steps_closed))
-        if final or number < 2 or writer.windows_written >= number - 1:
-            self._lagging = False
-            return
-        # Behind: wait until it has written this window too, so the next boundaries find it
-        # caught up (each wait costs a wake-up of the writer, milliseconds on a busy machine).
-        if not self._lagging and not writer.wait_for(number, LAG_WAIT_S):
-            self._lagging = True
 
     def _begin_run(self) -> Any:
         """The first step begins: the sampler starts (its clock zero is the run's); returns
@@ -338,94 +321,17 @@ class Meter:
         self._vitals.start()
         return self._vitals.flop_counter(samples=self._recorder.open_samples or None)
 
-    def _flush_lines(self) -> None:
-        """At a loader's end: the window handed over is written and its console line out."""
-        consoles = [t for t in self._sink_threads if isinstance(t.sink, ConsoleSink)]
-        if not consoles:
-            return
-        if self._writer.wait_for(self._writer.windows_submitted, LINE_FLUSH_S):
-            for thread in consoles:
-                thread.flush(LINE_FLUSH_S)
+    def _windows(self, windows: list[Window]) -> None:
+        """The writer's work on the windows; steps it holds back go out if nothing follows."""
+        self._pipeline.windows(windows)
+        if self._pipeline.holding:
+            self._writer.arm()
 
     def _after_finish(self, call: str) -> None:
         self._faults.warn_once("after-finish", f"{call} after meter.finish(): the run is over, "
                                "nothing more is recorded (make a new Meter for another run)")
 
-    # -- the writer's side ----------------------------------------------------------------
-
-    def _refresh(self, now: float) -> Summary:
-        return self._build_summary(final=False, end_s=now)
-
-    def _build_summary(self, *, final: bool, end_s: float) -> Summary:
-        rec = self._recorder
-        return self._job.own_summary(self._state.summary(
-            final=final, end_s=end_s, t0=rec.t0,
-            clock=rec.timer.name if rec.timer is not None else "host",
-            tokens_counted=rec.tokens_counted, vitals=self._vitals))
-
-    def _first_ceilings(self) -> None:
-        """Where no peak is known for this device and thread count, measure a quick ceiling
-        once, after the loop (never during it), and read the peaks again."""
-        vitals = self._vitals
-        if vitals is None or self._peaks is not None or self.device.type not in ("cpu", "cuda"):
-            return
-        count = vitals.step_count
-        try:
-            dtype = canonical_dtype(count.dtype) if count and count.dtype else None
-        except Exception:  # noqa: BLE001 - an integer step: float32's peak is the one asked
-            dtype = None
-        self._ceilings = ensure_ceilings(self.device, threads=vitals.threads, dtype=dtype)
-        if self._ceilings.measured:
-            vitals.refresh_peaks()
-
-    def _with_profile(self, summary: Summary) -> Summary:
-        """The profiled steps' trace analysis; its kernel (and communication) evidence joins."""
-        analysis = self._captures.analyze()
-        if analysis is None:
-            return summary
-        self._pipeline.emit(Record("profile", analysis.to_dict(), self._recorder.steps_closed))
-        return with_trace_evidence(summary, analysis.summary)
-
-    def _diagnosed(self, summary: Summary, meta: Mapping[str, Any] | None = None) -> Summary:
-        try:
-            diagnosis = diagnose(summary, steps=self._state.series,
-                                 system=self._state.system_rows,
-                                 meta=self._meta if meta is None else meta)
-        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._faults.report("diagnosing the run", exc)
-            return summary
-        if meta is None and self._dataloader is not None:
-            diagnosis = self._tuned(summary, diagnosis)
-        return dataclasses.replace(summary, diagnosis=diagnosis)
-
-    def _tuned(self, summary: Summary, diagnosis: Diagnosis) -> Diagnosis:
-        """The data_wait finding with the tuner's measured settings for the loop's loader."""
-        step_s, wait_s = summary.time.step_s_median, summary.data.wait_s_per_step
-        budget_s = self.config.tune_loader_s
-        if step_s is None or wait_s is None or budget_s is None or step_s <= wait_s:
-            return diagnosis
-        findings = []
-        for finding in diagnosis.findings:
-            if finding.id == "data_wait" and finding.severity != "info":
-                measured = tune_advice(self._dataloader, step_s=step_s - wait_s,
-                                       budget_s=budget_s)
-                finding = dataclasses.replace(finding, advice=[*measured, *finding.advice])
-            findings.append(finding)
-        return dataclasses.replace(diagnosis, findings=findings)
-
-    def _diagnosed_merged(self, merged: Summary, meta: Mapping[str, Any]) -> Summary:
-        """Rank 0: the job's merged summary, diagnosed with the job's meta."""
-        return self._diagnosed(merged, meta)
-
     # -- lifetimes ------------------------------------------------------------------------
-
-    def _profile_window(self) -> ProfileWindow | None:
-        if self.config.profile_steps is None:
-            return None
-        start, stop = self.config.profile_steps
-        folder = (self.path / "profile" if self.path is not None
-                  else Path(tempfile.mkdtemp(prefix="trainpace-profile-")))
-        return ProfileWindow(start, stop, folder)
 
     def _close_writer(self) -> None:
         if not self._writer.close(WRITER_CLOSE_S):
@@ -449,7 +355,7 @@ class Meter:
         if self._summary is not None or self._writer.closed:
             return
         try:
-            self._hand_over()
+            self._hand_over(flush=True)
         except Exception as exc:  # noqa: BLE001 - at exit, nothing may raise
             self._faults.report("writing the run at exit", exc)
         self._writer.close(WRITER_CLOSE_S)
@@ -469,14 +375,14 @@ class Meter:
             sinks={t.name: {"delivered": t.delivered, "dropped": t.dropped}
                    for t in self._sink_threads},
         )
-        meta["ceilings"] = self._ceilings.to_dict() if self._ceilings is not None else None
+        ceilings = self._end.ceilings
+        meta["ceilings"] = ceilings.to_dict() if ceilings is not None else None
         self._meta = meta
         record = Record("meta", meta, rec.steps_closed)
         if self._writer.closed:
             self._pipeline.emit(record)
         else:
             self._writer.submit(self._pipeline.emit, record)
-
 
 
 def _at_exit_of(meter: Meter) -> Callable[[], None]:

@@ -23,14 +23,15 @@ from trainpace.meter.faults import Faults
 class Loop:
     """The training thread's side of a Meter.
 
-    ``hand_over()`` gives the steps closed since the last window to the writer;
+    ``hand_over(flush=False)`` gives the steps closed since the last window to the writer
+    (``flush``: their window record goes to the sinks now, not with later windows);
     ``first_step()`` runs when the first step begins (the sampler starts then, and returns a
     FLOP counter for that step, or None); ``loader_done()`` runs when a metered loader is
     exhausted. Each is the Meter's; their time is kept out of the step times.
     """
 
     def __init__(self, *, recorder: StepRecorder, captures: Captures, faults: Faults,
-                 clock: Callable[[], float], window: int, hand_over: Callable[[], None],
+                 clock: Callable[[], float], window: int, hand_over: Callable[..., None],
                  first_step: Callable[[], Any], loader_done: Callable[[], None]) -> None:
         self.recorder = recorder
         self.captures = captures
@@ -64,7 +65,7 @@ class Loop:
         not after whatever the user's code does next."""
         started = self.clock()
         if self.recorder.steps_closed > self.flushed:
-            self._hand_over()
+            self._hand_over(flush=True)
             self.flushed = self.recorder.steps_closed
         self._loader_done()
         self.recorder.exclude_from_cycle(self.clock() - started)

@@ -1,10 +1,14 @@
 """The writer side of a window: records, figures, the run folder, sinks, observers, refreshes.
 
 Runs on the writer thread (:class:`~trainpace.sinks.background.BackgroundWriter`). Windows that
-arrive faster than they are written come in together and are written as one: one append to
-``steps.jsonl``, one set of figures, one line. The run folder is written here, directly; every
-other sink gets the record through its own :class:`~trainpace.sinks.background.SinkThread`,
-so none of them can hold the run folder back.
+arrive together (faster than they are written, or written on the training thread by
+:mod:`~trainpace.meter.handover` when they are tiny) are taken in one pass: one append to
+``steps.jsonl`` for the lines not on disk yet, one extension of the columns. Each window's
+figures go out as its window record, unless it holds less than ``SINK_WINDOW_S`` of steps:
+then with the next (0 by default: one record per window, as documented); more than
+``MERGE_AFTER`` windows taken together go out as one record (a sink's queue is bounded). The
+run folder is written here, directly; every other sink gets the record through its own
+:class:`~trainpace.sinks.background.SinkThread`, so none of them can hold the run folder back.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trainpace.measure.recorder import StepRecorder
-from trainpace.measure.summarize import window_figures
+from trainpace.measure.summarize import Goal, window_figures
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.faults import Faults
 from trainpace.meter.state import RunState
@@ -29,7 +33,13 @@ SYSTEM_LOG_INTERVAL_S = 1.0  # system.jsonl: one reading a second (a GPU row is 
 ROWS_STOCKED = 1000
 # A mid-run summary refresh may take at most this share of the time since the previous one.
 REFRESH_BUDGET = 0.002
-# More windows than this waiting for the writer are written as one.
+# The least run time a window record to the sinks and observers holds, unless it is the last
+# one or a loader ran out: above 0, windows of steps far shorter than the writer's work go out
+# together, fewer records and console lines. 0 keeps the documented one record (and console
+# line) per window, which the CLI's tests and the README promise; the run folder gets every
+# window's lines either way, as soon as they are taken.
+SINK_WINDOW_S = 0.0
+# More windows than this taken together go to the sinks as one window record.
 MERGE_AFTER = 4
 
 WindowObserver = Callable[[WindowFigures, list[StepRecord]], None]
@@ -44,6 +54,9 @@ class Window:
     make_records: Callable[[], list[StepRecord]]
     final: bool
     last_step: int  # the steps closed when it was handed over
+    flush: bool = False  # its window record goes out now (a loader ran out)
+    # Windows before it whose lines the training thread wrote itself (see meter.handover)
+    written: tuple[list[StepRecord], ...] = ()
 
 
 class WindowPipeline:
@@ -70,6 +83,12 @@ class WindowPipeline:
         self._system_written_s = -float("inf")
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
+        # Steps written but not yet in a sink's window record, and the run time (t_s) the
+        # last window record reached: a window record holds at least sink_window_s of steps.
+        self._unsent: list[StepRecord] = []
+        self._sent_t_s = 0.0
+        self.sink_window_s = SINK_WINDOW_S
+        self._not_in_columns: list[StepRecord] = []  # written, not yet in state.series
 
     def emit(self, record: Record) -> None:
         """To the run folder (now, here) and to each sink's queue."""
@@ -82,30 +101,89 @@ class WindowPipeline:
             sink.log(record)
 
     def windows(self, windows: list[Window]) -> None:
-        """The windows handed over since the last call: each its own figures and records,
-        or, when more than ``MERGE_AFTER`` wait (steps far shorter than the writer's work),
-        all of them as one window, so that the writer catches up."""
-        final = windows[-1].final
+        """The windows handed over since the last call, taken together: their lines go to the
+        run folder now (one append); each window's figures go to the sinks and observers as
+        its window record, unless it holds less than ``sink_window_s`` of steps: then they
+        go with the next window's (at once when a window ``flush``es, the last one too).
+        Steps far shorter than the writer's work per window thus cost the writer one pass,
+        not one per window, and the console a line every ``sink_window_s`` at most."""
+        last = windows[-1]
+        final = last.final
         if not final:  # the next window's step rows (popped by the training thread)
             self._recorder.stock_rows(self._stock)
-        groups = [windows] if len(windows) > MERGE_AFTER else [[w] for w in windows]
-        for group in groups:
-            records: list[StepRecord] = []
-            for window in group:
-                records.extend(window.make_records())
-            if records:
-                self._window(records, final)
-            self._yield_gil()
-        self._system(windows[-1].last_step)
+        # (window, its records): the windows written on the training thread come first
+        parts: list[tuple[Window | None, list[StepRecord]]] = []
+        new: list[StepRecord] = []
+        for window in windows:
+            parts.extend((None, records) for records in window.written)
+            made = window.make_records()
+            parts.append((window, made))
+            new.extend(made)
+        if new:
+            self._steps(new)  # every line not on disk yet, in one append
+        for _, records in parts:
+            self._not_in_columns.extend(records)
+        # The window records: each window's own, unless it holds less than sink_window_s of
+        # steps; then it goes out with the next ones.
+        tracker = self.state.tracker
+        for handed, records in parts:
+            if tracker is not None:  # the goal's progress as of this window's end
+                tracker.add_records(records)
+            self._unsent.extend(records)
+            unsent = self._unsent
+            now = handed is not None and (handed.final or handed.flush)
+            due = unsent and unsent[-1]["t_s"] - self._sent_t_s >= self.sink_window_s
+            if unsent and (now or (due and len(parts) <= MERGE_AFTER)
+                           or (handed is windows[-1] and len(parts) > MERGE_AFTER)):
+                self._unsent = []
+                self._yield_gil()
+                self._window(unsent, handed is not None and handed.final)
+        self._yield_gil()
+        self._system(last.last_step)
         if not final:
-            self._maybe_refresh(windows[-1].last_step)
+            self._maybe_refresh(last.last_step)
+
+    @property
+    def holding(self) -> bool:
+        """Steps wait for their window record (less than ``sink_window_s`` of them so far)."""
+        return bool(self._unsent)
+
+    def idle(self, parts: tuple[list[StepRecord], ...]) -> None:
+        """Nothing was handed over for a while: the windows whose lines the training thread
+        wrote (``parts``) and the steps held back go out now, as for any window."""
+        if parts or self._unsent:
+            last = parts[-1][-1] if parts else self._unsent[-1]
+            self.windows([Window(list, False, last["step"], flush=True, written=parts)])
+
+    def follow(self, goal: Goal) -> None:
+        """A new goal, followed from the run's first step (every step written so far)."""
+        self._to_columns()
+        self.state.follow(goal)
+
+    def _steps(self, records: list[StepRecord]) -> None:
+        """The steps' lines in the run folder; their columns come with their window record."""
+        if self.run_folder is not None:
+            try:
+                self.run_folder.append_steps(records)
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._faults.report("writing the run folder (window)", exc)
+
+    def _to_columns(self) -> None:
+        """The steps written since the last call into the run's columns. Done once per window
+        record and before each read of the columns, not per window: appending has a cost
+        per call (a pass per column) that windows of tiny steps would pay a thousand times
+        a second."""
+        if self._not_in_columns:
+            records, self._not_in_columns = self._not_in_columns, []
+            self.state.series.extend(records)
 
     def _window(self, records: list[StepRecord], final: bool) -> None:
+        """One window record (figures and steps) to each sink, and the window observers."""
         state = self.state
-        state.series.extend(records)
+        self._to_columns()
+        self._sent_t_s = records[-1]["t_s"]
         figures = window_figures(records, state.warmup(final=final))
         if state.tracker is not None:
-            state.tracker.add_records(records)
             progress = state.tracker.progress()
             figures["time_to_target_s"] = progress.time_to_target_s
             figures["eta_to_target_s"] = progress.eta_s
@@ -116,7 +194,9 @@ class WindowPipeline:
             figures["usd_per_million_samples"] = price / 3600 / samples * 1e6 if samples else None
             figures["usd_per_million_tokens"] = price / 3600 / tokens * 1e6 if tokens else None
         figures.update(self._device_window(records))  # type: ignore[typeddict-item]
-        self.emit(Record("window", {"window": figures, "steps": records}, records[-1]["step"]))
+        record = Record("window", {"window": figures, "steps": records}, records[-1]["step"])
+        for sink in self.sinks:  # the run folder has the lines already
+            sink.log(record)
         for observer in self.observers:
             try:
                 observer(figures, records)
@@ -167,6 +247,7 @@ class WindowPipeline:
         now = self._clock()
         if now - self._last_refresh_s < self._refresh_cost_s / REFRESH_BUDGET:
             return
+        self._to_columns()
         self._yield_gil()
         summary = self._refresh(now)
         self._yield_gil()

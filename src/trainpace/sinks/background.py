@@ -32,23 +32,34 @@ logger = logging.getLogger("trainpace")
 
 _STOP = object()
 _WINDOW = object()  # a job that takes every window handed over so far
+_IDLE = object()  # no job came for idle_s once armed
 
 SINK_QUEUE_RECORDS = 64
 """Records a sink may have waiting (two or three per window; a window record holds its step
 records, ~50 kB at window 100): beyond, the oldest are dropped."""
+SINK_QUEUE_STEPS = 6_400
+"""Step records a sink may have waiting in its window records (a window record of tiny steps
+holds ~50 ms of them, thousands): beyond, the oldest records are dropped, so the memory a
+slow sink holds stays that of 64 windows of 100 steps whatever the step rate."""
 
 
 class BackgroundWriter:
     """Runs submitted calls one after another on a daemon thread; ``close()`` drains and joins.
 
     ``on_windows``, when given, takes the windows handed to :meth:`submit_window`: all those
-    waiting when the thread gets to them, in one call (coalesced), in order.
+    waiting when the thread gets to them, in one call (coalesced), in order. ``on_idle``,
+    once :meth:`arm` was called, runs when no job came for ``idle_s`` (work left waiting
+    elsewhere that must not wait for long).
     """
 
     def __init__(self, on_error: Callable[[BaseException], None], name: str = "trainpace-writer",
-                 on_windows: Callable[[list[Any]], None] | None = None) -> None:
+                 on_windows: Callable[[list[Any]], None] | None = None,
+                 on_idle: Callable[[], None] | None = None, idle_s: float = 0.05) -> None:
         self._on_error = on_error
         self._on_windows = on_windows
+        self._on_idle = on_idle
+        self._idle_s = idle_s
+        self._armed = False
         self._jobs: deque[Any] = deque()
         self._windows: list[Any] = []
         self._lock = threading.Lock()
@@ -81,6 +92,13 @@ class BackgroundWriter:
             self._wake.notify()
             return self.windows_submitted
 
+    def arm(self) -> None:
+        """Run ``on_idle`` once no job has come for ``idle_s`` (from now, or the last job)."""
+        with self._lock:
+            if not self._armed:
+                self._armed = True
+                self._wake.notify()
+
     def wait_for(self, window: int, timeout_s: float) -> bool:
         """Block until window number ``window`` is written (True), or ``timeout_s`` passed."""
         deadline = time.monotonic() + timeout_s
@@ -111,16 +129,26 @@ class BackgroundWriter:
     def _run(self) -> None:
         while True:
             with self._lock:
+                job: Any = None
                 while not self._jobs:
-                    self._wake.wait()
-                job = self._jobs.popleft()
+                    if not self._armed:
+                        self._wake.wait()
+                    elif not self._wake.wait(self._idle_s) and not self._jobs:
+                        self._armed = False
+                        job = _IDLE
+                        break
+                if job is None:
+                    job = self._jobs.popleft()
                 windows: list[Any] = []
                 if job is _WINDOW:
                     windows, self._windows = self._windows, []
             if job is _STOP:
                 return
             try:
-                if job is _WINDOW:
+                if job is _IDLE:
+                    if self._on_idle is not None:
+                        self._on_idle()
+                elif job is _WINDOW:
                     if windows and self._on_windows is not None:
                         self._on_windows(windows)
                 else:
@@ -145,11 +173,14 @@ class SinkThread:
     is queued and close within ``timeout_s``, then abandons it (with a warning).
     """
 
-    def __init__(self, sink: Sink, *, capacity: int = SINK_QUEUE_RECORDS) -> None:
+    def __init__(self, sink: Sink, *, capacity: int = SINK_QUEUE_RECORDS,
+                 capacity_steps: int = SINK_QUEUE_STEPS) -> None:
         self.sink = sink
         self.name = type(sink).__name__
-        self._queue: deque[Record] = deque()
+        self._queue: deque[tuple[Record, int]] = deque()  # (record, its step records)
         self._capacity = capacity
+        self._capacity_steps = capacity_steps
+        self._queued_steps = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._idle = threading.Condition(self._lock)
@@ -167,15 +198,18 @@ class SinkThread:
         with self._lock:
             if self._stopping:
                 return
-            if len(self._queue) >= self._capacity:
-                self._queue.popleft()
+            steps = len(record.data.get("steps", ())) if record.kind == "window" else 0
+            while self._queue and (len(self._queue) >= self._capacity or
+                                   self._queued_steps + steps > self._capacity_steps):
+                self._queued_steps -= self._queue.popleft()[1]
                 self.dropped += 1
                 if self.dropped == 1:
                     logger.warning(
                         "trainpace: sink %s is slower than the run (%d records waiting); its "
                         "oldest records are dropped (counted in meta.json; the run folder has "
-                        "them all)", self.name, self._capacity)
-            self._queue.append(record)
+                        "them all)", self.name, len(self._queue) + 1)
+            self._queue.append((record, steps))
+            self._queued_steps += steps
             self._wake.notify()
 
     def flush(self, timeout_s: float) -> bool:
@@ -220,7 +254,8 @@ class SinkThread:
                     self._wake.wait()
                 if not self._queue:  # stopping, and everything delivered
                     break
-                record = self._queue.popleft()
+                record, steps = self._queue.popleft()
+                self._queued_steps -= steps
                 self._busy = True
             self._call("log", self.sink.log, record)
             with self._lock:
