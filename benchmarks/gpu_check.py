@@ -306,7 +306,7 @@ def check_sampler_cost(quick: bool) -> dict[str, Any]:
 def check_pytest() -> dict[str, Any]:
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/sampling", "tests/test_vitals.py",
+        [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/sampling", "tests/measure/test_vitals.py",
          "tests/measure", "tests/devices"], cwd=root, capture_output=True, text=True, timeout=300,
     )
     return {"ok": done.returncode == 0, "tail": done.stdout[-2000:] + done.stderr[-1000:]}
