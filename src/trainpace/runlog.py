@@ -27,7 +27,6 @@ killed in the middle of a write leaves behind.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,17 +96,6 @@ class RunData:
         """The steps as records (a dict per step, built on each call): for small runs and
         tests; long runs read :attr:`series`."""
         return self.series.records()
-
-
-def json_safe(value: Any) -> Any:
-    """Replace non-finite floats with None, recursively, so the output is strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], bool]:

@@ -39,20 +39,24 @@ def legend() -> Text:
     return text
 
 
-def signs_table(summary: Summary) -> Table:
-    """The five vital signs: status mark, sign, headline value, details."""
+def signs_table(summary: Summary, *, one_line: bool = False) -> Table:
+    """The five vital signs: status mark, sign, headline value, details (``one_line``: each
+    sign kept to one line, its details cut with an ellipsis, as the live panel needs)."""
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
     table.add_column("", no_wrap=True)
     table.add_column("sign", no_wrap=True)
     table.add_column("value", no_wrap=True, justify="right")
-    table.add_column("details")
+    table.add_column("details")  # the one column that gives way to a narrow terminal
     for sign in signs(summary):
         mark, style = STATUS_STYLE[sign.status]
+        dim = "dim" if sign.status == "not measured" else ""
+        details = Text(" · ".join(sign.details), style=dim, no_wrap=True if one_line else None,
+                       overflow="ellipsis" if one_line else None)
         table.add_row(
             Text(mark, style=style),
             Text(sign.name, style="bold" if sign.status != "not measured" else "dim"),
             Text(sign.value, style=style if sign.status in ("warning", "critical") else ""),
-            Text(" · ".join(sign.details), style="dim" if sign.status == "not measured" else ""),
+            details,
         )
     return table
 

@@ -22,12 +22,11 @@ from typing import Any, TextIO
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from trainpace.diagnose import diagnose
-from trainpace.report._signs import headline, signs
-from trainpace.report.console import STATUS_STYLE
+from trainpace.report._signs import headline
+from trainpace.report.console import signs_table
 from trainpace.runlog import Record
 from trainpace.sinks.console import format_window
 from trainpace.summary import Summary
@@ -123,7 +122,7 @@ class LiveView:
         parts: list[RenderableType] = []
         summary = self._shown_summary()
         if summary is not None:
-            parts.append(_signs_lines(summary))
+            parts.append(signs_table(summary, one_line=True))
         else:
             parts.append(Text("waiting for the first window of steps…", style="dim"))
         if window is not None:
@@ -192,22 +191,3 @@ def _one_line(text: Text) -> Text:
     text.no_wrap = True
     text.overflow = "ellipsis"
     return text
-
-
-def _signs_lines(summary: Summary) -> Table:
-    """The five signs so far, one line each: mark, sign, headline value, details (cut)."""
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
-    table.add_column("", no_wrap=True)
-    table.add_column("sign", no_wrap=True)
-    table.add_column("value", no_wrap=True, justify="right")
-    table.add_column("details")  # the one column that gives way to a narrow terminal
-    for sign in signs(summary):
-        mark, style = STATUS_STYLE[sign.status]
-        table.add_row(
-            Text(mark, style=style),
-            Text(sign.name, style="bold" if sign.status != "not measured" else "dim"),
-            Text(sign.value, style=style if sign.status in ("warning", "critical") else ""),
-            _one_line(Text(" · ".join(sign.details),
-                           style="dim" if sign.status == "not measured" else "")),
-        )
-    return table
