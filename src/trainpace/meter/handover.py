@@ -68,12 +68,13 @@ class HandOver:
                 and writer.windows_written >= writer.windows_submitted):
             records = make_records()
             if records:
-                first = not self._written
                 self._written.append(records)  # first: the writer gets them whatever happens
                 if self._run_folder is not None:
                     self._run_folder.append_steps(records)
-                if first:  # the writer takes them if no hand-over comes within HAND_OVER_S
-                    writer.arm()
+                # The writer takes them if no hand-over comes within HAND_OVER_S. Armed at
+                # every such window (idempotent, one lock a window): arming only when the deque
+                # looked empty lost a window the writer emptied it of between look and append.
+                writer.arm()
             rec.stock_rows(self._stock)
             return
         number = writer.submit_window(Window(make_records, final, rec.steps_closed, flush,
