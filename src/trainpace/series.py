@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 
 from trainpace.records import INTEGRAL_FIELDS, STEP_FIELDS
+from trainpace.stepcolumns import StepColumns
 
 COLUMNS = STEP_FIELDS
 REQUIRED = ("step", "t_s", "step_s")  # a record without these is not a step
@@ -121,18 +122,27 @@ class StepSeries:
             if isinstance(column, array) and len(column) > self._n:
                 del column[self._n:]
 
-    def _append_columns(self, columns: list[tuple[str, array[float] | None]], n: int) -> None:
-        """Append ``n`` steps given as one array per column (None: all null), in COLUMNS order."""
+    def append(self, steps: StepColumns) -> None:
+        """Append steps given as columns (see :mod:`trainpace.stepcolumns`)."""
+        if steps.n:
+            self._append_columns(list(steps.values.items()), steps.n)
+
+    def _append_columns(self, columns: Sequence[tuple[str, array[float] | float | None]],
+                        n: int) -> None:
+        """Append ``n`` steps given as one array per column, or one float for all of them
+        (None: all null), in COLUMNS order."""
         at = self._n
         for name, new in columns:
             column = self._columns[name]
-            value = _NAN if new is None else _constant(new)
+            if new is None:
+                new = _NAN
+            value = new if isinstance(new, float) else _constant(new)
             if isinstance(column, float):
                 if value is not None and (at == 0 or _same(value, column)):
                     self._columns[name] = value  # still one value throughout
                     continue
                 column = self._columns[name] = array("d", [column]) * max(at, self._room)
-            values = array("d", [_NAN]) * n if new is None else new
+            values = array("d", [new]) * n if isinstance(new, float) else new
             room = len(column) - at
             if room >= n:
                 column[at:at + n] = values

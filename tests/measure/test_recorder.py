@@ -266,3 +266,29 @@ def test_a_batch_that_cannot_be_counted_gives_unknown_samples_and_one_warning(ca
     assert window_figures(records, 0)["samples_per_s"] is None
     warnings = [r.message for r in caplog.records if "samples=" in r.message]
     assert len(warnings) == 1 and "str" in warnings[0]
+
+
+@pytest.mark.parametrize("kind", ["plain", "losses", "tokens", "metered", "uncounted"])
+def test_the_columns_made_with_the_records_are_the_records_columns(clock, kind):
+    """The recorder fills the columns of a window while it makes its records (the writer
+    then reads no dict per step): they must be exactly the records' own columns."""
+    from trainpace.stepcolumns import columns_of
+
+    rec = StepRecorder(clock=clock)
+    for i in range(6):
+        if kind == "metered":
+            fetch(rec, clock, torch.zeros(4, 2), wait_s=0.01 * i)
+        rec.enter(1)
+        clock.advance(0.02 + 0.001 * i)
+        if kind == "losses" and i % 2:
+            rec.observe(loss=float("nan") if i == 3 else 1.0 / i)
+        batch = {"tokens": torch.ones(2, 3, dtype=torch.long)} if kind == "tokens" else (
+            object() if kind == "uncounted" else torch.zeros(4, 2))
+        rec.exit(batch, failed=False)
+    batch = rec.take_ready()()
+    assert len(batch.records) == 6
+    made, expected = batch.columns, columns_of(batch.records)
+    assert made.n == expected.n
+    for name in expected.values:
+        assert list(made.column(name)) == pytest.approx(list(expected.column(name)),
+                                                         nan_ok=True, rel=0, abs=0), name

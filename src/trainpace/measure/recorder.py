@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -28,6 +29,7 @@ from trainpace.measure.clock import DeviceTimer, Marker
 from trainpace.measure.readback import DeviceReadback
 from trainpace.measure.steprow import StepRow, mean_of, step_loss
 from trainpace.records import StepRecord
+from trainpace.stepcolumns import COLUMNS, NAN, StepBatch, StepColumns
 
 logger = logging.getLogger("trainpace")
 Clock = Callable[[], float]
@@ -314,12 +316,13 @@ class StepRecorder:
         whose device values are still being copied, waits for a later call. With ``final``
         (end of run) it waits for the device and returns everything.
         """
-        return self.take_ready(final=final)()
+        return self.take_ready(final=final)().records
 
-    def take_ready(self, *, final: bool = False) -> Callable[[], list[StepRecord]]:
-        """:meth:`take_records`, with the making of the records left to the caller of the
-        function returned (another thread may call it): on the host clock the steps are
-        handed over as they are, which keeps the training thread's share of a window short.
+    def take_ready(self, *, final: bool = False) -> Callable[[], StepBatch]:
+        """:meth:`take_records`, as records and columns, with the making of them left to the
+        caller of the function returned (another thread may call it): on the host clock the
+        steps are handed over as they are, which keeps the training thread's share of a
+        window short.
         """
         if self.timer is None:  # every value is already on the host
             rows = list(self._pending)
@@ -330,25 +333,44 @@ class StepRecorder:
         assert self._readback is not None  # made with the timer
         t0 = self.t0 if self.t0 is not None else 0.0  # None: no step closed, none pending
         records = self._readback.take(self._pending, final=final, t0=t0, metered=self._metered)
-        return lambda: records
+        return partial(StepBatch.of, records)
 
-    def _host_records(self, rows: list[StepRow]) -> list[StepRecord]:
-        """The rows' records, made in one loop (on the writer thread, where this is most of
-        the per-step work when steps are tiny): locals, no call per row for a plain step."""
+    def _host_records(self, rows: list[StepRow]) -> StepBatch:
+        """The rows' records and columns, made in one loop (where this is most of the
+        per-step work when steps are tiny): locals, no call per row for a plain step. The
+        columns of the fields every host step has (and the loss) are filled here; a window
+        with tokens, metrics, copies or an uncounted batch has them taken from its records."""
         t0 = self.t0
         assert t0 is not None or not rows  # a row is closed after touch()
         metered = self._metered
         out: list[StepRecord] = []
         append = out.append
+        steps: list[int] = []
+        ends: list[float] = []
+        cycles: list[float] = []
+        waits: list[float] = []
+        outsides: list[float] = []
+        samples: list[int] = []
+        batches: list[int] = []
+        loss_values: list[float] = []
+        nonfinite_values: list[float] = []
+        losses_seen = rare = False
         for row in rows:
             row.emitted = True
             losses, metrics, tokens = row.losses, row.metrics, row.tokens
-            loss, nonfinite = step_loss(losses) if losses else (None, None)
+            if losses:
+                loss, nonfinite = step_loss(losses)
+                losses_seen = True
+            else:
+                loss = nonfinite = None
+            if metrics or tokens or row.samples_unknown or row.h2d_s is not None:
+                rare = True
             outside = row.outside_s
+            step, t_s, step_s = row.step, row.end_s - t0, row.cycle_s - outside  # type: ignore[operator]  # asserted above
             append({
-                "step": row.step,
-                "t_s": row.end_s - t0,  # type: ignore[operator]  # asserted above
-                "step_s": row.cycle_s - outside,
+                "step": step,
+                "t_s": t_s,
+                "step_s": step_s,
                 "wait_s": row.wait_s,
                 "exposed_wait_s": None,
                 "h2d_s": row.h2d_s,
@@ -360,7 +382,30 @@ class StepRecorder:
                 "outside_s": outside if metered else None,
                 "loss_nonfinite": nonfinite,
             })
-        return out
+            steps.append(step)
+            ends.append(t_s)
+            cycles.append(step_s)
+            waits.append(row.wait_s)
+            outsides.append(outside)
+            samples.append(row.samples)
+            batches.append(row.batches)
+            loss_values.append(NAN if loss is None else loss)
+            nonfinite_values.append(NAN if nonfinite is None else nonfinite)
+        if rare:
+            return StepBatch.of(out)
+        values: dict[str, array[float] | float] = dict.fromkeys(COLUMNS, NAN)
+        values["step"] = array("d", steps)
+        values["t_s"] = array("d", ends)
+        values["step_s"] = array("d", cycles)
+        values["wait_s"] = array("d", waits)
+        values["samples"] = array("d", samples)
+        values["micro_batches"] = array("d", batches)
+        if metered:
+            values["outside_s"] = array("d", outsides)
+        if losses_seen:
+            values["loss"] = array("d", loss_values)
+            values["loss_nonfinite"] = array("d", nonfinite_values)
+        return StepBatch(out, StepColumns(len(out), values))
 
 
 def _add_tokens(row: StepRow, tokens: TokenCount) -> None:

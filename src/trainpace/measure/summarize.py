@@ -7,9 +7,9 @@ figure means the same thing wherever it is shown.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
-import operator
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +21,7 @@ from trainpace.records import StepRecord, WindowFigures
 from trainpace.runlog import RunData
 from trainpace.series import StepSeries
 from trainpace.stats import linear_fit, median, percentile, percentile_sorted, steady_start
+from trainpace.stepcolumns import StepColumns, columns_of
 from trainpace.summary import (
     Data,
     RankEntry,
@@ -62,61 +63,68 @@ def warmup_steps(step_s: np.ndarray, setting: int | str) -> int:
     return 1 if start is None else start
 
 
-_WINDOW_COLUMNS = operator.itemgetter("step_s", "samples", "tokens", "wait_s", "exposed_wait_s",
-                                     "h2d_s")
-_EVERY_STEP = operator.itemgetter("loss", "outside_s", "loss_nonfinite")
-
-
-def window_figures(records: Sequence[StepRecord], warmup: int) -> WindowFigures:
+def window_figures(steps: StepColumns | Sequence[StepRecord], warmup: int) -> WindowFigures:
     """Figures of one window: its steps past warm-up. The same definitions as the summary's,
-    in plain Python (a window is small and this runs between two training steps); the
-    columns are taken out in one pass, in C."""
-    n = len(records)
-    skip = 0
-    while skip < n and records[skip]["step"] <= warmup:  # steps are in order
-        skip += 1
+    in plain Python over the window's columns (a window is small, and this runs on the
+    writer thread between two training steps): sums in step order, so each figure is what
+    the records give to the last bit."""
+    cols = steps if isinstance(steps, StepColumns) else columns_of(steps)
+    n = cols.n
+    step = cols.column("step")
+    skip = bisect.bisect_right(step, warmup) if n else 0  # steps are in order
     measured = n - skip
-    step_s, samples, tokens, wait, exposed, h2d = (
-        zip(*map(_WINDOW_COLUMNS, records[skip:]), strict=True) if measured else ((),) * 6)
-    losses, outside, nonfinite = zip(*map(_EVERY_STEP, records), strict=True) if n else ((),) * 3
-    ordered = sorted(step_s)
+    ordered = sorted(cols.column("step_s")[skip:])
     total_s = sum(ordered)
     ok = total_s > 0
-    wait_s = sum(wait)
-    kept_losses = [v for v in losses if v is not None]
-    kept_exposed = [v for v in exposed if v is not None]
-    kept_h2d = [v for v in h2d if v is not None]
-    kept_outside = [v for v in outside if v is not None]
+    wait_s = sum(cols.column("wait_s")[skip:])
     return {
-        "first_step": records[0]["step"] if n else None,
-        "last_step": records[-1]["step"] if n else None,
+        "first_step": int(step[0]) if n else None,
+        "last_step": int(step[-1]) if n else None,
         "steps": n,
         "measured_steps": measured,
         "warmup_steps": warmup,
         "measured_s": total_s if measured else None,
-        "samples_per_s": _rate(samples, total_s),
-        "tokens_per_s": _rate(tokens, total_s),
+        "samples_per_s": _rate(cols, "samples", skip, total_s),
+        "tokens_per_s": _rate(cols, "tokens", skip, total_s),
         "steps_per_s": measured / total_s if ok else None,
         "step_s_median": percentile_sorted(ordered, 50.0),
         "step_s_p90": percentile_sorted(ordered, 90.0),
         "step_s_mean": total_s / measured if measured else None,
         "wait_s_per_step": wait_s / measured if measured else None,
         "wait_pct": 100.0 * wait_s / total_s if ok else None,
-        "exposed_wait_s_per_step": (sum(kept_exposed) / len(kept_exposed)
-                                    if kept_exposed else None),
-        "h2d_s_per_step": sum(kept_h2d) / len(kept_h2d) if kept_h2d else None,
-        "outside_s": sum(kept_outside) if kept_outside else None,
-        "loss": sum(kept_losses) / len(kept_losses) if kept_losses else None,
-        "loss_nonfinite_steps": nonfinite.count(True),
-        "t_s": records[-1]["t_s"] if n else None,
+        "exposed_wait_s_per_step": _mean_kept(cols, "exposed_wait_s", skip),
+        "h2d_s_per_step": _mean_kept(cols, "h2d_s", skip),
+        "outside_s": _sum_kept(cols, "outside_s"),
+        "loss": _mean_kept(cols, "loss", 0),
+        "loss_nonfinite_steps": cols.column("loss_nonfinite").count(1.0) if n else 0,
+        "t_s": cols.column("t_s")[-1] if n else None,
     }
 
 
-def _rate(counts: Sequence[int | None], total_s: float) -> float | None:
-    """Counts per second over ``total_s``; None unless every step was counted."""
-    if total_s <= 0 or not counts or any(c is None for c in counts):
+def _kept(cols: StepColumns, name: str, skip: int) -> list[float]:
+    """The field's values from step ``skip`` on, nulls left out."""
+    if cols.is_null(name):
+        return []
+    return [v for v in cols.column(name)[skip:] if v == v]  # NaN != NaN: a null
+
+
+def _mean_kept(cols: StepColumns, name: str, skip: int) -> float | None:
+    kept = _kept(cols, name, skip)
+    return sum(kept) / len(kept) if kept else None
+
+
+def _sum_kept(cols: StepColumns, name: str) -> float | None:
+    kept = _kept(cols, name, 0)
+    return sum(kept) if kept else None
+
+
+def _rate(cols: StepColumns, name: str, skip: int, total_s: float) -> float | None:
+    """Counts per second over ``total_s``; None unless every measured step was counted."""
+    counts = cols.column(name)[skip:]
+    if total_s <= 0 or not counts:
         return None
-    return sum(c for c in counts if c is not None) / total_s
+    total = sum(counts)
+    return None if math.isnan(total) else total / total_s
 
 
 def _rates(series: StepSeries, lo: int) -> dict[str, Any]:

@@ -21,10 +21,10 @@ from collections.abc import Callable
 
 from trainpace.measure.recorder import StepRecorder
 from trainpace.meter.pipeline import Window
-from trainpace.records import StepRecord
 from trainpace.sinks.background import BackgroundWriter, SinkThread
 from trainpace.sinks.console import ConsoleSink
 from trainpace.sinks.runfolder import RunFolderSink
+from trainpace.stepcolumns import StepBatch
 
 # The shortest time between two hand-overs to the writer while windows are written here.
 HAND_OVER_S = 0.05
@@ -51,7 +51,7 @@ class HandOver:
         self._clock = clock  # real time: the writer's cost is, whatever the run's clock
         # windows whose lines were written here, for the writer (taken from either thread:
         # appends and pops of a deque are atomic)
-        self._written: deque[list[StepRecord]] = deque()
+        self._written: deque[StepBatch] = deque()
         self._handed_s = -float("inf")
         self._lagging = False  # the writer could not catch up once: stop waiting for it
 
@@ -66,11 +66,11 @@ class HandOver:
         now = self._clock()
         if (not final and not flush and now - self._handed_s < HAND_OVER_S
                 and writer.windows_written >= writer.windows_submitted):
-            records = make_records()
-            if records:
-                self._written.append(records)  # first: the writer gets them whatever happens
+            batch = make_records()
+            if batch.records:
+                self._written.append(batch)  # first: the writer gets them whatever happens
                 if self._run_folder is not None:
-                    self._run_folder.append_steps(records)
+                    self._run_folder.append_steps(batch.records)
                 # The writer takes them if no hand-over comes within HAND_OVER_S. Armed at
                 # every such window (idempotent, one lock a window): arming only when the deque
                 # looked empty lost a window the writer emptied it of between look and append.
@@ -88,7 +88,7 @@ class HandOver:
         if not self._lagging and not writer.wait_for(number, LAG_WAIT_S):
             self._lagging = True
 
-    def take_written(self) -> tuple[list[StepRecord], ...]:
+    def take_written(self) -> tuple[StepBatch, ...]:
         """The windows written here and not handed over yet, oldest first (either thread)."""
         taken = []
         written = self._written

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import Goal, window_figures
@@ -26,6 +27,7 @@ from trainpace.records import StepRecord, WindowFigures
 from trainpace.runlog import Record
 from trainpace.sinks.background import SinkThread
 from trainpace.sinks.runfolder import RunFolderSink
+from trainpace.stepcolumns import StepBatch, StepColumns
 from trainpace.summary import Summary
 
 SYSTEM_LOG_INTERVAL_S = 1.0  # system.jsonl: one reading a second (a GPU row is ~1 kB)
@@ -51,12 +53,12 @@ window statistics across ranks); what it raises is contained and reported once."
 class Window:
     """One window handed over by the training thread."""
 
-    make_records: Callable[[], list[StepRecord]]
+    make_records: Callable[[], StepBatch]
     final: bool
     last_step: int  # the steps closed when it was handed over
     flush: bool = False  # its window record goes out now (a loader ran out)
     # Windows before it whose lines the training thread wrote itself (see meter.handover)
-    written: tuple[list[StepRecord], ...] = ()
+    written: tuple[StepBatch, ...] = ()
 
 
 class WindowPipeline:
@@ -86,9 +88,10 @@ class WindowPipeline:
         # Steps written but not yet in a sink's window record, and the run time (t_s) the
         # last window record reached: a window record holds at least sink_window_s of steps.
         self._unsent: list[StepRecord] = []
+        self._unsent_columns: list[StepColumns] = []  # the same steps as columns
         self._sent_t_s = 0.0
         self.sink_window_s = SINK_WINDOW_S
-        self._not_in_columns: list[StepRecord] = []  # written, not yet in state.series
+        self._not_in_columns: list[StepColumns] = []  # written, not yet in state.series
 
     def emit(self, record: Record) -> None:
         """To the run folder (now, here) and to each sink's queue."""
@@ -112,32 +115,36 @@ class WindowPipeline:
         if not final:  # the next window's step rows (popped by the training thread)
             self._recorder.stock_rows(self._stock)
         # (window, its records): the windows written on the training thread come first
-        parts: list[tuple[Window | None, list[StepRecord]]] = []
+        parts: list[tuple[Window | None, StepBatch]] = []
         new: list[StepRecord] = []
         for window in windows:
-            parts.extend((None, records) for records in window.written)
+            parts.extend((None, batch) for batch in window.written)
             made = window.make_records()
             parts.append((window, made))
-            new.extend(made)
+            new.extend(made.records)
         if new:
             self._steps(new)  # every line not on disk yet, in one append
-        for _, records in parts:
-            self._not_in_columns.extend(records)
+        for _, batch in parts:
+            if batch.columns.n:
+                self._not_in_columns.append(batch.columns)
         # The window records: each window's own, unless it holds less than sink_window_s of
         # steps; then it goes out with the next ones.
         tracker = self.state.tracker
-        for handed, records in parts:
+        for handed, batch in parts:
             if tracker is not None:  # the goal's progress as of this window's end
-                tracker.add_records(records)
-            self._unsent.extend(records)
+                tracker.add_records(batch.records)
+            self._unsent.extend(batch.records)
+            if batch.columns.n:
+                self._unsent_columns.append(batch.columns)
             unsent = self._unsent
             now = handed is not None and (handed.final or handed.flush)
             due = unsent and unsent[-1]["t_s"] - self._sent_t_s >= self.sink_window_s
             if unsent and (now or (due and len(parts) <= MERGE_AFTER)
                            or (handed is windows[-1] and len(parts) > MERGE_AFTER)):
-                self._unsent = []
+                columns = StepColumns.concat(self._unsent_columns)
+                self._unsent, self._unsent_columns = [], []
                 self._yield_gil()
-                self._window(unsent, handed is not None and handed.final)
+                self._window(unsent, columns, handed is not None and handed.final)
         self._yield_gil()
         self._system(last.last_step)
         if not final:
@@ -148,12 +155,13 @@ class WindowPipeline:
         """Steps wait for their window record (less than ``sink_window_s`` of them so far)."""
         return bool(self._unsent)
 
-    def idle(self, parts: tuple[list[StepRecord], ...]) -> None:
+    def idle(self, parts: tuple[StepBatch, ...]) -> None:
         """Nothing was handed over for a while: the windows whose lines the training thread
         wrote (``parts``) and the steps held back go out now, as for any window."""
         if parts or self._unsent:
-            last = parts[-1][-1] if parts else self._unsent[-1]
-            self.windows([Window(list, False, last["step"], flush=True, written=parts)])
+            last = parts[-1].records[-1] if parts else self._unsent[-1]
+            self.windows([Window(partial(StepBatch.of, []), False, last["step"], flush=True,
+                                 written=parts)])
 
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
@@ -174,15 +182,15 @@ class WindowPipeline:
         per call (a pass per column) that windows of tiny steps would pay a thousand times
         a second."""
         if self._not_in_columns:
-            records, self._not_in_columns = self._not_in_columns, []
-            self.state.series.extend(records)
+            chunks, self._not_in_columns = self._not_in_columns, []
+            self.state.series.append(StepColumns.concat(chunks))
 
-    def _window(self, records: list[StepRecord], final: bool) -> None:
+    def _window(self, records: list[StepRecord], columns: StepColumns, final: bool) -> None:
         """One window record (figures and steps) to each sink, and the window observers."""
         state = self.state
         self._to_columns()
         self._sent_t_s = records[-1]["t_s"]
-        figures = window_figures(records, state.warmup(final=final))
+        figures = window_figures(columns, state.warmup(final=final))
         if state.tracker is not None:
             progress = state.tracker.progress()
             figures["time_to_target_s"] = progress.time_to_target_s
