@@ -91,3 +91,16 @@ def test_an_empty_window_has_no_figures():
     figures = window_figures(StepBatch.of([]).columns, 0)
     assert figures["steps"] == 0 and figures["first_step"] is None
     assert figures["samples_per_s"] is None and figures["t_s"] is None
+
+
+def test_a_step_line_has_the_records_fields_in_file_order_and_encodes_the_same():
+    import msgspec
+
+    from trainpace.stepcolumns import StepLine
+
+    assert StepLine.__struct_fields__ == STEP_FIELDS
+    values = record(3, samples=8, loss=0.25, loss_nonfinite=False, outside_s=0.5)
+    line = StepLine(*values.values())
+    assert msgspec.json.encode(line) == msgspec.json.encode(values)
+    batch = StepBatch([line], columns_of([values]))
+    assert batch.records == [values] and batch.last_step() == 3 and len(batch) == 1

@@ -114,6 +114,8 @@ class WindowRelay:
     framework's own loggers between two steps (loggers are not all thread-safe, and the
     Meter's sinks run on its writer thread)."""
 
+    reads_steps = False  # the window figures only (see trainpace.sinks.base.Sink)
+
     def __init__(self) -> None:
         import queue
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+import msgspec
 import torch
 
 from trainpace.measure.batch import TokenCount, count_tokens, samples_in
@@ -29,7 +30,7 @@ from trainpace.measure.clock import DeviceTimer, Marker
 from trainpace.measure.readback import DeviceReadback
 from trainpace.measure.steprow import StepRow, mean_of, step_loss
 from trainpace.records import StepRecord
-from trainpace.stepcolumns import COLUMNS, NAN, StepBatch, StepColumns
+from trainpace.stepcolumns import COLUMNS, NAN, StepBatch, StepColumns, StepLine, columns_of
 
 logger = logging.getLogger("trainpace")
 Clock = Callable[[], float]
@@ -98,6 +99,8 @@ class StepRecorder:
         failure of ours is kept in :attr:`fault` (where, error) for the caller to report, and
         the batch is returned all the same.
         """
+        if self.timer is None and self.t0 is not None:
+            return self._fetch_on_host(iterator)
         try:
             started = self.fetch_started()
         except Exception as exc:  # noqa: BLE001 - reported by the caller
@@ -113,6 +116,40 @@ class StepRecorder:
             raise
         try:
             self.fetch_done(started, batch)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            self.fault = ("counting a batch", exc)
+        return batch
+
+    def _fetch_on_host(self, iterator: Iterator[Any]) -> Any:
+        """:meth:`fetch` on the host clock once the run has started: :meth:`fetch_started` and
+        :meth:`fetch_done` in one frame (this runs once per batch: three calls fewer)."""
+        clock = self.clock
+        try:
+            started = clock()
+            idle = self._idle_since
+            if idle is not None:
+                self._cur.outside_s += started - idle
+                self._idle_since = None
+            self._metered = True
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            self.fault = ("timing the loader", exc)
+            return next(iterator)
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            try:
+                now = clock()
+                self._cur.wait_s += now - started
+                if not self.in_step:
+                    self._idle_since = now  # the loader ran out: what follows is outside
+            except Exception as exc:  # noqa: BLE001 - reported by the caller
+                self.fault = ("timing the loader", exc)
+            raise
+        try:
+            row = self._cur
+            row.wait_s += clock() - started
+            row.fetched_since_micro += 1
+            self._count(row, batch)  # last: a failing user counter leaves the timing intact
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             self.fault = ("counting a batch", exc)
         return batch
@@ -343,7 +380,7 @@ class StepRecorder:
         t0 = self.t0
         assert t0 is not None or not rows  # a row is closed after touch()
         metered = self._metered
-        out: list[StepRecord] = []
+        out: list[StepLine] = []
         append = out.append
         steps: list[int] = []
         ends: list[float] = []
@@ -367,21 +404,12 @@ class StepRecorder:
                 rare = True
             outside = row.outside_s
             step, t_s, step_s = row.step, row.end_s - t0, row.cycle_s - outside  # type: ignore[operator]  # asserted above
-            append({
-                "step": step,
-                "t_s": t_s,
-                "step_s": step_s,
-                "wait_s": row.wait_s,
-                "exposed_wait_s": None,
-                "h2d_s": row.h2d_s,
-                "samples": None if row.samples_unknown else row.samples,
-                "tokens": int(sum(tokens)) if tokens else None,
-                "micro_batches": row.batches,
-                "loss": loss,
-                "metric": mean_of(metrics) if metrics else None,
-                "outside_s": outside if metered else None,
-                "loss_nonfinite": nonfinite,
-            })
+            # positional, in the fields' order (keywords cost ~0.1 µs a step more)
+            append(StepLine(step, t_s, step_s, row.wait_s, None, row.h2d_s,
+                            None if row.samples_unknown else row.samples,
+                            int(sum(tokens)) if tokens else None, row.batches, loss,
+                            mean_of(metrics) if metrics else None,
+                            outside if metered else None, nonfinite))
             steps.append(step)
             ends.append(t_s)
             cycles.append(step_s)
@@ -392,7 +420,8 @@ class StepRecorder:
             loss_values.append(NAN if loss is None else loss)
             nonfinite_values.append(NAN if nonfinite is None else nonfinite)
         if rare:
-            return StepBatch.of(out)
+            records = [msgspec.structs.asdict(line) for line in out]
+            return StepBatch(out, columns_of(records), records)  # type: ignore[arg-type]
         values: dict[str, array[float] | float] = dict.fromkeys(COLUMNS, NAN)
         values["step"] = array("d", steps)
         values["t_s"] = array("d", ends)

@@ -167,7 +167,8 @@ class Meter:
             sinks=self._sink_threads, faults=self._faults, clock=clock,
             vitals=lambda: self._vitals, refresh=self._end.refresh,
             waited_on=lambda: self._writer.waited_on)
-        self._pipeline.observers.append(self._job.window)
+        if self._job.monitor is not None:  # a rank of a distributed job
+            self._pipeline.observers.append(self._job.window)
         self._writer = BackgroundWriter(
             lambda exc: self._faults.report("writing the run", exc),
             on_windows=self._windows, idle_s=HAND_OVER_S,

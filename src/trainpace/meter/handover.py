@@ -67,10 +67,10 @@ class HandOver:
         if (not final and not flush and now - self._handed_s < HAND_OVER_S
                 and writer.windows_written >= writer.windows_submitted):
             batch = make_records()
-            if batch.records:
+            if batch.columns.n:
                 self._written.append(batch)  # first: the writer gets them whatever happens
                 if self._run_folder is not None:
-                    self._run_folder.append_steps(batch.records)
+                    self._run_folder.append_steps(batch.lines)
                 # The writer takes them if no hand-over comes within HAND_OVER_S. Armed at
                 # every such window (idempotent, one lock a window): arming only when the deque
                 # looked empty lost a window the writer emptied it of between look and append.

@@ -27,7 +27,7 @@ from trainpace.records import StepRecord, WindowFigures
 from trainpace.runlog import Record
 from trainpace.sinks.background import SinkThread
 from trainpace.sinks.runfolder import RunFolderSink
-from trainpace.stepcolumns import StepBatch, StepColumns
+from trainpace.stepcolumns import StepBatch, StepColumns, StepLine
 from trainpace.summary import Summary
 
 SYSTEM_LOG_INTERVAL_S = 1.0  # system.jsonl: one reading a second (a GPU row is ~1 kB)
@@ -87,8 +87,7 @@ class WindowPipeline:
         self._refresh_cost_s = 0.0
         # Steps written but not yet in a sink's window record, and the run time (t_s) the
         # last window record reached: a window record holds at least sink_window_s of steps.
-        self._unsent: list[StepRecord] = []
-        self._unsent_columns: list[StepColumns] = []  # the same steps as columns
+        self._unsent: list[StepBatch] = []
         self._sent_t_s = 0.0
         self.sink_window_s = SINK_WINDOW_S
         self._not_in_columns: list[StepColumns] = []  # written, not yet in state.series
@@ -116,12 +115,12 @@ class WindowPipeline:
             self._recorder.stock_rows(self._stock)
         # (window, its records): the windows written on the training thread come first
         parts: list[tuple[Window | None, StepBatch]] = []
-        new: list[StepRecord] = []
+        new: list[StepLine | StepRecord] = []
         for window in windows:
             parts.extend((None, batch) for batch in window.written)
             made = window.make_records()
             parts.append((window, made))
-            new.extend(made.records)
+            new.extend(made.lines)
         if new:
             self._steps(new)  # every line not on disk yet, in one append
         for _, batch in parts:
@@ -131,20 +130,19 @@ class WindowPipeline:
         # steps; then it goes out with the next ones.
         tracker = self.state.tracker
         for handed, batch in parts:
-            if tracker is not None:  # the goal's progress as of this window's end
-                tracker.add_records(batch.records)
-            self._unsent.extend(batch.records)
             if batch.columns.n:
-                self._unsent_columns.append(batch.columns)
+                if tracker is not None:  # the goal's progress as of this window's end
+                    tracker.add_records(batch.records)
+                self._unsent.append(batch)
             unsent = self._unsent
             now = handed is not None and (handed.final or handed.flush)
-            due = unsent and unsent[-1]["t_s"] - self._sent_t_s >= self.sink_window_s
+            due = unsent and (unsent[-1].columns.column("t_s")[-1] - self._sent_t_s
+                              >= self.sink_window_s)
             if unsent and (now or (due and len(parts) <= MERGE_AFTER)
                            or (handed is windows[-1] and len(parts) > MERGE_AFTER)):
-                columns = StepColumns.concat(self._unsent_columns)
-                self._unsent, self._unsent_columns = [], []
+                self._unsent = []
                 self._yield_gil()
-                self._window(unsent, columns, handed is not None and handed.final)
+                self._window(unsent, handed is not None and handed.final)
         self._yield_gil()
         self._system(last.last_step)
         if not final:
@@ -159,8 +157,8 @@ class WindowPipeline:
         """Nothing was handed over for a while: the windows whose lines the training thread
         wrote (``parts``) and the steps held back go out now, as for any window."""
         if parts or self._unsent:
-            last = parts[-1].records[-1] if parts else self._unsent[-1]
-            self.windows([Window(partial(StepBatch.of, []), False, last["step"], flush=True,
+            last = parts[-1] if parts else self._unsent[-1]
+            self.windows([Window(partial(StepBatch.of, []), False, last.last_step(), flush=True,
                                  written=parts)])
 
     def follow(self, goal: Goal) -> None:
@@ -168,7 +166,7 @@ class WindowPipeline:
         self._to_columns()
         self.state.follow(goal)
 
-    def _steps(self, records: list[StepRecord]) -> None:
+    def _steps(self, records: list[StepLine | StepRecord]) -> None:
         """The steps' lines in the run folder; their columns come with their window record."""
         if self.run_folder is not None:
             try:
@@ -185,11 +183,15 @@ class WindowPipeline:
             chunks, self._not_in_columns = self._not_in_columns, []
             self.state.series.append(StepColumns.concat(chunks))
 
-    def _window(self, records: list[StepRecord], columns: StepColumns, final: bool) -> None:
-        """One window record (figures and steps) to each sink, and the window observers."""
+    def _window(self, batches: list[StepBatch], final: bool) -> None:
+        """One window record (figures and steps) to each sink, and the window observers.
+        Its steps are made into records only for the sinks and observers that read them."""
         state = self.state
         self._to_columns()
-        self._sent_t_s = records[-1]["t_s"]
+        columns = StepColumns.concat([batch.columns for batch in batches])
+        t_s = columns.column("t_s")
+        self._sent_t_s = t_s[-1]
+        last_step = batches[-1].last_step()
         figures = window_figures(columns, state.warmup(final=final))
         if state.tracker is not None:
             progress = state.tracker.progress()
@@ -201,8 +203,12 @@ class WindowPipeline:
             samples, tokens = figures.get("samples_per_s"), figures.get("tokens_per_s")
             figures["usd_per_million_samples"] = price / 3600 / samples * 1e6 if samples else None
             figures["usd_per_million_tokens"] = price / 3600 / tokens * 1e6 if tokens else None
-        figures.update(self._device_window(records))  # type: ignore[typeddict-item]
-        record = Record("window", {"window": figures, "steps": records}, records[-1]["step"])
+        figures.update(self._device_window(  # type: ignore[typeddict-item]
+            t_s[0] - columns.column("step_s")[0], t_s[-1]))
+        # the steps as records, made only for those that read them
+        wanted = self.observers or any(getattr(t.sink, "reads_steps", True) for t in self.sinks)
+        records = [r for batch in batches for r in batch.records] if wanted else []
+        record = Record("window", {"window": figures, "steps": records}, last_step)
         for sink in self.sinks:  # the run folder has the lines already
             sink.log(record)
         for observer in self.observers:
@@ -211,16 +217,15 @@ class WindowPipeline:
             except BaseException as exc:  # noqa: BLE001 - an observer never ends the writer
                 self._faults.report(f"window observer {_name(observer)}", exc)
 
-    def _device_window(self, records: list[StepRecord]) -> dict[str, float | None]:
-        """The sampler's means over the window. A window shorter than the sampler's period
-        holds one reading at most: the last figures are kept, not aggregated again."""
+    def _device_window(self, t_start_s: float, t_end_s: float) -> dict[str, float | None]:
+        """The sampler's means over the window (from its first step's start to its end). A
+        window shorter than the sampler's period holds one reading at most: the last figures
+        are kept, not aggregated again."""
         vitals = self._vitals()
         if vitals is None:
             return {}
-        t_end_s = float(records[-1]["t_s"])
         if t_end_s - self._device_figures_s >= self.state.config.sample_interval_s:
-            first = records[0]
-            t_start_s = min(float(first["t_s"] - first["step_s"]), self._device_figures_s)
+            t_start_s = min(t_start_s, self._device_figures_s)
             self._device_figures = vitals.window_figures(max(t_start_s, 0.0), t_end_s)
             self._device_figures_s = t_end_s
         return self._device_figures

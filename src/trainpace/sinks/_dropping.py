@@ -18,6 +18,7 @@ class DroppingSink:
     """Base of the dashboard sinks: :meth:`_log` and :meth:`_close` do the work."""
 
     label = "a sink"
+    reads_steps = False  # the window figures only (see trainpace.sinks.base.Sink)
 
     def __init__(self) -> None:
         self.dropped = False

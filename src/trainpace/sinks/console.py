@@ -52,6 +52,8 @@ def _compact(value: float) -> str:
 class ConsoleSink:
     """Prints :func:`format_window` for each window record to ``stream`` (stderr by default)."""
 
+    reads_steps = False  # the window figures only (see trainpace.sinks.base.Sink)
+
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
 

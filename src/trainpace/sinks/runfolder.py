@@ -16,7 +16,7 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,25 +135,26 @@ class RunFolderSink:
                 os.close(fd)
             self._fds.clear()
 
-    def append_steps(self, steps: list[Any]) -> None:
-        """Append step records to steps.jsonl (a failed write is counted in missing_steps)."""
+    def append_steps(self, steps: Sequence[Any]) -> None:
+        """Append step records (dicts, or :class:`~trainpace.stepcolumns.StepLine`) to
+        steps.jsonl (a failed write is counted in missing_steps)."""
         with self._lock:
             self._append_steps(steps)
 
-    def _append_steps(self, steps: list[Any]) -> None:
+    def _append_steps(self, steps: Sequence[Any]) -> None:
         if not steps:
             return
         try:
             self._append(STEPS_FILE, steps)
         except OSError as exc:
-            self._lost(int(steps[0]["step"]), int(steps[-1]["step"]), exc)
+            self._lost(_step_of(steps[0]), _step_of(steps[-1]), exc)
             return
         if self._failing is not None:
             self._failing = None
             ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in self.missing_steps)
             logger.warning("trainpace: %s is written again from step %s; steps %s are missing "
                            "from it (listed in meta.json as missing_steps)",
-                           self.path / STEPS_FILE, steps[0]["step"], ranges)
+                           self.path / STEPS_FILE, _step_of(steps[0]), ranges)
         if self._meta_stale:
             self._write_meta()
 
@@ -182,7 +183,7 @@ class RunFolderSink:
             return
         self._meta_stale = False
 
-    def _append(self, name: str, rows: list[Any]) -> None:
+    def _append(self, name: str, rows: Sequence[Any]) -> None:
         if not rows:
             return
         fd = self._fds.get(name)
@@ -217,3 +218,8 @@ class RunFolderSink:
             temporary.unlink(missing_ok=True)
             raise
         os.replace(temporary, target)  # atomic: a reader sees the old file or the new one
+
+
+def _step_of(line: Any) -> int:
+    """The step number of a record (a dict) or a line (a StepLine)."""
+    return int(line["step"] if isinstance(line, Mapping) else line.step)

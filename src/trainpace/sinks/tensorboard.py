@@ -13,6 +13,8 @@ from trainpace.sinks.names import window_scalars, window_step
 class TensorBoardSink:
     """Writes window figures as scalars into an event file under ``logdir``."""
 
+    reads_steps = False  # the window figures only (see trainpace.sinks.base.Sink)
+
     def __init__(self, logdir: Path) -> None:
         try:
             from torch.utils.tensorboard import SummaryWriter
