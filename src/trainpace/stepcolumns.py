@@ -105,6 +105,10 @@ class StepBatch:
     def of(cls, records: list[StepRecord]) -> StepBatch:
         return cls(records, columns_of(records), records)
 
+    @classmethod
+    def empty(cls) -> StepBatch:
+        return cls.of([])
+
     @property
     def records(self) -> list[StepRecord]:
         if self._records is None:

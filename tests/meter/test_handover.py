@@ -83,3 +83,33 @@ def test_windows_written_at_the_boundary_reach_the_sinks_during_a_pause(tmp_path
     assert got == list(range(1, got[-1] + 1))
     assert arrived is not None and arrived - paused < HAND_OVER_S + 2.0  # 2 s: a loaded VM
     assert sink.steps() == list(range(1, 1001))
+
+
+def test_short_windows_go_to_disk_while_the_writer_is_busy_and_the_loop_never_waits(tmp_path):
+    """The writer busy 20 ms with each window record (a slow window observer): the lines of
+    short windows are still written at their boundary, in order, and the training thread
+    does not wait for the writer (it did, milliseconds a time, when a short window found the
+    writer still at the previous one)."""
+    window, n = 10, 20_000
+    meter = trainpace.Meter(tmp_path / "run", window=window, console=False, report=False,
+                            count_flops=False)
+    meter._pipeline.observers.append(lambda figures, steps: time.sleep(0.02))
+    waits = []
+    wait_for = meter._writer.wait_for
+
+    def counted(*args):
+        waits.append(args)
+        return wait_for(*args)
+
+    meter._writer.wait_for = counted
+    behind = []
+    for i, b in enumerate(meter.loader([torch.zeros(2)] * n), start=1):
+        with meter.step(b):
+            pass
+        if i % 500 == 1 and i > window:
+            behind.append(i - lines(meter.path))
+    meter._writer.wait_for = wait_for
+    meter.finish()
+    assert max(behind) <= window + 1  # the step just taken and the open window at most
+    assert len(waits) <= 1  # at most once, at the start (the first window is a long one)
+    assert [s["step"] for s in read_run(meter.path).steps] == list(range(1, n + 1))

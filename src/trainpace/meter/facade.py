@@ -219,7 +219,7 @@ class Meter:
         if accumulate != 1 and not is_int_at_least(accumulate, 1):
             raise ConfigError("accumulate", accumulate, "must be an integer >= 1")
         context = self._context
-        if context.open or self._loop.finished:
+        if context.depth or self._loop.finished:
             return self._odd_step(context)
         context.batch = batch
         context.accumulate = accumulate

@@ -4,13 +4,15 @@ Two promises pull apart when steps are tiny: the run folder holds every window's
 soon as the window ends (a SIGKILL loses at most the open window and the one being written),
 and the writer thread, whose Python work holds the GIL the loop needs, must not be woken a
 thousand times a second (each wake-up is a GIL hand-off, milliseconds on a busy machine).
-So a window that ends less than ``HAND_OVER_S`` after the last hand-over, while the writer
-has nothing of the run's in hand, has its lines written here, on the training thread (its
-records, one encoding, one ``write``: a few µs a step, kept out of the step times like all
-boundary work), and goes to the writer with the next hand-over; every other window is handed
-over at once; when no hand-over comes within ``HAND_OVER_S`` (a long evaluation after a
-window), the writer takes the windows written here by itself. Longer windows (the common
-case) are all handed over, as before.
+So a window shorter than ``HAND_OVER_S`` has its lines written here, on the training thread
+(its records, one encoding, one ``write``: a few µs a step, kept out of the step times like all
+boundary work), unless a window handed over before it still waits for the writer to write its
+lines (they would land out of order). Such windows go to the writer together, at most every
+``HAND_OVER_S``, with their lines already on disk: the writer never holds the next short window
+back, so the training thread does not wait for it while steps are short. When no hand-over
+comes within ``HAND_OVER_S`` (a long evaluation after a window), the writer takes the windows
+written here by itself. Longer windows (the common case) are handed over at once, and the
+writer writes their lines.
 """
 
 from __future__ import annotations
@@ -53,33 +55,48 @@ class HandOver:
         # appends and pops of a deque are atomic)
         self._written: deque[StepBatch] = deque()
         self._handed_s = -float("inf")
+        self._boundary_s = clock()  # the last window's end (the first: the Meter's start)
+        self._writer_lines = 0  # the last window handed over whose lines the writer writes
         self._lagging = False  # the writer could not catch up once: stop waiting for it
 
     def __call__(self, *, final: bool = False, flush: bool = False) -> None:
         """Give the steps closed since the last window to the writer (``flush``: their window
         record goes out now), or write their lines here (see the module). When the writer is
-        more than a window behind, wait for it (bounded): the run folder keeps up."""
+        more than a window behind with lines to write, wait for it (bounded): the run folder
+        keeps up."""
         rec = self._recorder
         make_records = rec.take_ready(final=final)
         self._before()
         writer = self._writer
         now = self._clock()
-        if (not final and not flush and now - self._handed_s < HAND_OVER_S
-                and writer.windows_written >= writer.windows_submitted):
+        window_s, self._boundary_s = now - self._boundary_s, now
+        # A short window's lines are written here, unless a window handed over before it
+        # still waits for the writer to write its lines (they would then land out of order).
+        if (not final and not flush and window_s < HAND_OVER_S
+                and writer.windows_written >= self._writer_lines):
             batch = make_records()
             if batch.columns.n:
                 self._written.append(batch)  # first: the writer gets them whatever happens
                 if self._run_folder is not None:
                     self._run_folder.append_steps(batch.lines)
-                # The writer takes them if no hand-over comes within HAND_OVER_S. Armed at
-                # every such window (idempotent, one lock a window): arming only when the deque
-                # looked empty lost a window the writer emptied it of between look and append.
-                writer.arm()
             rec.stock_rows(self._stock)
+            if now - self._handed_s < HAND_OVER_S:
+                # The writer takes them if no hand-over comes within HAND_OVER_S. Armed at
+                # every such window (idempotent, one lock a window): arming only when the
+                # deque looked empty lost a window the writer emptied it of between look
+                # and append.
+                writer.arm()
+                return
+            # Their lines are on disk: the writer gets the windows for the rest (records,
+            # figures, sinks) and never holds the next short window back.
+            writer.submit_window(Window(StepBatch.empty, False, rec.steps_closed, False,
+                                        self.take_written()))
+            self._handed_s = now
             return
         number = writer.submit_window(Window(make_records, final, rec.steps_closed, flush,
                                              self.take_written()))
         self._handed_s = now
+        self._writer_lines = number
         if final or number < 2 or writer.windows_written >= number - 1:
             self._lagging = False
             return

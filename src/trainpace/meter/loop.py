@@ -87,23 +87,20 @@ class StepContext:
     Nested blocks count once: an inner ``with meter.step()`` is ignored (the Meter warns).
     """
 
-    __slots__ = ("_depth", "_loop", "_rec", "accumulate", "batch")
+    __slots__ = ("_loop", "_rec", "accumulate", "batch", "depth")
 
     def __init__(self, loop: Loop) -> None:
         self._loop = loop
         self._rec = loop.recorder
         self.batch: Any = None
         self.accumulate = 1
-        self._depth = 0
-
-    @property
-    def open(self) -> int:
-        """Inside a step block now (nonzero): a nested ``meter.step()`` must not change it."""
-        return self._depth
+        # Step blocks open now (nonzero: a nested ``meter.step()`` must not change batch or
+        # accumulate). An attribute, not a property: it is read at every step.
+        self.depth = 0
 
     def __enter__(self) -> StepContext:
-        self._depth += 1
-        if self._depth != 1:
+        self.depth += 1
+        if self.depth != 1:
             return self
         loop, rec = self._loop, self._rec
         try:
@@ -122,10 +119,10 @@ class StepContext:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        depth = self._depth = self._depth - 1
+        depth = self.depth = self.depth - 1
         if depth:
             if depth < 0:  # an exit without its enter (a hand-driven context): nothing open
-                self._depth = 0
+                self.depth = 0
             return
         loop, rec = self._loop, self._rec
         try:

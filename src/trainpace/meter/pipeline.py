@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import Goal, window_figures
@@ -158,7 +157,7 @@ class WindowPipeline:
         wrote (``parts``) and the steps held back go out now, as for any window."""
         if parts or self._unsent:
             last = parts[-1] if parts else self._unsent[-1]
-            self.windows([Window(partial(StepBatch.of, []), False, last.last_step(), flush=True,
+            self.windows([Window(StepBatch.empty, False, last.last_step(), flush=True,
                                  written=parts)])
 
     def follow(self, goal: Goal) -> None:
