@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, get_type_hints
 
 import msgspec
 
@@ -68,24 +68,12 @@ class StepColumns:
         return cls(n, values)
 
 
-class StepLine(msgspec.Struct, gc=False):
-    """One ``steps.jsonl`` line as the recorder makes it: the fields of
-    :class:`~trainpace.records.StepRecord` in file order (a test holds them equal). Made and
-    encoded several times faster than a dict; the dict is made only for whoever reads it."""
-
-    step: int
-    t_s: float
-    step_s: float
-    wait_s: float
-    exposed_wait_s: float | None
-    h2d_s: float | None
-    samples: int | None
-    tokens: int | None
-    micro_batches: int
-    loss: float | None
-    metric: float | None
-    outside_s: float | None
-    loss_nonfinite: bool | None
+StepLine: type[msgspec.Struct] = msgspec.defstruct(
+    "StepLine", list(get_type_hints(StepRecord).items()), gc=False, module=__name__)
+"""One ``steps.jsonl`` line as the recorder makes it: a struct with the fields of
+:class:`~trainpace.records.StepRecord`, in file order (made from it: the schema is written
+once). Made and encoded several times faster than a dict; the dict is made only for whoever
+reads it."""
 
 
 class StepBatch:
@@ -95,7 +83,7 @@ class StepBatch:
 
     __slots__ = ("_records", "columns", "lines")
 
-    def __init__(self, lines: Sequence[StepLine] | Sequence[StepRecord], columns: StepColumns,
+    def __init__(self, lines: Sequence[msgspec.Struct] | Sequence[StepRecord], columns: StepColumns,
                  records: list[StepRecord] | None = None) -> None:
         self.lines = lines
         self.columns = columns
@@ -122,8 +110,8 @@ class StepBatch:
         return int(self.columns.column("step")[-1])
 
 
-def _record(line: StepLine | StepRecord) -> StepRecord:
-    if isinstance(line, StepLine):
+def _record(line: msgspec.Struct | StepRecord) -> StepRecord:
+    if isinstance(line, msgspec.Struct):
         return msgspec.structs.asdict(line)  # type: ignore[return-value]  # the same fields
     return line
 

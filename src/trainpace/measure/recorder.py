@@ -380,7 +380,7 @@ class StepRecorder:
         t0 = self.t0
         assert t0 is not None or not rows  # a row is closed after touch()
         metered = self._metered
-        out: list[StepLine] = []
+        out: list[msgspec.Struct] = []
         append = out.append
         steps: list[int] = []
         ends: list[float] = []

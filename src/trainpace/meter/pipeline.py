@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import Goal, window_figures
 from trainpace.measure.vitals import DeviceVitals
@@ -26,7 +28,7 @@ from trainpace.records import StepRecord, WindowFigures
 from trainpace.runlog import Record
 from trainpace.sinks.background import SinkThread
 from trainpace.sinks.runfolder import RunFolderSink
-from trainpace.stepcolumns import StepBatch, StepColumns, StepLine
+from trainpace.stepcolumns import StepBatch, StepColumns
 from trainpace.summary import Summary
 
 SYSTEM_LOG_INTERVAL_S = 1.0  # system.jsonl: one reading a second (a GPU row is ~1 kB)
@@ -114,7 +116,7 @@ class WindowPipeline:
             self._recorder.stock_rows(self._stock)
         # (window, its records): the windows written on the training thread come first
         parts: list[tuple[Window | None, StepBatch]] = []
-        new: list[StepLine | StepRecord] = []
+        new: list[msgspec.Struct | StepRecord] = []
         for window in windows:
             parts.extend((None, batch) for batch in window.written)
             made = window.make_records()
@@ -165,7 +167,7 @@ class WindowPipeline:
         self._to_columns()
         self.state.follow(goal)
 
-    def _steps(self, records: list[StepLine | StepRecord]) -> None:
+    def _steps(self, records: list[msgspec.Struct | StepRecord]) -> None:
         """The steps' lines in the run folder; their columns come with their window record."""
         if self.run_folder is not None:
             try:
