@@ -287,15 +287,16 @@ class _Columns:
                             for column, dtype in _COLUMNS})
 
     def _joined(self) -> dict[str, np.ndarray]:
-        """Every column, its pieces joined."""
-        if not self.pieces:
+        """Every column, its pieces joined; each column's pieces are dropped as soon as it is
+        joined, so the peak is the pieces and one column, not twice the columns."""
+        pieces, self.pieces = self.pieces, []
+        if not pieces:
             return {column: np.empty(0, dtype=dtype) for column, dtype in _COLUMNS}
-        return {column: np.concatenate([piece[column] for piece in self.pieces])
+        return {column: np.concatenate([piece.pop(column) for piece in pieces])
                 for column, _ in _COLUMNS}
 
     def finish(self, path: str, meta: dict[str, Any]) -> TraceColumns:
         columns = self._joined()
-        self.pieces = []
         ts, dur = columns["ts"], columns["dur"]
         # NaN fails every comparison, so this also drops what is not a number
         valid = (dur >= 0) & (dur <= MAX_DUR_US) & (np.abs(ts) <= MAX_TS_US)

@@ -28,7 +28,7 @@ _IN_BYTES = 1 << 16
 # a 35 MB trace); inline, smaller ones (less memory, nothing to wake).
 _OUT_BYTES = 1 << 20
 _INLINE_OUT_BYTES = 1 << 16
-_QUEUE_BLOCKS = 4
+_QUEUE_BLOCKS = 2  # double buffering: 1 MB blocks, the next one inflating while this one parses
 # Below this compressed size the decompression takes a few ms: done inline, as the parse asks
 # for it; above it in a thread (on a loaded machine each hand-off between threads can wait for
 # the scheduler, which only pays when there is much to decompress).
