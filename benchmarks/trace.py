@@ -6,7 +6,9 @@ Two ways, each measured the same way on both sides:
   its peak resident memory (``VmHWM``; processes it starts, ``ru_maxrss``) and its resident
   memory right after the imports ("above base" is the memory the analysis itself needed);
 - the whole command: the wall time of a fresh process from its start to its exit, imports
-  included (``trainpace analyze --json`` against a script doing HTA's imports and analyses).
+  included (``trainpace analyze --json`` against a script doing HTA's imports and analyses);
+  before the traces, what each command costs before any work: the interpreter's start and
+  exit, and each side's imports alone.
 
 Each is also measured in CPU time (the process's and its children's, user + system), which a
 machine shared with other work distorts far less than wall time. Both sides run from bytecode
@@ -126,6 +128,13 @@ ta.get_gpu_kernel_breakdown(visualize=False)
 TRAINPACE_COMMAND = ("import sys; from trainpace.cli import main; "
                      "sys.exit(main(['analyze', '--json', *sys.argv[1:]]))")
 HTA_COMMAND = "import json, sys\npaths = sys.argv[1:]\n" + _HTA_IMPORTS + _HTA_COMPARED
+# What each command costs before any work: the interpreter's start and exit, then each side's
+# imports alone (trainpace: what `analyze --json` loads; HTA: its script's imports).
+BARE_COMMAND = "pass"
+TRAINPACE_IMPORTS = ("from trainpace.cli import main, _analyze; "
+                     "_analyze.import_numpy_without_blas_threads(); "
+                     "import trainpace.trace, trainpace.cli._output")
+HTA_IMPORTS_COMMAND = "paths = []\n" + _HTA_IMPORTS
 
 
 def measure(python: str, spec: dict[str, str], paths: list[str],
@@ -274,6 +283,17 @@ def main(argv: list[str] | None = None) -> int:
         compileall.compile_dir(str(ROOT / "src"), quiet=1)
         print(f"machine: {os.cpu_count()} CPUs, load average {_load()} at the start "
               "(a shared machine: the ratios, measured in turns, are what to read)", flush=True)
+        floors: dict[str, Contender] = {
+            "python": (sys.executable, ["-c", BARE_COMMAND]),
+            "trainpace_imports": (sys.executable, ["-c", TRAINPACE_IMPORTS]),
+        }
+        if hta_python:
+            floors["hta_imports"] = (hta_python, ["-c", HTA_IMPORTS_COMMAND])
+        floor = interleaved(repeats, floors, [], env)
+        print("before any work: python starts and exits in " + _t(floor["python"])
+              + " | trainpace analyze's imports " + _t(floor["trainpace_imports"])
+              + (" | HTA's imports " + _t(floor["hta_imports"]) if hta_python else ""),
+              flush=True)
         rows = []
         for label, paths in sets:
             row: dict[str, Any] = {"trace": label, "json_mb": sum(json_mb(p) for p in paths)}
@@ -293,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at the end: {_load()}")
     _print_summary(rows)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+        Path(args.json).write_text(json.dumps({"before_work": floor, "traces": rows}, indent=2))
     return 0
 
 

@@ -140,6 +140,47 @@ def test_names_holding_cut_points_survive_small_pieces(write_trace: WriteTrace) 
     assert tricky in cols.names and len(cols) == 23
 
 
+def test_a_cut_inside_a_string_is_retried_without_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    # orjson would build most of such a piece as dicts before failing at its end
+    from trainpace.trace.load import _Columns
+
+    trace = handmade()
+    for event in trace["traceEvents"]:
+        if isinstance(event.get("name"), str):
+            event["name"] += '}, {"x": "'  # a cut point inside every name
+    data = json.dumps(trace).encode()
+
+    class Blocks:  # the file in 40-byte blocks: pieces end wherever a block does
+        def __init__(self) -> None:
+            self.at = 0
+
+        def read(self, size: int) -> bytes:
+            self.at += 40
+            return data[self.at - 40:self.at]
+
+    def columns() -> list[str]:
+        sink = _Columns()
+        stream.Stream(Blocks(), "t.json", 64, sink).run()  # type: ignore[arg-type]
+        return _names(sink.finish("t.json", {}))
+
+    expected = columns()
+    pieces: list[bytes] = []
+    real = stream.orjson
+
+    class Watched:
+        JSONDecodeError = real.JSONDecodeError
+
+        @staticmethod
+        def loads(text: bytes | bytearray | memoryview) -> object:
+            if bytes(text[:1]) == b"[":
+                pieces.append(bytes(text))
+            return real.loads(text)
+
+    monkeypatch.setattr(stream, "orjson", Watched)
+    assert columns() == expected and len(expected) == 23
+    assert pieces == []
+
+
 def test_ns_resolution_is_rounded_as_hta_does(write_trace: WriteTrace) -> None:
     events = [
         {"ph": "X", "cat": "kernel", "name": "k", "ts": 10.4, "dur": 5.2, "args": {"stream": 7}},

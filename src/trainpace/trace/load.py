@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from itertools import compress
+from itertools import chain, compress, count
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -134,11 +134,24 @@ _TS, _DUR, _ARGS = (attrgetter(f) for f in ("ts", "dur", "args"))
 _KEY = attrgetter("cat", "name", "tid")
 _Key = tuple[Any, Any, Any]
 _ARG_IDS = attrgetter("stream", "correlation", "external_id", "external_id_old", "device")
-# a record of five int64 fields: numpy fills it from a tuple faster than a row of an array
-_ID_ROW = np.dtype([(f"id{i}", np.int64) for i in range(5)])
+_N_IDS = 5
 _COLUMNS = (("name", np.int32), ("cat", np.int32), ("ts", np.float64), ("dur", np.float64),
             ("stream", np.int64), ("correlation", np.int64), ("external_id", np.int64),
             ("device", np.int64), ("thread", np.int64))
+
+
+def _distinct(events: list[Event]) -> tuple[dict[_Key, int], np.ndarray]:
+    """The distinct (cat, name, tid) keys of ``events`` in order of first appearance, and for
+    each event the ordinal of its key, in one pass in C: ``setdefault`` gives each event its
+    key's first position, which a lookup turns into the key's ordinal."""
+    first: dict[_Key, int] = {}
+    m = len(events)
+    position = np.fromiter(map(first.setdefault, map(_KEY, events), count()), dtype=np.intp,
+                           count=m)
+    ordinal = np.empty(m, dtype=np.intp)
+    ordinal[np.fromiter(first.values(), dtype=np.intp, count=len(first))] = np.arange(len(first))
+    out: np.ndarray = ordinal[position]
+    return first, out
 
 
 def _kept(mask: list[bool], *lists: list[Any]) -> tuple[list[Any], ...]:
@@ -187,35 +200,30 @@ class _Columns:
         if len(events) < n:
             self.skipped["other phases (not 'X')"] += n - len(events)
         # cat, name and thread are read as one key per event: a trace repeats a few hundred
-        # of them, so each symbol is interned once per distinct key, and the events cost
-        # three passes in C (keys, their distinct values, an index per event), not nine.
-        keys = list(map(_KEY, events))
-        distinct = dict.fromkeys(keys, 0)
+        # of them, so each symbol is interned once per distinct key (_distinct).
+        distinct, index = _distinct(events)
         if any(cat is None or name is None for cat, name, _ in distinct):
-            events, keys = self._named(events, keys)
-            distinct = dict.fromkeys(keys, 0)
+            events = self._named(events)
+            distinct, index = _distinct(events)
         m = len(events)
         ts = np.fromiter(map(_TS, events), dtype=np.float64, count=m)
         dur = np.fromiter(map(_DUR, events), dtype=np.float64, count=m)
         timed = ~(np.isnan(ts) | np.isnan(dur))
         if not timed.all():
             self.skipped["malformed: ts or dur missing or not a number"] += m - int(timed.sum())
-            events, keys = _kept(timed.tolist(), events, keys)
+            (events,) = _kept(timed.tolist(), events)
             ts, dur = ts[timed], dur[timed]
-            distinct = dict.fromkeys(keys, 0)
+            distinct, index = _distinct(events)
             m = len(events)
-        for i, key in enumerate(distinct):
-            distinct[key] = i
-        index = np.fromiter(map(distinct.__getitem__, keys), dtype=np.intp, count=m)
         # the symbols of each distinct key, in order of first appearance (as the tables grow)
         names, cats = self.names, self.cats
         cat = np.array([cats.setdefault(k[0], len(cats)) for k in distinct], dtype=np.int32)
         name = np.array([names.setdefault(k[1], len(names)) for k in distinct], dtype=np.int32)
         thread = np.array([self._thread(k[2]) for k in distinct], dtype=np.int64)
-        # the five ids of every event in one pass, as records
-        ids = np.fromiter(map(_ARG_IDS, map(_ARGS, events)), dtype=_ID_ROW, count=m)
-        stream, correlation, external_id, external_id_old, device = (
-            ids[f] for f in _ID_ROW.names or ())
+        # the five ids of every event in one pass in C: their tuples chained into one array
+        ids = np.fromiter(chain.from_iterable(map(_ARG_IDS, map(_ARGS, events))),
+                          dtype=np.int64, count=_N_IDS * m).reshape(m, _N_IDS)
+        stream, correlation, external_id, external_id_old, device = ids.T
         self.pieces.append({
             "name": name[index], "cat": cat[index],
             "ts": ts, "dur": dur, "stream": stream, "correlation": correlation,
@@ -225,15 +233,15 @@ class _Columns:
         if not self.float_ts and bool((ts != np.floor(ts)).any()):
             self.float_ts = True  # ns resolution (an integral value written as 5.0 is not)
 
-    def _named(self, events: list[Event], keys: list[_Key]) -> tuple[list[Any], ...]:
+    def _named(self, events: list[Event]) -> list[Event]:
         """The events with a cat and a name, the others counted by the first one missing."""
         before = len(events)
-        events, keys = _kept([k[0] is not None for k in keys], events, keys)
+        (events,) = _kept([e.cat is not None for e in events], events)
         self.skipped["no cat (HTA drops these too)"] += before - len(events)
         before = len(events)
-        events, keys = _kept([k[1] is not None for k in keys], events, keys)
+        (events,) = _kept([e.name is not None for e in events], events)
         self.skipped["malformed: name or cat missing or not a string"] += before - len(events)
-        return events, keys
+        return events
 
     def _thread(self, tid: Any) -> int:
         if isinstance(tid, int) and not isinstance(tid, bool) and -(2**63) <= tid < 2**63:
@@ -279,15 +287,16 @@ class _Columns:
                             for column, dtype in _COLUMNS})
 
     def _joined(self) -> dict[str, np.ndarray]:
-        """Every column, its pieces joined."""
-        if not self.pieces:
+        """Every column, its pieces joined; each column's pieces are dropped as soon as it is
+        joined, so the peak is the pieces and one column, not twice the columns."""
+        pieces, self.pieces = self.pieces, []
+        if not pieces:
             return {column: np.empty(0, dtype=dtype) for column, dtype in _COLUMNS}
-        return {column: np.concatenate([piece[column] for piece in self.pieces])
+        return {column: np.concatenate([piece.pop(column) for piece in pieces])
                 for column, _ in _COLUMNS}
 
     def finish(self, path: str, meta: dict[str, Any]) -> TraceColumns:
         columns = self._joined()
-        self.pieces = []
         ts, dur = columns["ts"], columns["dur"]
         # NaN fails every comparison, so this also drops what is not a number
         valid = (dur >= 0) & (dur <= MAX_DUR_US) & (np.abs(ts) <= MAX_TS_US)
