@@ -3,7 +3,8 @@
 Each reading gives two things: a row for ``system.jsonl`` (``t_s`` added here, on the meter's
 clock) and flat numbers that feed a :class:`~trainpace.sampling.series.SeriesSet`, from which
 any window's time-weighted aggregates are computed. Tests call :meth:`Sampler.sample_once`
-with a manual clock and no thread. The loop is ``while not stop.wait(interval)``; a failing
+with a manual clock and no thread. The loop waits on a lock that :meth:`Sampler.stop`
+releases (one C call a cycle, where ``Event.wait`` runs a dozen lines of Python); a failing
 reading is logged once and sampling goes on; :meth:`Sampler.stop` joins the thread and
 takes a last reading, so the aggregates reach the end of the run. Rows wait for
 :meth:`Sampler.drain_rows` in a bounded buffer (an hour at 10 Hz); the aggregates do not
@@ -58,7 +59,8 @@ class Sampler:
         self._rows: deque[dict[str, Any]] = deque(maxlen=max_pending_rows)
         self.dropped_rows = 0  # rows nobody drained before the buffer was full
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._wake = threading.Lock()  # held while the thread runs; released to stop it
+        self._stopped = False
         self._thread: threading.Thread | None = None
         self._failed = False
         self.readings = 0
@@ -98,21 +100,24 @@ class Sampler:
         return row
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.sample_once()
+        wait, interval, sample = self._wake.acquire, self.interval_s, self.sample_once
+        while not wait(timeout=interval):
+            sample()
 
     def start(self) -> None:
-        """Start the thread (once)."""
-        if self._thread is not None:
+        """Start the thread (once; not again after :meth:`stop`)."""
+        if self._thread is not None or self._stopped:
             return
+        self._wake.acquire()
         self._thread = threading.Thread(target=self._loop, name="trainpace-sampler", daemon=True)
         self._thread.start()
 
     def stop(self, *, final_reading: bool = True) -> None:
         """Stop and join the thread; then one last reading (the run's end is covered)."""
         thread, self._thread = self._thread, None
-        self._stop.set()
+        self._stopped = True
         if thread is not None:
+            self._wake.release()
             thread.join()
             if final_reading:
                 self.sample_once()
