@@ -381,3 +381,17 @@ def test_procfs_cgroup_files_are_read_through_the_open_files(tmp_path):
     assert reading["available_gb"] == 2.0  # the limit less (7 GB used - 1 GB reclaimable)
     assert reading["memory_used_pct"] == 75.0
     assert str(tmp_path / "memory.stat") in host._files._fds
+
+
+def test_cpu_clocks_and_ticks_give_the_same_figures():
+    clocks = HostSource(slow_every_s=10.0)
+    ticks = HostSource(slow_every_s=10.0, cpu_clocks=False)
+    assert clocks._clocks and not ticks._clocks
+    clocks.read(), ticks.read()
+    wall0, cpu0 = time.monotonic(), time.process_time()
+    while time.monotonic() - wall0 < 0.3:
+        sum(i * i for i in range(1000))
+    a, b = clocks.read(), ticks.read()
+    truth = 100.0 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
+    assert a["main_cpu_pct"] == pytest.approx(truth, abs=5.0)  # no 10 ms ticks to lose
+    assert b["main_cpu_pct"] == pytest.approx(truth, abs=15.0)

@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -120,3 +121,31 @@ def test_a_process_that_ended_is_forgotten():
     assert first is None or stat_cpu_s(first) is not None
     assert files.read(path) is None
     assert len(files) == 0
+
+
+@pytest.mark.skipif(not procfs.process_clocks_work(), reason="needs Linux's process CPU clocks")
+def test_a_process_clock_is_its_stat_cpu_time_to_the_nanosecond():
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.3: pass\ntime.sleep(5)"])
+    clock_id = procfs.process_clock(child.pid)
+    try:
+        deadline = 50
+        while (stat := stat_cpu_s(procfs.read_bytes(f"/proc/{child.pid}/stat"))) < 0.3:
+            deadline -= 1
+            assert deadline, "the child never used its 0.3 s of CPU"
+            time.sleep(0.1)
+        clock = procfs.cpu_seconds(clock_id)
+        stat = stat_cpu_s(procfs.read_bytes(f"/proc/{child.pid}/stat"))
+    finally:
+        child.kill()
+        child.wait()
+    # stat rounds utime and stime down to ticks each: at most two ticks below the clock
+    assert 0.0 <= clock - stat <= 2.0 / procfs.CLK_TCK + 1e-9
+    assert procfs.cpu_seconds(clock_id) is None  # reaped
+
+
+def test_no_process_clocks_off_linux(monkeypatch):
+    monkeypatch.setattr(procfs.sys, "platform", "darwin")
+    assert procfs.process_clock(1) is None
+    assert not procfs.process_clocks_work()

@@ -16,9 +16,12 @@ a thread that waits on I/O wants none. ``main_demand_pct`` is the training loop'
 core. Unlike CPU time, demand does not shrink when other processes crowd the machine, so it
 tells loading that computes from loading that waits even on a busy machine.
 
-On Linux the readings come from ``/proc`` (``os.times()`` for this process) through files
-kept open (:mod:`~trainpace.sampling.procfs`): a reading is a handful of ``pread`` calls
-and no psutil, since the sampler's own cost is the point (issue 9 §5); elsewhere, psutil.
+On Linux the readings come from ``/proc`` through files kept open and from the processes'
+CPU-time clocks (:mod:`~trainpace.sampling.procfs`): a reading is a few ``pread`` and
+``clock_gettime`` calls and no psutil, since the sampler's own cost is the point (issue 9
+§5); elsewhere, psutil. The clocks give the CPU time that ``/proc/<pid>/stat`` and
+``os.times()`` round down to 10 ms ticks, to the nanosecond (a 100 ms reading's CPU share is
+no longer a multiple of 10%); ``cpu_clocks=False`` reads the ticks.
 
 Memory respects a cgroup limit (containers, :mod:`~trainpace.sampling.cgroup`).
 """
@@ -35,7 +38,10 @@ from trainpace.sampling.cgroup import CgroupMemory, find_cgroup_memory
 from trainpace.sampling.procfs import (
     ProcFiles,
     children_pids,
+    cpu_seconds,
     meminfo_bytes,
+    process_clock,
+    process_clocks_work,
     schedstat_s,
     stat_cpu_s,
     statm_rss_bytes,
@@ -70,6 +76,7 @@ class HostSource:
         clock: Callable[[], float] = time.monotonic,
         proc: str | Path = "/proc",
         procfs: bool | None = None,
+        cpu_clocks: bool | None = None,
     ) -> None:
         if psutil_module is None:
             import psutil
@@ -83,6 +90,10 @@ class HostSource:
         self._own = self._pid == os.getpid()
         self._proc = str(proc)
         self._procfs = bool(procfs)
+        if cpu_clocks is None:  # the clocks count the real /proc's processes, not a fake's
+            cpu_clocks = self._procfs and self._proc == "/proc" and process_clocks_work()
+        self._clocks = bool(cpu_clocks)
+        self._main_clock = process_clock(self._pid) if self._clocks else None
         self._clock = clock
         self._slow_every_s = slow_every_s
         self._cgroup = find_cgroup_memory() if cgroup is True else (cgroup or None)
@@ -90,8 +101,9 @@ class HostSource:
         self._lists = ProcFiles()  # the children lists, read each second
         self._has_lists: bool | None = None  # whether the kernel keeps children lists
         self._children: list[Any] = []  # psutil processes (the psutil way)
-        # the procfs way: (pid, its stat file, its schedstat file) per descendant
-        self._workers: list[tuple[int, str, str]] = []
+        # the procfs way, per descendant: pid, its CPU clock (or None: its stat file), its stat
+        # and schedstat files
+        self._workers: list[tuple[int, int | None, str, str]] = []
         own = f"{self._proc}/{self._pid}"
         self._stat_path, self._schedstat_path = f"{own}/stat", f"{own}/schedstat"
         self._system_path = f"{self._proc}/stat"
@@ -146,9 +158,15 @@ class HostSource:
 
     def _read_procfs(self, now: float) -> Times | None:
         read = self._files.read
+        main: float | None
         if self._own:
-            t = os.times()
-            main: float | None = t.user + t.system
+            if self._clocks:
+                main = time.process_time()
+            else:
+                t = os.times()
+                main = t.user + t.system
+        elif self._main_clock is not None:
+            main = cpu_seconds(self._main_clock)
         else:
             main = stat_cpu_s(read(self._stat_path))
         system = system_times(read(self._system_path))
@@ -156,8 +174,8 @@ class HostSource:
             return None
         workers: dict[int, float] = {}
         demand: dict[int, float] = {}
-        for pid, stat_path, schedstat_path in self._workers:  # none: no work
-            cpu = stat_cpu_s(read(stat_path))
+        for pid, clock_id, stat_path, schedstat_path in self._workers:  # none: no work
+            cpu = cpu_seconds(clock_id) if clock_id is not None else stat_cpu_s(read(stat_path))
             if cpu is None:
                 continue  # gone since the refresh
             workers[pid] = cpu
@@ -230,9 +248,11 @@ class HostSource:
     def _follow(self, pids: list[int]) -> None:
         """Read these descendants from now on (their files opened at their first reading)."""
         proc = self._proc
-        self._workers = [(pid, f"{proc}/{pid}/stat", f"{proc}/{pid}/schedstat") for pid in pids]
+        clocks = self._clocks
+        self._workers = [(pid, process_clock(pid) if clocks else None, f"{proc}/{pid}/stat",
+                          f"{proc}/{pid}/schedstat") for pid in pids]
         keep = {self._stat_path, self._schedstat_path, self._system_path}
-        for _, stat_path, schedstat_path in self._workers:
+        for _, _, stat_path, schedstat_path in self._workers:
             keep.update((stat_path, schedstat_path))
         if self._cgroup is not None:
             keep.update((str(self._cgroup.usage_file), str(self._cgroup.stat_file)))

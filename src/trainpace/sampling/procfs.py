@@ -6,12 +6,20 @@ a new file object, a new ``seq_file``). :class:`ProcFiles` keeps the descriptors
 read at every reading and closes them together (on :meth:`ProcFiles.close`, or when it is
 collected). The parsers take the bytes as the kernel gives them and build as few objects as
 the figures need.
+
+A process's CPU time is cheaper still through its CPU-time clock (:func:`cpu_seconds`): one
+``clock_gettime`` where ``/proc/<pid>/stat`` has the kernel format fifty fields. It is the same
+quantity: the kernel scales the utime and stime of ``stat`` so that they add up to the
+process's ``sum_exec_runtime``, which is what the clock gives, in nanoseconds instead of
+10 ms ticks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import time
 import weakref
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -189,3 +197,32 @@ def stat_value(data: bytes | None, key: bytes) -> int | None:
         return int(value)
     except ValueError:
         return None
+
+
+def process_clock(pid: int) -> int | None:
+    """The id of the clock counting ``pid``'s CPU time (all its threads), None off Linux.
+
+    Linux's ABI for it, what glibc's ``clock_getcpuclockid`` returns: the negated pid shifted
+    by 3 bits, ored with ``CPUCLOCK_SCHED`` (2).
+    """
+    if not sys.platform.startswith("linux") or not hasattr(time, "clock_gettime"):
+        return None
+    return ((~pid) << 3) | 2
+
+
+def cpu_seconds(clock_id: int) -> float | None:
+    """The CPU time of a process clock (:func:`process_clock`), None once it has been reaped."""
+    try:
+        return time.clock_gettime(clock_id)
+    except OSError:  # EINVAL: no such process
+        return None
+
+
+def process_clocks_work() -> bool:
+    """Whether this kernel gives a process's CPU time through its clock (tried on ourselves)."""
+    clock_id = process_clock(os.getpid())
+    if clock_id is None:
+        return False
+    before = time.process_time()
+    found = cpu_seconds(clock_id)
+    return found is not None and abs(found - before) < 0.5
