@@ -386,7 +386,7 @@ def test_procfs_cgroup_files_are_read_through_the_open_files(tmp_path):
 def test_cpu_clocks_and_ticks_give_the_same_figures():
     clocks = HostSource(slow_every_s=10.0)
     ticks = HostSource(slow_every_s=10.0, cpu_clocks=False)
-    assert clocks._clocks and not ticks._clocks
+    assert not clocks._ticks and ticks._ticks
     clocks.read(), ticks.read()
     wall0, cpu0 = time.monotonic(), time.process_time()
     while time.monotonic() - wall0 < 0.3:
@@ -395,3 +395,73 @@ def test_cpu_clocks_and_ticks_give_the_same_figures():
     truth = 100.0 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
     assert a["main_cpu_pct"] == pytest.approx(truth, abs=5.0)  # no 10 ms ticks to lose
     assert b["main_cpu_pct"] == pytest.approx(truth, abs=15.0)
+
+
+def _twins(tmp_path, clock, ticks_now):
+    """The fast way (CPU times from a clock, here a dict) and the careful way (stat ticks)."""
+    from trainpace.sampling import procfs
+
+    def cpu_s(pid):
+        if pid not in ticks_now or (tmp_path / str(pid) / "stat").read_text() == "":
+            raise OSError(3, "No such process")
+        utime, stime, _, _ = ticks_now[pid]
+        return (utime + stime) / procfs.CLK_TCK
+
+    kwargs = {"psutil_module": FakePsutil(), "clock": clock, "cgroup": False, "proc": tmp_path,
+              "procfs": True, "slow_every_s": 1.0}
+    fast = HostSource(1, process_cpu_s=cpu_s, **kwargs)
+    careful = HostSource(1, cpu_clocks=False, **kwargs)
+    assert fast._fast and not careful._fast
+    return fast, careful
+
+
+def test_the_fast_and_the_careful_way_give_the_same_figures(tmp_path):
+    from trainpace.sampling import procfs
+
+    tck = procfs.CLK_TCK
+    clock = Clock()
+    _proc_tree(tmp_path, {1: {1: [7]}, 7: {7: []}})
+    ticks = {1: (10 * tck, 2 * tck, 10**9, 10**8), 7: (1 * tck, 0, 0, 0),
+             "cpu": (100, 0, 50, 800, 50, 0, 0, 0, 0, 0)}
+    _fake_proc(tmp_path, clk_tck=tck, ticks=ticks)
+    fast, careful = _twins(tmp_path, clock, ticks)
+    readings = []
+    for now, change in ((0.0, None), (2.0, {1: (11 * tck, 2 * tck + tck // 2, 2 * 10**9, 6 * 10**8),
+                                            7: (3 * tck, 0, 10**9, 10**9),
+                                            "cpu": (200, 0, 100, 1000, 100, 0, 0, 0, 0, 0)}),
+                        (2.5, {7: (3 * tck, tck // 4, 10**9, 2 * 10**9)})):
+        clock.now = now
+        if change:
+            ticks.update(change)
+            _fake_proc(tmp_path, clk_tck=tck, ticks=ticks)
+        a, b = fast.read(), careful.read()
+        assert a == b
+        readings.append(a)
+    assert readings[1]["process_cpu_pct"] == 175.0
+    assert readings[1]["main_demand_pct"] == 75.0
+    assert readings[2]["process_cpu_pct"] == 50.0  # 0.25 s of the worker's CPU in 0.5 s
+    assert readings[2]["workers_demand_pct"] == 200.0
+    (tmp_path / "7" / "stat").write_text("")  # the worker is gone
+    clock.now = 3.0
+    a, b = fast.read(), careful.read()
+    assert a == b
+    assert a["workers"] == 0
+    assert a["workers_demand_pct"] is None
+
+
+def test_an_odd_proc_stat_makes_the_fast_way_give_way(tmp_path):
+    from trainpace.sampling import procfs
+
+    tck = procfs.CLK_TCK
+    clock = Clock()
+    _proc_tree(tmp_path, {1: {1: []}})
+    ticks = {1: (tck, 0, 0, 0), 7: (0, 0, 0, 0), "cpu": (1, 0, 0, 1, 0, 0, 0, 0, 0, 0)}
+    _fake_proc(tmp_path, clk_tck=tck, ticks=ticks)
+    fast, _ = _twins(tmp_path, clock, ticks)
+    fast.read()
+    (tmp_path / "stat").write_text("intr 1 2 3\n")  # no cpu line: the machine's share is unknown
+    clock.now = 1.0
+    reading = fast.read()
+    assert reading["system_cpu_pct"] is None
+    assert reading["main_cpu_pct"] is None  # no counters this time: nothing to diff
+    assert reading["memory_total_gb"] == 32.0

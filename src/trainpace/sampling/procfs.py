@@ -24,7 +24,12 @@ import weakref
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-READ_BYTES = 4096  # /proc/stat of a 256-core machine is ~20 KB, but its first line comes first
+READ_BYTES = 4096
+# /proc/stat's first line is at most 215 bytes (10 numbers of 20 digits) and schedstat's 62:
+# reading that little spares a page-sized buffer per reading (the kernel writes the rest of
+# /proc/stat, tens of KB on a big machine, into its own buffer whatever is asked)
+SYSTEM_STAT_BYTES = 256
+SCHEDSTAT_BYTES = 128
 
 
 def read_bytes(path: str, size: int = READ_BYTES) -> bytes | None:
@@ -133,11 +138,12 @@ def system_times(data: bytes | None) -> tuple[float, float] | None:
     if not data or not data.startswith(b"cpu "):
         return None
     end = data.find(b"\n")
-    try:
-        values = [int(v) for v in data[4:end if end >= 0 else len(data)].split()[:8]]
-    except ValueError:
+    fields = (data[4:end] if end >= 0 else data[4:]).split()
+    if len(fields) < 4:
         return None
-    if len(values) < 4:
+    try:
+        values = list(map(int, fields[:8]))
+    except ValueError:
         return None
     idle = values[3] + (values[4] if len(values) > 4 else 0)
     return float(idle), float(sum(values))
