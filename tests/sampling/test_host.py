@@ -465,3 +465,28 @@ def test_an_odd_proc_stat_makes_the_fast_way_give_way(tmp_path):
     assert reading["system_cpu_pct"] is None
     assert reading["main_cpu_pct"] is None  # no counters this time: nothing to diff
     assert reading["memory_total_gb"] == 32.0
+
+
+def test_a_pid_used_again_is_read_from_its_new_files(tmp_path):
+    from trainpace.sampling import procfs
+
+    tck = procfs.CLK_TCK
+    clock = Clock()
+    _proc_tree(tmp_path, {1: {1: [7]}, 7: {7: []}})
+    ticks = {1: (tck, 0, 0, 0), 7: (tck, 0, 0, 0), "cpu": (1, 0, 0, 1, 0, 0, 0, 0, 0, 0)}
+    _fake_proc(tmp_path, clk_tck=tck, ticks=ticks)
+    fast, _ = _twins(tmp_path, clock, ticks)
+    assert fast.read()["workers"] == 1
+    children = tmp_path / "1" / "task" / "1" / "children"
+    children.write_text("")
+    clock.now = 1.0
+    assert fast.read()["workers"] == 0  # 7 ended
+    schedstat = tmp_path / "7" / "schedstat"
+    schedstat.unlink()  # another process 7: new files
+    schedstat.write_text("0 0 1\n")
+    children.write_text("7 ")
+    clock.now = 2.0
+    fast.read()
+    schedstat.write_text("500000000 0 2\n")  # the files before would say 0
+    clock.now = 2.5
+    assert fast.read()["workers_demand_pct"] == 100.0

@@ -110,8 +110,9 @@ class HostSource:
         self._lists = ProcFiles()  # the children lists, read each second
         self._has_lists: bool | None = None  # whether the kernel keeps children lists
         self._children: list[Any] = []  # psutil processes (the psutil way)
-        # the procfs way, per descendant: pid, its ``cpu_of`` key, its stat and schedstat files
-        self._workers: list[tuple[int, int, str, str]] = []
+        # the procfs way, per descendant: pid, its ``cpu_of`` key, its stat and schedstat files,
+        # the latter's descriptor (-1: none)
+        self._workers: list[tuple[int, int, str, str, int]] = []
         own = f"{self._proc}/{self._pid}"
         self._stat_path, self._schedstat_path = f"{own}/stat", f"{own}/schedstat"
         self._system_path = f"{self._proc}/stat"
@@ -173,16 +174,16 @@ class HostSource:
         demand_s = (int(fields[0]) + int(fields[1])) / 1e9
         worker_cpu: dict[int, float] = {}
         worker_demand: dict[int, float] = {}
-        if self._workers:
-            read = self._files.read
-            for pid, key, _, schedstat_path in self._workers:
-                try:
-                    worker_cpu[pid] = cpu_of(key)
-                except OSError:
-                    continue  # gone since the refresh
-                wanted = schedstat_s(read(schedstat_path, SCHEDSTAT_BYTES))
-                if wanted is not None:
-                    worker_demand[pid] = wanted
+        for pid, key, _, _, fd in self._workers:  # none: no work
+            try:
+                worker_cpu[pid] = cpu_of(key)
+            except OSError:
+                continue  # gone since the refresh
+            try:
+                fields = pread(fd, SCHEDSTAT_BYTES, 0).split(None, 2)
+                worker_demand[pid] = (int(fields[0]) + int(fields[1])) / 1e9
+            except (OSError, IndexError, ValueError):
+                pass  # its CPU time without its demand, as the careful way
         previous = self._previous
         self._previous = (now, main_s, idle, jiffies, demand_s, worker_cpu, worker_demand)
         rss, available, total, used = self._memory
@@ -260,7 +261,7 @@ class HostSource:
             return None
         workers: dict[int, float] = {}
         demand: dict[int, float] = {}
-        for pid, key, stat_path, schedstat_path in self._workers:  # none: no work
+        for pid, key, stat_path, schedstat_path, _ in self._workers:  # none: no work
             cpu = stat_cpu_s(read(stat_path)) if ticks else _cpu_or_none(cpu_of, key)
             if cpu is None:
                 continue  # gone since the refresh
@@ -332,18 +333,25 @@ class HostSource:
         return found
 
     def _follow(self, pids: list[int]) -> None:
-        """Read these descendants from now on (their files opened at their first reading)."""
-        proc = self._proc
-        self._workers = [(pid, self._cpu_key(pid), f"{proc}/{pid}/stat",
-                          f"{proc}/{pid}/schedstat") for pid in pids]
-        keep = {self._stat_path, self._schedstat_path, self._system_path}
-        for _, _, stat_path, schedstat_path in self._workers:
-            keep.update((stat_path, schedstat_path))
+        """Read these descendants from now on (the files of one that ended are closed)."""
+        proc, files = self._proc, self._files
+        keep = {self._stat_path, self._schedstat_path, self._system_path,
+                f"{proc}/{self._pid}/statm", f"{proc}/meminfo"}
         if self._cgroup is not None:
             keep.update((str(self._cgroup.usage_file), str(self._cgroup.stat_file)))
-        own = f"{proc}/{self._pid}"
-        keep.update((f"{own}/statm", f"{proc}/meminfo"))
-        self._files.forget_all_but(keep)  # workers that ended
+        workers = []
+        for pid in pids:
+            stat_path, schedstat_path = f"{proc}/{pid}/stat", f"{proc}/{pid}/schedstat"
+            # opened anew at each refresh: a pid used again by another process within the
+            # second is then read from its own files, not the ended one's (which answer ESRCH)
+            files.forget(stat_path)
+            files.forget(schedstat_path)
+            keep.update((stat_path, schedstat_path))
+            fd = files.open(schedstat_path) if self._fast else None
+            workers.append((pid, self._cpu_key(pid), stat_path, schedstat_path,
+                            -1 if fd is None else fd))
+        files.forget_all_but(keep)  # workers that ended
+        self._workers = workers
 
     def _psutil_children(self, pids: list[int]) -> list[Any]:
         known = {child.pid: child for child in self._children}

@@ -51,8 +51,9 @@ def _close_all(fds: dict[str, int]) -> None:
 class ProcFiles:
     """Descriptors kept open by path; :meth:`read` is one ``pread`` from the start.
 
-    At most ``max_open`` stay open (a process with hundreds of threads must not take hundreds
-    of descriptors from the user's budget); a file beyond them is opened for each read.
+    At most ``max_open`` stay open through :meth:`read` (a process with hundreds of threads
+    must not take hundreds of descriptors from the user's budget): a file beyond them is
+    opened for each read. :meth:`open` keeps a file open whatever the count.
     """
 
     def __init__(self, max_open: int = 128) -> None:
