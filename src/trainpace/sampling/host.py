@@ -40,7 +40,7 @@ from trainpace.sampling.procfs import (
     SCHEDSTAT_BYTES,
     SYSTEM_STAT_BYTES,
     ProcFiles,
-    children_pids,
+    descendant_pids,
     meminfo_bytes,
     process_clock,
     process_clocks_work,
@@ -57,7 +57,6 @@ HOST_KEYS: tuple[str, ...] = (
     "available_gb", "memory_total_gb", "memory_used_pct", "main_demand_pct",
     "workers_demand_pct",
 )
-LIST_BYTES = 65536  # a children list: ~7 bytes a pid
 
 Memory = tuple[float | None, float | None, float | None, float | None]
 # (rss, available, total: GB; used %)
@@ -309,28 +308,10 @@ class HostSource:
 
     def _descendant_pids(self) -> list[int] | None:
         """Descendants from the kernel's children lists; None where the kernel has none."""
-        proc = self._proc
         if self._has_lists is None:
-            self._has_lists = os.path.exists(f"{proc}/{self._pid}/task/{self._pid}/children")
-        if not self._has_lists:
-            return None
-        found: list[int] = []
-        lists: set[str] = set()
-        queue = [self._pid]
-        while queue:
-            pid = queue.pop()
-            try:
-                tasks = os.listdir(f"{proc}/{pid}/task")
-            except OSError:
-                continue  # exited meanwhile
-            for task in tasks:
-                path = f"{proc}/{pid}/task/{task}/children"
-                lists.add(path)
-                children = children_pids(self._lists.read(path, LIST_BYTES))
-                found.extend(children)
-                queue.extend(children)
-        self._lists.forget_all_but(lists)  # threads and processes that ended
-        return found
+            self._has_lists = os.path.exists(
+                f"{self._proc}/{self._pid}/task/{self._pid}/children")
+        return descendant_pids(self._proc, self._pid, self._lists) if self._has_lists else None
 
     def _follow(self, pids: list[int]) -> None:
         """Read these descendants from now on (the files of one that ended are closed)."""

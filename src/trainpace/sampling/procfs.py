@@ -173,6 +173,34 @@ def _value_after(data: bytes, key: bytes) -> bytes | None:
     return data[at:end] if end >= 0 else data[at:]
 
 
+LIST_BYTES = 65536  # a children list: ~7 bytes a pid
+
+
+def descendant_pids(proc: str, pid: int, lists: ProcFiles) -> list[int]:
+    """``pid``'s descendants, from the children list of each of their threads.
+
+    ``lists`` keeps those lists open from one call to the next; the lists of threads and
+    processes that ended are closed.
+    """
+    found: list[int] = []
+    seen: set[str] = set()
+    queue = [pid]
+    while queue:
+        parent = queue.pop()
+        try:
+            tasks = os.listdir(f"{proc}/{parent}/task")
+        except OSError:
+            continue  # exited meanwhile
+        for task in tasks:
+            path = f"{proc}/{parent}/task/{task}/children"
+            seen.add(path)
+            children = children_pids(lists.read(path, LIST_BYTES))
+            found.extend(children)
+            queue.extend(children)
+    lists.forget_all_but(seen)
+    return found
+
+
 def meminfo_bytes(data: bytes | None, key: bytes) -> float | None:
     """One ``/proc/meminfo`` value in bytes (``key`` as ``b"MemTotal"``), None if absent."""
     value = _value_after(data, key + b":") if data else None
