@@ -398,7 +398,7 @@ def test_cpu_clocks_and_ticks_give_the_same_figures():
 
 
 def _twins(tmp_path, clock, ticks_now):
-    """The fast way (CPU times from a clock, here a dict) and the careful way (stat ticks)."""
+    """CPU times from the processes' clocks (here a dict) and from their stat files' ticks."""
     from trainpace.sampling import procfs
 
     def cpu_s(pid):
@@ -411,11 +411,11 @@ def _twins(tmp_path, clock, ticks_now):
               "procfs": True, "slow_every_s": 1.0}
     fast = HostSource(1, process_cpu_s=cpu_s, **kwargs)
     careful = HostSource(1, cpu_clocks=False, **kwargs)
-    assert fast._fast and not careful._fast
+    assert not fast._ticks and careful._ticks
     return fast, careful
 
 
-def test_the_fast_and_the_careful_way_give_the_same_figures(tmp_path):
+def test_clocks_and_stat_ticks_give_the_same_figures(tmp_path):
     from trainpace.sampling import procfs
 
     tck = procfs.CLK_TCK
@@ -449,7 +449,7 @@ def test_the_fast_and_the_careful_way_give_the_same_figures(tmp_path):
     assert a["workers_demand_pct"] is None
 
 
-def test_an_odd_proc_stat_makes_the_fast_way_give_way(tmp_path):
+def test_an_odd_proc_stat_leaves_the_cpu_figures_unknown(tmp_path):
     from trainpace.sampling import procfs
 
     tck = procfs.CLK_TCK

@@ -109,21 +109,14 @@ class HostSource:
         self._lists = ProcFiles()  # the children lists, read each second
         self._has_lists: bool | None = None  # whether the kernel keeps children lists
         self._children: list[Any] = []  # psutil processes (the psutil way)
-        # the procfs way, per descendant: pid, its ``cpu_of`` key, its stat and schedstat files,
-        # the latter's descriptor (-1: none)
-        self._workers: list[tuple[int, int, str, str, int]] = []
+        # the procfs way, per descendant: pid, its ``cpu_of`` key, its stat and schedstat files
+        self._workers: list[tuple[int, int, str, str]] = []
         own = f"{self._proc}/{self._pid}"
         self._stat_path, self._schedstat_path = f"{own}/stat", f"{own}/schedstat"
         self._system_path = f"{self._proc}/stat"
         self._slow_at = -math.inf
         self._memory: Memory = (None, None, None, None)
         self._previous: Times | None = None
-        self._fast = self._procfs and not self._ticks
-        if self._fast:  # opened now: the reading path then only preads
-            system_fd = self._files.open(self._system_path)
-            schedstat_fd = self._files.open(self._schedstat_path)
-            self._fast = system_fd is not None and schedstat_fd is not None
-            self._system_fd, self._schedstat_fd = system_fd or -1, schedstat_fd or -1
 
     def _cpu_key(self, pid: int) -> int:
         """What ``cpu_of`` takes for ``pid``."""
@@ -137,78 +130,12 @@ class HostSource:
 
     def read(self) -> dict[str, float | int | None]:
         """One reading: :data:`HOST_KEYS`, None where unknown (CPU: on the first reading)."""
-        if self._fast:
-            try:
-                return self._read_fast()
-            except (OSError, ValueError, IndexError):
-                pass  # an odd file: the careful way says what it can
         now = self._clock()
         if now - self._slow_at >= self._slow_every_s:
             self._refresh()
             self._slow_at = now
         times = self._read_procfs(now) if self._procfs else self._read_psutil(now)
         return self._row(times)
-
-    def _read_fast(self) -> dict[str, float | int | None]:
-        """:meth:`read` through /proc and the CPU clocks, every step written out in one function.
-
-        After the sampler's sleep every function called costs cache misses of its own, so
-        this path calls none of ours: the same figures as :meth:`_row` of
-        :meth:`_read_procfs` (the tests hold them equal), at half the cost. A file that does
-        not parse raises, and :meth:`read` takes the careful way.
-        """
-        now = self._clock()
-        if now - self._slow_at >= self._slow_every_s:
-            self._refresh()
-            self._slow_at = now
-        pread, cpu_of = os.pread, self._cpu_of
-        main_s = (time.process_time() if self._own and not self._cpu_by_pid
-                  else cpu_of(self._main_key))
-        data = pread(self._system_fd, SYSTEM_STAT_BYTES, 0)
-        if not data.startswith(b"cpu "):
-            raise ValueError("not /proc/stat")
-        values = list(map(int, data[4:data.index(b"\n")].split()[:8]))
-        idle, jiffies = values[3] + (values[4] if len(values) > 4 else 0), sum(values)
-        fields = pread(self._schedstat_fd, SCHEDSTAT_BYTES, 0).split(None, 2)
-        demand_s = (int(fields[0]) + int(fields[1])) / 1e9
-        worker_cpu: dict[int, float] = {}
-        worker_demand: dict[int, float] = {}
-        for pid, key, _, _, fd in self._workers:  # none: no work
-            try:
-                worker_cpu[pid] = cpu_of(key)
-            except OSError:
-                continue  # gone since the refresh
-            try:
-                fields = pread(fd, SCHEDSTAT_BYTES, 0).split(None, 2)
-                worker_demand[pid] = (int(fields[0]) + int(fields[1])) / 1e9
-            except (OSError, IndexError, ValueError):
-                pass  # its CPU time without its demand, as the careful way
-        previous = self._previous
-        self._previous = (now, main_s, idle, jiffies, demand_s, worker_cpu, worker_demand)
-        rss, available, total, used = self._memory
-        process = main = system = main_demand = workers_demand = None
-        if previous is not None and now > previous[0]:
-            elapsed = now - previous[0]
-            main_pct = 100.0 * (main_s - previous[1]) / elapsed
-            main = process = max(main_pct, 0.0)
-            if worker_cpu:
-                before = previous[5]
-                worker_s = sum(cpu - before[pid] for pid, cpu in worker_cpu.items()
-                               if pid in before)
-                process = max(main_pct + 100.0 * worker_s / elapsed, 0.0)
-                before = previous[6]
-                wanted_s = sum(d - before[pid] for pid, d in worker_demand.items()
-                               if pid in before)
-                workers_demand = max(0.0, 100.0 * wanted_s / elapsed)
-            if jiffies > previous[3]:
-                system = 100.0 * ((jiffies - previous[3]) - (idle - previous[2])) / (
-                    jiffies - previous[3])
-            if previous[4] is not None:
-                main_demand = max(0.0, 100.0 * (demand_s - previous[4]) / elapsed)
-        return {"process_cpu_pct": process, "main_cpu_pct": main, "system_cpu_pct": system,
-                "workers": len(worker_cpu), "rss_gb": rss, "available_gb": available,
-                "memory_total_gb": total, "memory_used_pct": used,
-                "main_demand_pct": main_demand, "workers_demand_pct": workers_demand}
 
     def _row(self, times: Times | None) -> dict[str, float | int | None]:
         """The row of a reading's counters against the previous reading's."""
@@ -260,7 +187,7 @@ class HostSource:
             return None
         workers: dict[int, float] = {}
         demand: dict[int, float] = {}
-        for pid, key, stat_path, schedstat_path, _ in self._workers:  # none: no work
+        for pid, key, stat_path, schedstat_path in self._workers:  # none: no work
             cpu = stat_cpu_s(read(stat_path)) if ticks else _cpu_or_none(cpu_of, key)
             if cpu is None:
                 continue  # gone since the refresh
@@ -328,9 +255,7 @@ class HostSource:
             files.forget(stat_path)
             files.forget(schedstat_path)
             keep.update((stat_path, schedstat_path))
-            fd = files.open(schedstat_path) if self._fast else None
-            workers.append((pid, self._cpu_key(pid), stat_path, schedstat_path,
-                            -1 if fd is None else fd))
+            workers.append((pid, self._cpu_key(pid), stat_path, schedstat_path))
         files.forget_all_but(keep)  # workers that ended
         self._workers = workers
 
