@@ -242,7 +242,7 @@ class HostSource:
 
     def _follow(self, pids: list[int]) -> None:
         """Read these descendants from now on (the files of one that ended are closed)."""
-        proc, files = self._proc, self._files
+        proc = self._proc
         keep = {self._stat_path, self._schedstat_path, self._system_path,
                 f"{proc}/{self._pid}/statm", f"{proc}/meminfo"}
         if self._cgroup is not None:
@@ -250,13 +250,11 @@ class HostSource:
         workers = []
         for pid in pids:
             stat_path, schedstat_path = f"{proc}/{pid}/stat", f"{proc}/{pid}/schedstat"
-            # opened anew at each refresh: a pid used again by another process within the
-            # second is then read from its own files, not the ended one's (which answer ESRCH)
-            files.forget(stat_path)
-            files.forget(schedstat_path)
+            # kept open from one refresh to the next: one that ended answers ESRCH, and
+            # ProcFiles.read closes it, so a pid used again is read from its own files
             keep.update((stat_path, schedstat_path))
             workers.append((pid, self._cpu_key(pid), stat_path, schedstat_path))
-        files.forget_all_but(keep)  # workers that ended
+        self._files.forget_all_but(keep)  # workers that ended
         self._workers = workers
 
     def _psutil_children(self, pids: list[int]) -> list[Any]:
