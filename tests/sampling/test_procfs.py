@@ -149,3 +149,15 @@ def test_no_process_clocks_off_linux(monkeypatch):
     monkeypatch.setattr(procfs.sys, "platform", "darwin")
     assert procfs.process_clock(1) is None
     assert not procfs.process_clocks_work()
+
+
+def test_files_closed_can_be_read_again(tmp_path):
+    path = tmp_path / "f"
+    path.write_text("x")
+    files = ProcFiles()
+    assert files.read(str(path)) == b"x"
+    files.close()
+    assert len(files) == 0
+    assert files.read(str(path)) == b"x"  # opened again
+    assert len(files) == 1
+    files.close()

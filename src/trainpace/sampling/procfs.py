@@ -103,8 +103,8 @@ class ProcFiles:
             self.forget(path)
 
     def close(self) -> None:
-        """Close every file."""
-        self._closer()
+        """Close every file (one read again later is opened again, and closed when collected)."""
+        _close_all(self._fds)
 
 
 def stat_cpu_s(data: bytes | None) -> float | None:
