@@ -111,3 +111,65 @@ def test_pending_rows_are_bounded():
 def test_bad_interval_is_a_config_error(interval):
     with pytest.raises(ConfigError, match="interval_s must be a number of seconds > 0"):
         Sampler(_scripted([]), interval_s=interval)
+
+
+def test_without_poll_the_thread_waits_on_a_lock(monkeypatch):
+    import select
+
+    monkeypatch.delattr(select, "poll")
+    count = [0]
+
+    def read():
+        count[0] += 1
+        return {"n": count[0]}, {"n": float(count[0])}
+
+    sampler = Sampler(read, interval_s=0.02, t0=time.perf_counter())
+    sampler.start()
+    assert sampler._pipe is None
+    time.sleep(0.15)
+    started = time.perf_counter()
+    sampler.stop()
+    assert time.perf_counter() - started < 0.5  # cut short, not a whole wait (or a hang)
+    assert not sampler.running
+    assert count[0] >= 2
+    sampler.start()  # not again after stop
+    assert not sampler.running
+
+
+def test_stop_cuts_the_wait_short_and_closes_the_pipe():
+    import os
+
+    sampler = Sampler(_scripted([1.0] * 10), interval_s=30.0, clock=Clock(), t0=0.0)
+    sampler.start()
+    read_fd, write_fd = sampler._pipe
+    started = time.perf_counter()
+    sampler.stop()
+    assert time.perf_counter() - started < 5.0  # a 30 s wait was cut short
+    assert sampler.readings == 1  # the last reading, taken by stop()
+    for fd in (read_fd, write_fd):
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(fd)
+
+
+def test_busy_cpu_is_the_threads_cpu_time_and_that_of_readings_outside_it():
+    def burn():
+        t = time.thread_time()
+        while time.thread_time() - t < 0.005:  # 5 ms of CPU per reading
+            pass
+        return {}, {}
+
+    sampler = Sampler(burn, interval_s=0.01, t0=time.perf_counter())
+    sampler.start()
+    deadline = time.monotonic() + 10
+    while sampler.readings < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    running = sampler.busy_cpu_s  # read from the thread's clock while it runs
+    sampler.stop(final_reading=False)
+    readings = sampler.readings
+    assert readings >= 5
+    assert running >= 0.005 * 5
+    assert sampler.busy_cpu_s >= 0.005 * readings
+    assert sampler.busy_cpu_s < 0.005 * readings + 0.5
+    stopped = sampler.busy_cpu_s
+    sampler.sample_once()  # outside the thread: timed around the reading
+    assert sampler.busy_cpu_s - stopped >= 0.005

@@ -1,4 +1,4 @@
-"""The host side through ``psutil``: CPU of the training process and its workers, memory.
+"""The host: CPU of the training process and its workers, memory; from ``/proc``, else psutil.
 
 CPU percentages are differences of cumulative CPU times over the time between two readings
 (100% = one core busy), so the first reading has none: it is the baseline, not a
@@ -16,22 +16,41 @@ a thread that waits on I/O wants none. ``main_demand_pct`` is the training loop'
 core. Unlike CPU time, demand does not shrink when other processes crowd the machine, so it
 tells loading that computes from loading that waits even on a busy machine.
 
-On Linux the readings come from ``/proc`` directly (``os.times()`` for this process): one
-small read per file, a fraction of psutil's cost per call; elsewhere through psutil.
+On Linux the readings come from ``/proc`` through files kept open and from the processes'
+CPU-time clocks (:mod:`~trainpace.sampling.procfs`): a reading is a few ``pread`` and
+``clock_gettime`` calls and no psutil, since the sampler's own cost is the point (issue 9
+§5); elsewhere, psutil. The clocks give the CPU time that ``/proc/<pid>/stat`` and
+``os.times()`` round down to 10 ms ticks, to the nanosecond (a 100 ms reading's CPU share is
+no longer a multiple of 10%); ``cpu_clocks=False`` reads the ticks.
 
-Memory respects a cgroup limit (containers): when one is lower than the machine's memory,
-the total is the limit and ``available_gb`` is the limit minus the cgroup's working set
-(its usage less reclaimable file cache), if that is lower than what the machine says.
+Memory respects a cgroup limit (containers, :mod:`~trainpace.sampling.cgroup`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trainpace.sampling.cgroup import CgroupMemory, find_cgroup_memory
+from trainpace.sampling.procfs import (
+    SCHEDSTAT_BYTES,
+    SYSTEM_STAT_BYTES,
+    ProcFiles,
+    descendant_pids,
+    meminfo_bytes,
+    process_clock,
+    process_clocks_work,
+    schedstat_s,
+    stat_cpu_s,
+    statm_rss_bytes,
+    system_times,
+)
+
+__all__ = ["HOST_KEYS", "CgroupMemory", "HostSource", "find_cgroup_memory"]
 
 HOST_KEYS: tuple[str, ...] = (
     "process_cpu_pct", "main_cpu_pct", "system_cpu_pct", "workers", "rss_gb",
@@ -39,119 +58,11 @@ HOST_KEYS: tuple[str, ...] = (
     "workers_demand_pct",
 )
 
-
-@dataclass(frozen=True)
-class CgroupMemory:
-    """The memory limit of this process's cgroup and the files that give its usage."""
-
-    limit_bytes: int
-    usage_file: Path
-    stat_file: Path
-    inactive_key: str  # the reclaimable page-cache line of memory.stat
-
-    def working_set_bytes(self) -> int | None:
-        """Usage less inactive file cache (what the kernel cannot simply drop), or None."""
-        try:
-            usage = int(self.usage_file.read_text().strip())
-            inactive = 0
-            for line in self.stat_file.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == self.inactive_key:
-                    inactive = int(value)
-                    break
-        except (OSError, ValueError):
-            return None
-        return max(usage - inactive, 0)
-
-
-def find_cgroup_memory(root: str | Path = "/sys/fs/cgroup",
-                       proc_cgroup: str | Path = "/proc/self/cgroup") -> CgroupMemory | None:
-    """This process's cgroup memory limit (v2, else v1), or None when there is none."""
-    root = Path(root)
-    try:
-        lines = Path(proc_cgroup).read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        relative = path.lstrip("/")
-        if controllers == "" and (root / relative / "memory.max").exists():  # v2
-            folder = root / relative
-            candidate = (folder / "memory.max", folder / "memory.current", folder / "memory.stat",
-                         "inactive_file")
-        elif "memory" in controllers.split(","):  # v1
-            folder = root / "memory" / relative
-            candidate = (folder / "memory.limit_in_bytes", folder / "memory.usage_in_bytes",
-                         folder / "memory.stat", "total_inactive_file")
-        else:
-            continue
-        try:
-            text = candidate[0].read_text().strip()
-        except OSError:
-            continue
-        if text == "max" or not text.isdigit():
-            return None
-        return CgroupMemory(int(text), candidate[1], candidate[2], candidate[3])
-    return None
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _read_bytes(path: str) -> bytes | None:
-    try:
-        with open(path, "rb", buffering=0) as f:
-            return f.read(4096)
-    except OSError:
-        return None
-
-
-def _stat_cpu_s(data: bytes | None) -> float | None:
-    """utime + stime (seconds) from a ``/proc/<pid>/stat`` line."""
-    if not data:
-        return None
-    fields = data[data.rfind(b")") + 2:].split()
-    try:
-        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-    except (IndexError, ValueError):
-        return None
-
-
-def _schedstat_s(data: bytes | None) -> float | None:
-    """Time on a CPU + time waiting for one (seconds), from ``/proc/<pid>/schedstat``."""
-    if not data:
-        return None
-    fields = data.split()
-    try:
-        return (int(fields[0]) + int(fields[1])) / 1e9
-    except (IndexError, ValueError):
-        return None
-
-
-def _system_times(data: bytes | None) -> tuple[float, float] | None:
-    """(idle, total) jiffies from ``/proc/stat``'s first line (guest is inside user)."""
-    if not data or not data.startswith(b"cpu "):
-        return None
-    values = [int(v) for v in data[:data.find(b"\n")].split()[1:9]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)
-    return float(idle), float(sum(values))
-
-
-@dataclass
-class _Times:
-    """One reading's cumulative counters."""
-
-    at: float
-    main: float
-    workers: dict[int, float]
-    idle: float
-    total: float
-    main_demand: float | None
-    workers_demand: dict[int, float]
+Memory = tuple[float | None, float | None, float | None, float | None]
+# (rss, available, total: GB; used %)
+# one reading's cumulative counters: at, main CPU s, idle, total jiffies, main demand s,
+# {worker pid: CPU s}, {worker pid: demand s}
+Times = tuple[float, float, float, float, float | None, dict[int, float], dict[int, float]]
 
 
 class HostSource:
@@ -167,6 +78,8 @@ class HostSource:
         clock: Callable[[], float] = time.monotonic,
         proc: str | Path = "/proc",
         procfs: bool | None = None,
+        cpu_clocks: bool | None = None,
+        process_cpu_s: Callable[[int], float] | None = None,
     ) -> None:
         if psutil_module is None:
             import psutil
@@ -178,80 +91,114 @@ class HostSource:
         self._process = psutil_module.Process(pid)
         self._pid = pid if pid is not None else os.getpid()
         self._own = self._pid == os.getpid()
-        self._proc = Path(proc)
+        self._proc = str(proc)
         self._procfs = bool(procfs)
+        # a process's CPU time: ``cpu_of(key)`` (OSError once it is gone), keyed by its clock's
+        # id (the real /proc) or by pid (``process_cpu_s``: tests); ``ticks``: from its stat
+        # file instead (os.times() for this process), in 10 ms ticks
+        self._cpu_by_pid = process_cpu_s is not None
+        self._cpu_of: Callable[[int], float] = process_cpu_s or time.clock_gettime
+        self._ticks = not self._cpu_by_pid and not (
+            cpu_clocks is not False and self._procfs and self._proc == "/proc"
+            and (cpu_clocks or process_clocks_work()))
+        self._main_key = self._cpu_key(self._pid)
         self._clock = clock
         self._slow_every_s = slow_every_s
         self._cgroup = find_cgroup_memory() if cgroup is True else (cgroup or None)
-        self._children: list[Any] = []
-        self._slow_at: float | None = None
-        self._memory: dict[str, float | None] = {}
-        self._previous: _Times | None = None
+        self._files = ProcFiles()  # read at every reading (and each second: memory)
+        self._lists = ProcFiles()  # the children lists, read each second
+        self._has_lists: bool | None = None  # whether the kernel keeps children lists
+        self._children: list[Any] = []  # psutil processes (the psutil way)
+        # the procfs way, per descendant: pid, its ``cpu_of`` key, its stat and schedstat files
+        self._workers: list[tuple[int, int, str, str]] = []
+        own = f"{self._proc}/{self._pid}"
+        self._stat_path, self._schedstat_path = f"{own}/stat", f"{own}/schedstat"
+        self._system_path = f"{self._proc}/stat"
+        self._slow_at = -math.inf
+        self._memory: Memory = (None, None, None, None)
+        self._previous: Times | None = None
+
+    def _cpu_key(self, pid: int) -> int:
+        """What ``cpu_of`` takes for ``pid``."""
+        clock_id = None if self._ticks or self._cpu_by_pid else process_clock(pid)
+        return pid if clock_id is None else clock_id
+
+    def close(self) -> None:
+        """Close the files kept open (also done when the source is collected)."""
+        self._files.close()
+        self._lists.close()
 
     def read(self) -> dict[str, float | int | None]:
         """One reading: :data:`HOST_KEYS`, None where unknown (CPU: on the first reading)."""
-        ps = self._psutil
         now = self._clock()
-        row: dict[str, float | int | None] = dict.fromkeys(HOST_KEYS)
-        if self._slow_at is None or now - self._slow_at >= self._slow_every_s:
-            try:
-                self._children = self._find_children()
-            except ps.Error:
-                self._children = []
-            self._memory = self._read_memory()
+        if now - self._slow_at >= self._slow_every_s:
+            self._refresh()
             self._slow_at = now
-        row.update(self._memory)
         times = self._read_procfs(now) if self._procfs else self._read_psutil(now)
-        if times is None:
-            return row
-        row["workers"] = len(times.workers)
-        previous, self._previous = self._previous, times
-        if previous is None or now <= previous.at:
-            return row
-        elapsed = now - previous.at
-        main_pct = 100.0 * (times.main - previous.main) / elapsed
-        # a worker first seen now has no earlier reading: it counts from the next one
-        worker_s = sum(cpu - previous.workers[pid] for pid, cpu in times.workers.items()
-                       if pid in previous.workers)
-        row["main_cpu_pct"] = max(main_pct, 0.0)
-        row["process_cpu_pct"] = max(main_pct + 100.0 * worker_s / elapsed, 0.0)
-        if times.total > previous.total:
-            busy = (times.total - previous.total) - (times.idle - previous.idle)
-            row["system_cpu_pct"] = 100.0 * busy / (times.total - previous.total)
-        if times.main_demand is not None and previous.main_demand is not None:
-            row["main_demand_pct"] = max(
-                0.0, 100.0 * (times.main_demand - previous.main_demand) / elapsed)
-        if times.workers:
-            demand = sum(d - previous.workers_demand[pid]
-                         for pid, d in times.workers_demand.items()
-                         if pid in previous.workers_demand)
-            row["workers_demand_pct"] = max(0.0, 100.0 * demand / elapsed)
-        return row
+        return self._row(times)
 
-    def _read_procfs(self, now: float) -> _Times | None:
-        proc = str(self._proc)
-        if self._own:
+    def _row(self, times: Times | None) -> dict[str, float | int | None]:
+        """The row of a reading's counters against the previous reading's."""
+        rss, available, total, used = self._memory
+        process = main = system = main_demand = workers_demand = None
+        workers = None
+        if times is not None:
+            at, main_s, idle, jiffies, demand_s, worker_cpu, worker_demand = times
+            workers = len(worker_cpu)
+            previous, self._previous = self._previous, times
+            if previous is not None and at > previous[0]:
+                elapsed = at - previous[0]
+                main_pct = 100.0 * (main_s - previous[1]) / elapsed
+                main = process = max(main_pct, 0.0)
+                if worker_cpu:
+                    # a worker first seen now has no earlier reading: it counts from the next
+                    before = previous[5]
+                    worker_s = sum(cpu - before[pid] for pid, cpu in worker_cpu.items()
+                                   if pid in before)
+                    process = max(main_pct + 100.0 * worker_s / elapsed, 0.0)
+                    before = previous[6]
+                    wanted = sum(d - before[pid] for pid, d in worker_demand.items()
+                                 if pid in before)
+                    workers_demand = max(0.0, 100.0 * wanted / elapsed)
+                if jiffies > previous[3]:
+                    busy = (jiffies - previous[3]) - (idle - previous[2])
+                    system = 100.0 * busy / (jiffies - previous[3])
+                if demand_s is not None and previous[4] is not None:
+                    main_demand = max(0.0, 100.0 * (demand_s - previous[4]) / elapsed)
+        return {"process_cpu_pct": process, "main_cpu_pct": main, "system_cpu_pct": system,
+                "workers": workers, "rss_gb": rss, "available_gb": available,
+                "memory_total_gb": total, "memory_used_pct": used,
+                "main_demand_pct": main_demand, "workers_demand_pct": workers_demand}
+
+    def _read_procfs(self, now: float) -> Times | None:
+        read, cpu_of, ticks = self._files.read, self._cpu_of, self._ticks
+        main: float | None
+        if self._own and ticks:
             t = os.times()
-            main: float | None = t.user + t.system
+            main = t.user + t.system
+        elif self._own and not self._cpu_by_pid:
+            main = time.process_time()
+        elif not ticks:
+            main = _cpu_or_none(cpu_of, self._main_key)
         else:
-            main = _stat_cpu_s(_read_bytes(f"{proc}/{self._pid}/stat"))
-        system = _system_times(_read_bytes(f"{proc}/stat"))
+            main = stat_cpu_s(read(self._stat_path))
+        system = system_times(read(self._system_path, SYSTEM_STAT_BYTES))
         if main is None or system is None:
             return None
         workers: dict[int, float] = {}
         demand: dict[int, float] = {}
-        for child in self._children:
-            cpu = _stat_cpu_s(_read_bytes(f"{proc}/{child.pid}/stat"))
+        for pid, key, stat_path, schedstat_path in self._workers:  # none: no work
+            cpu = stat_cpu_s(read(stat_path)) if ticks else _cpu_or_none(cpu_of, key)
             if cpu is None:
                 continue  # gone since the refresh
-            workers[child.pid] = cpu
-            wanted = _schedstat_s(_read_bytes(f"{proc}/{child.pid}/schedstat"))
+            workers[pid] = cpu
+            wanted = schedstat_s(read(schedstat_path, SCHEDSTAT_BYTES))
             if wanted is not None:
-                demand[child.pid] = wanted
-        return _Times(now, main, workers, system[0], system[1],
-                      _schedstat_s(_read_bytes(f"{proc}/{self._pid}/schedstat")), demand)
+                demand[pid] = wanted
+        return (now, main, system[0], system[1],
+                schedstat_s(read(self._schedstat_path, SCHEDSTAT_BYTES)), workers, demand)
 
-    def _read_psutil(self, now: float) -> _Times | None:
+    def _read_psutil(self, now: float) -> Times | None:
         ps = self._psutil
         try:
             times = self._process.cpu_times()
@@ -269,33 +216,48 @@ class HostSource:
         idle = system.idle + getattr(system, "iowait", 0.0)
         # Linux counts guest time inside user time already
         total = sum(system) - getattr(system, "guest", 0.0) - getattr(system, "guest_nice", 0.0)
-        return _Times(now, main, workers, idle, total, None, {})
+        return (now, main, idle, total, None, workers, {})
+
+    # -- each slow_every_s: the descendants and the memory --------------------------------
+
+    def _refresh(self) -> None:
+        try:
+            pids = self._descendant_pids()
+            if pids is None:
+                pids = [child.pid for child in self._process.children(recursive=True)]
+        except self._psutil.Error:
+            pids = []
+        if self._procfs:
+            self._follow(pids)
+        else:
+            self._children = self._psutil_children(pids)
+        self._memory = self._read_memory()
 
     def _descendant_pids(self) -> list[int] | None:
         """Descendants from the kernel's children lists; None where the kernel has none."""
-        if not (self._proc / str(self._pid) / "task" / str(self._pid) / "children").exists():
-            return None
-        found: list[int] = []
-        queue = [self._pid]
-        while queue:
-            pid = queue.pop()
-            try:
-                tasks = list((self._proc / str(pid) / "task").iterdir())
-            except OSError:
-                continue  # exited meanwhile
-            for task in tasks:
-                try:
-                    children = [int(c) for c in (task / "children").read_text().split()]
-                except (OSError, ValueError):
-                    continue
-                found.extend(children)
-                queue.extend(children)
-        return found
+        if self._has_lists is None:
+            self._has_lists = os.path.exists(
+                f"{self._proc}/{self._pid}/task/{self._pid}/children")
+        return descendant_pids(self._proc, self._pid, self._lists) if self._has_lists else None
 
-    def _find_children(self) -> list[Any]:
-        pids = self._descendant_pids()
-        if pids is None:
-            return list(self._process.children(recursive=True))
+    def _follow(self, pids: list[int]) -> None:
+        """Read these descendants from now on (the files of one that ended are closed)."""
+        proc = self._proc
+        keep = {self._stat_path, self._schedstat_path, self._system_path,
+                f"{proc}/{self._pid}/statm", f"{proc}/meminfo"}
+        if self._cgroup is not None:
+            keep.update((str(self._cgroup.usage_file), str(self._cgroup.stat_file)))
+        workers = []
+        for pid in pids:
+            stat_path, schedstat_path = f"{proc}/{pid}/stat", f"{proc}/{pid}/schedstat"
+            # kept open from one refresh to the next: one that ended answers ESRCH, and
+            # ProcFiles.read closes it, so a pid used again is read from its own files
+            keep.update((stat_path, schedstat_path))
+            workers.append((pid, self._cpu_key(pid), stat_path, schedstat_path))
+        self._files.forget_all_but(keep)  # workers that ended
+        self._workers = workers
+
+    def _psutil_children(self, pids: list[int]) -> list[Any]:
         known = {child.pid: child for child in self._children}
         children = []
         for pid in pids:
@@ -310,22 +272,16 @@ class HostSource:
 
     def _procfs_memory(self) -> tuple[float | None, float, float] | None:
         """(rss, total, available) bytes from /proc, or None to ask psutil."""
-        statm = _read_bytes(f"{self._proc}/{self._pid}/statm")
-        meminfo = _read_bytes(f"{self._proc}/meminfo")
-        if not statm or not meminfo:
+        statm = self._files.read(f"{self._proc}/{self._pid}/statm")
+        meminfo = self._files.read(f"{self._proc}/meminfo")
+        rss = statm_rss_bytes(statm)
+        total = meminfo_bytes(meminfo, b"MemTotal")
+        available = meminfo_bytes(meminfo, b"MemAvailable")
+        if rss is None or total is None or available is None:
             return None
-        found: dict[bytes, float] = {}
-        for line in meminfo.splitlines():
-            key, _, rest = line.partition(b":")
-            if key in (b"MemTotal", b"MemAvailable"):
-                found[key] = float(rest.split()[0]) * 1024
-                if len(found) == 2:
-                    break
-        if len(found) < 2:
-            return None
-        return (float(statm.split()[1]) * _PAGE, found[b"MemTotal"], found[b"MemAvailable"])
+        return rss, total, available
 
-    def _read_memory(self) -> dict[str, float | None]:
+    def _read_memory(self) -> Memory:
         ps = self._psutil
         fast = self._procfs_memory() if self._procfs else None
         if fast is not None:
@@ -338,16 +294,20 @@ class HostSource:
                 rss = None
             memory = ps.virtual_memory()
             total_bytes, available = float(memory.total), float(memory.available)
-        if self._cgroup is not None and self._cgroup.limit_bytes < total_bytes:
-            total_bytes = float(self._cgroup.limit_bytes)
-            working_set = self._cgroup.working_set_bytes()
+        cgroup = self._cgroup
+        if cgroup is not None and cgroup.limit_bytes < total_bytes:
+            total_bytes = float(cgroup.limit_bytes)
+            working_set = cgroup.working_set_bytes(self._files)
             if working_set is not None:
                 available = min(available, max(total_bytes - working_set, 0.0))
             else:
                 available = min(available, total_bytes)
-        return {
-            "rss_gb": rss,
-            "available_gb": available / 1e9,
-            "memory_total_gb": total_bytes / 1e9,
-            "memory_used_pct": 100.0 * (total_bytes - available) / total_bytes,
-        }
+        return (rss, available / 1e9, total_bytes / 1e9,
+                100.0 * (total_bytes - available) / total_bytes)
+
+
+def _cpu_or_none(cpu_of: Callable[[int], float], key: int) -> float | None:
+    try:
+        return cpu_of(key)
+    except OSError:  # gone
+        return None
