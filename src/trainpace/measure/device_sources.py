@@ -175,7 +175,10 @@ class DeviceSources:
             return None
 
     def close(self, contained: Callable[[str, Callable[[], object]], None]) -> None:
-        """Close DCGM and NVML, each failure given to ``contained``."""
+        """Close DCGM, NVML and the host's open /proc files, each failure given to
+        ``contained``."""
+        if self.host is not None and self._host_arg is None:  # ours: its /proc files
+            contained("closing the host readings", self.host.close)
         if self.dcgm is not None:
             contained("closing DCGM", self.dcgm.close)
             self.dcgm = None
