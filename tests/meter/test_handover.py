@@ -110,6 +110,8 @@ def test_short_windows_go_to_disk_while_the_writer_is_busy_and_the_loop_never_wa
             behind.append(i - lines(meter.path))
     meter._writer.wait_for = wait_for
     meter.finish()
-    assert max(behind) <= window + 1  # the step just taken and the open window at most
-    assert len(waits) <= 1  # at most once, at the start (the first window is a long one)
+    assert max(behind) <= 2 * window + 1  # at most the open window and the one being written
+    # at most once at the start (the first window is a long one), and after a window that a
+    # stall of the machine made longer than 50 ms; the old rule waited 18 times here
+    assert len(waits) <= 3
     assert [s["step"] for s in read_run(meter.path).steps] == list(range(1, n + 1))
