@@ -16,21 +16,19 @@ from __future__ import annotations
 
 import logging
 import time
-from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-import msgspec
 import torch
 
 from trainpace.measure.batch import TokenCount, count_tokens, samples_in
 from trainpace.measure.clock import DeviceTimer, Marker
 from trainpace.measure.readback import DeviceReadback
-from trainpace.measure.steprow import StepRow, mean_of, step_loss
+from trainpace.measure.steprow import StepRow, host_batch
 from trainpace.records import StepRecord
-from trainpace.stepcolumns import COLUMNS, NAN, StepBatch, StepColumns, StepLine, columns_of
+from trainpace.stepcolumns import StepBatch
 
 logger = logging.getLogger("trainpace")
 Clock = Callable[[], float]
@@ -366,76 +364,11 @@ class StepRecorder:
             self._pending.clear()
             if rows:
                 rows[-1].emitted = True  # observe() looks no further back than this one
-            return partial(self._host_records, rows)
+            return partial(host_batch, rows, self.t0, self._metered)
         assert self._readback is not None  # made with the timer
         t0 = self.t0 if self.t0 is not None else 0.0  # None: no step closed, none pending
         records = self._readback.take(self._pending, final=final, t0=t0, metered=self._metered)
         return partial(StepBatch.of, records)
-
-    def _host_records(self, rows: list[StepRow]) -> StepBatch:
-        """The rows' records and columns, made in one loop (where this is most of the
-        per-step work when steps are tiny): locals, no call per row for a plain step. The
-        columns of the fields every host step has (and the loss) are filled here; a window
-        with tokens, metrics, copies or an uncounted batch has them taken from its records."""
-        t0 = self.t0
-        assert t0 is not None or not rows  # a row is closed after touch()
-        metered = self._metered
-        out: list[msgspec.Struct] = []
-        append = out.append
-        steps: list[int] = []
-        ends: list[float] = []
-        cycles: list[float] = []
-        waits: list[float] = []
-        outsides: list[float] = []
-        samples: list[int] = []
-        batches: list[int] = []
-        loss_values: list[float] = []
-        nonfinite_values: list[float] = []
-        losses_seen = rare = False
-        for row in rows:
-            row.emitted = True
-            losses, metrics, tokens = row.losses, row.metrics, row.tokens
-            if losses:
-                loss, nonfinite = step_loss(losses)
-                losses_seen = True
-            else:
-                loss = nonfinite = None
-            if metrics or tokens or row.samples_unknown or row.h2d_s is not None:
-                rare = True
-            outside = row.outside_s
-            step, t_s, step_s = row.step, row.end_s - t0, row.cycle_s - outside  # type: ignore[operator]  # asserted above
-            # positional, in the fields' order (keywords cost ~0.1 µs a step more)
-            append(StepLine(step, t_s, step_s, row.wait_s, None, row.h2d_s,
-                            None if row.samples_unknown else row.samples,
-                            int(sum(tokens)) if tokens else None, row.batches, loss,
-                            mean_of(metrics) if metrics else None,
-                            outside if metered else None, nonfinite))
-            steps.append(step)
-            ends.append(t_s)
-            cycles.append(step_s)
-            waits.append(row.wait_s)
-            outsides.append(outside)
-            samples.append(row.samples)
-            batches.append(row.batches)
-            loss_values.append(NAN if loss is None else loss)
-            nonfinite_values.append(NAN if nonfinite is None else nonfinite)
-        if rare:
-            records = [msgspec.structs.asdict(line) for line in out]
-            return StepBatch(out, columns_of(records), records)  # type: ignore[arg-type]
-        values: dict[str, array[float] | float] = dict.fromkeys(COLUMNS, NAN)
-        values["step"] = array("d", steps)
-        values["t_s"] = array("d", ends)
-        values["step_s"] = array("d", cycles)
-        values["wait_s"] = array("d", waits)
-        values["samples"] = array("d", samples)
-        values["micro_batches"] = array("d", batches)
-        if metered:
-            values["outside_s"] = array("d", outsides)
-        if losses_seen:
-            values["loss"] = array("d", loss_values)
-            values["loss_nonfinite"] = array("d", nonfinite_values)
-        return StepBatch(out, StepColumns(len(out), values))
-
 
 def _add_tokens(row: StepRow, tokens: TokenCount) -> None:
     if isinstance(row.tokens, list):
