@@ -29,9 +29,10 @@ def follow(tmp_path, dataset, **sizes):
 
 
 def test_io_bound_loading_gets_more_workers_than_cores_and_the_wait_goes(tmp_path):
-    # each sample waits 60 ms (slow storage): a batch of 4 takes 240 ms, the step ~150 ms
-    finding, after, diagnosis = follow(tmp_path, SleepDataset(4 * 30, 0.06), batch_size=4,
-                                       matmuls=96)
+    # each sample waits 60 ms (slow storage): a batch of 4 takes 240 ms, the step ~200 ms;
+    # 40 batches, so the workers' start-up stays well inside the 10% on a loaded machine
+    finding, after, diagnosis = follow(tmp_path, SleepDataset(4 * 40, 0.06), batch_size=4,
+                                       matmuls=128)
     loading = finding.evidence["loading"]
     assert loading["bound"] == "io", loading
     # the loop thread wanted a core for little of its wait
