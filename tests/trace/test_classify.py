@@ -113,3 +113,72 @@ def test_prefiltered_categories_equal_the_patterns_alone() -> None:
 
     assert len(names) > 500
     assert [cl.kernel_category(n) for n in sorted(names)] == [plain(n) for n in sorted(names)]
+
+
+# Names that probe the edges of the rules: line breaks (where a regex's ``.`` and ``$`` stop),
+# non-ASCII digits (``\d``), prefixes and near misses.
+EDGE_NAMES = [
+    "", "nccl", "ncclKernel", "nccl\nKernel", "ncclX\nKernel", "xncclKernel", "nccl_Kernel_x",
+    "Memcpy", "x Memcpy y", "a\nMemcpy", "Memset", "aMemset", "dma", "dmaX", "Sync", "x\nSync",
+    "Event Sync", "Context Sync", "Sync\n",
+    "ProfilerStep#3", "ProfilerStep#3\n", "ProfilerStep#3\n\n", "x ProfilerStep#12",
+    "ProfilerStep#", "ProfilerStep#a", "ProfilerStep#\u0663", "ProfilerStep", "ProfilerStep#1 x",
+    "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+    "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__\n",
+    "enumerate(DataLoader)#_X.__next__y", "enumerate(DataLoader)#\n.__next__",
+    "enumerate(DataPipe)#", " enumerate(DataPipe)#", "enumerate(DataLoader)#.__iter__",
+    "cudaMemcpy", "cudaMemcpy\n", "cudaMemcpyAsync", " cudaMemcpy", "aten::item",
+    "aten::_local_scalar_dense", "cudaDeviceSynchronize", "cudaStreamSynchronize\n\n",
+    "Optimizer.step#SGD.step", "Optimizer.zero_grad#Adam.zero_grad", "optimizer.step#SGD",
+    "Optimizer.step", "nccl:all_reduce", "gloo:broadcast", "nccl:all_reduce ",
+]
+
+
+def _trace_names() -> list[str]:
+    from tracekit import HANDMADE, RESNET_NW0, SAMPLED
+
+    from trainpace.trace.load import load_trace
+
+    names = set(EDGE_NAMES)
+    for path in (RESNET_NW0, *SAMPLED, HANDMADE):
+        names |= set(load_trace(path).names)
+    return sorted(names)
+
+
+def test_hta_kernel_type_equals_htas_patterns() -> None:
+    def by_regex(name: str) -> str:  # HTA's get_kernel_type, its patterns as HTA runs them
+        for kind, pattern, negate in cl.HTA_KERNEL_TYPES:
+            if (re.match(pattern, name) is None) == negate:
+                return kind
+        return cl.HTA_OTHER
+
+    names = _trace_names()
+    assert len(names) > 500
+    assert [cl.hta_kernel_type(n) for n in names] == [by_regex(n) for n in names]
+    assert {by_regex(n) for n in names} == set(cl.HTA_TYPES)  # every branch was taken
+
+
+def test_name_flags_equal_the_patterns() -> None:
+    expected = {
+        "dataloader": lambda n: cl.DATALOADER.search(n) is not None,
+        "comm_op": lambda n: n in cl.COMM_OPS,
+        "sync_event": lambda n: n in cl.HTA_SYNC_EVENTS,
+        # the rule as first written: one regex for the whole name
+        "synchronize": lambda n: re.search(
+            r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize"
+            r"|cuStreamSynchronize|cuCtxSynchronize|cudaMemcpy|hipDeviceSynchronize"
+            r"|hipStreamSynchronize|aten::item|aten::_local_scalar_dense)$", n) is not None,
+        "optimizer": lambda n: re.search(r"^Optimizer\.(step|zero_grad)#", n) is not None,
+        "step_named": lambda n: cl.PROFILER_STEP.search(n) is not None,
+        "step_span": lambda n: re.search(r"^ProfilerStep#(\d+)$", n) is not None,
+        "hta_step_name": lambda n: re.search("ProfilerStep", n) is not None,
+    }
+    assert tuple(expected) == cl.NAME_FLAGS
+    names = _trace_names()
+    flags = cl.name_flags(names)
+    assert flags.shape == (len(cl.NAME_FLAGS), len(names))
+    for row, (flag, rule) in enumerate(expected.items()):
+        want = [rule(n) for n in names]
+        assert flags[row].tolist() == want, flag
+        assert any(want), flag  # each rule is exercised by a name it accepts
+    assert cl.name_flags([]).shape == (len(cl.NAME_FLAGS), 0)

@@ -153,12 +153,9 @@ def _tb_foreign_runtime(p: Prepared) -> np.ndarray:
 
 
 def _step_spans(p: Prepared) -> np.ndarray:
-    c = p.cols
-    mask = np.zeros(len(c), dtype=bool)
     if len(p.steps):
-        names = np.array([cl.PROFILER_STEP.match(n) is not None for n in c.names], dtype=bool)
-        mask = names[c.name]
-    return mask
+        return p.step_span
+    return np.zeros(len(p.cols), dtype=bool)
 
 
 def steps(p: Prepared) -> StepsBreakdown:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import compress, count, repeat
+from typing import Any
 
 import numpy as np
 
@@ -49,13 +51,16 @@ COMM_OPS = frozenset(
     for lib in ("nccl", "gloo")
     for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")
 )
-# Host calls that wait for the device.
-SYNCHRONIZE = re.compile(
-    r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cuStreamSynchronize"
-    r"|cuCtxSynchronize|cudaMemcpy|hipDeviceSynchronize|hipStreamSynchronize"
-    r"|aten::item|aten::_local_scalar_dense)$"
+# Host calls that wait for the device (whole names; a trailing line break is tolerated, as
+# the regex ``^(...)$`` these were first written as tolerated it).
+SYNCHRONIZE = frozenset(
+    f"{call}{end}"
+    for call in ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+                 "cuStreamSynchronize", "cuCtxSynchronize", "cudaMemcpy", "hipDeviceSynchronize",
+                 "hipStreamSynchronize", "aten::item", "aten::_local_scalar_dense")
+    for end in ("", "\n")
 )
-OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)#")
+OPTIMIZER = ("Optimizer.step#", "Optimizer.zero_grad#")  # name prefixes
 # HTA keeps these GPU-side sync events on stream -1 as device events.
 HTA_SYNC_EVENTS = frozenset({"Event Sync", "Context Sync"})
 
@@ -65,21 +70,29 @@ HTA_COMMUNICATION = "COMMUNICATION"
 HTA_MEMORY = "MEMORY"
 HTA_COMPUTATION = "COMPUTATION"
 HTA_OTHER = "OTHER"
-# (type, pattern matched at the start of the name, negate), first hit wins.
-HTA_KERNEL_TYPES: tuple[tuple[str, re.Pattern[str], bool], ...] = (
-    (HTA_COMMUNICATION, re.compile(r"^nccl.*Kernel"), False),
-    (HTA_MEMORY, re.compile(r"(^Memcpy)|(^Memset)|(^dma)"), False),
-    (HTA_COMPUTATION, re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)"), True),
+# (type, pattern matched at the start of the name, negate), first hit wins: HTA's rules as
+# HTA writes them. :func:`hta_kernel_type` applies them with str methods (no regex to compile
+# or run); tests/trace/test_classify.py checks that both agree.
+HTA_KERNEL_TYPES: tuple[tuple[str, str, bool], ...] = (
+    (HTA_COMMUNICATION, r"^nccl.*Kernel", False),
+    (HTA_MEMORY, r"(^Memcpy)|(^Memset)|(^dma)", False),
+    (HTA_COMPUTATION, r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)", True),
 )
 HTA_TYPES: tuple[str, ...] = (HTA_COMMUNICATION, HTA_MEMORY, HTA_COMPUTATION, HTA_OTHER)
 
 
 def hta_kernel_type(name: str) -> str:
     """HTA 0.5.0's ``get_kernel_type``: COMMUNICATION, MEMORY, COMPUTATION or OTHER."""
-    for kind, pattern, negate in HTA_KERNEL_TYPES:
-        if (pattern.match(name) is None) == negate:
-            return kind
-    return HTA_OTHER
+    line = name.partition("\n")[0]  # where the patterns' ``.*`` can reach
+    if line.startswith("nccl") and "Kernel" in line[4:]:
+        return HTA_COMMUNICATION
+    if name.startswith(("Memcpy", "Memset", "dma")):
+        return HTA_MEMORY
+    # not COMPUTATION: nccl...Kernel (excluded above), Memcpy anywhere in the first line, a
+    # Memset prefix (excluded above), Sync anywhere in the first line
+    if "Memcpy" in line or "Sync" in line:
+        return HTA_OTHER
+    return HTA_COMPUTATION
 
 
 # ---- trainpace kernel categories -------------------------------------------------------
@@ -151,4 +164,45 @@ def matches(symbols: Sequence[str], pattern: re.Pattern[str]) -> np.ndarray:
 
 def name_in(symbols: Sequence[str], members: frozenset[str]) -> np.ndarray:
     """For each symbol, is it one of ``members``."""
-    return np.fromiter((s in members for s in symbols), dtype=bool, count=len(symbols))
+    return np.fromiter(map(members.__contains__, symbols), dtype=bool, count=len(symbols))
+
+
+def _having(symbols: Sequence[str], test: Callable[[str, Any], bool], arg: Any) -> list[int]:
+    """The indices of the symbols ``s`` with ``test(s, arg)``, found in C (``map`` over a str
+    method): a few hundred names cost microseconds, where a regex per name costs a
+    millisecond."""
+    return list(compress(count(), map(test, symbols, repeat(arg))))
+
+
+# What :func:`name_flags` tells of each name, in its rows' order.
+NAME_FLAGS: tuple[str, ...] = (
+    "dataloader",  # DATALOADER
+    "comm_op",  # one of COMM_OPS
+    "sync_event",  # one of HTA_SYNC_EVENTS
+    "synchronize",  # one of SYNCHRONIZE
+    "optimizer",  # starts with one of OPTIMIZER
+    "step_named",  # ends with ProfilerStep#N (PROFILER_STEP.search)
+    "step_span",  # is ProfilerStep#N (PROFILER_STEP.match)
+    "hta_step_name",  # contains ProfilerStep (HTA's test for a step)
+)
+
+
+def name_flags(names: Sequence[str]) -> np.ndarray:
+    """For each name, the :data:`NAME_FLAGS`: a bool array of shape (flags, names).
+
+    A regex runs only on the names that hold its literal part (the few ProfilerStep and
+    DataLoader names), found by str methods in C.
+    """
+    n = len(names)
+    out = np.zeros((len(NAME_FLAGS), n), dtype=bool)
+    for i in _having(names, str.startswith, "enumerate(Data"):
+        out[0, i] = DATALOADER.search(names[i]) is not None
+    out[1] = name_in(names, COMM_OPS)
+    out[2] = name_in(names, HTA_SYNC_EVENTS)
+    out[3] = name_in(names, SYNCHRONIZE)
+    out[4] = np.fromiter(map(str.startswith, names, repeat(OPTIMIZER)), dtype=bool, count=n)
+    for i in _having(names, str.__contains__, "ProfilerStep"):
+        out[5, i] = PROFILER_STEP.search(names[i]) is not None
+        out[6, i] = PROFILER_STEP.match(names[i]) is not None
+        out[7, i] = True
+    return out

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainpace.trace import classify as cl
 from trainpace.trace import intervals as iv
 from trainpace.trace.arrays import among, distinct, distinct_inverse
 from trainpace.trace.prepare import Prepared
@@ -77,7 +76,7 @@ def _window(p: Prepared) -> tuple[iv.IntervalSet, str, np.ndarray]:
     their threads, else the busiest thread's span."""
     c, s = p.cols, p.steps
     if len(s):
-        step = p.cpu_op & cl.matches(c.names, cl.PROFILER_STEP)[c.name]
+        step = p.cpu_op & p.step_named
         return iv.union(s.start, s.end), "the ProfilerStep spans", distinct(c.thread[step])
     host = np.flatnonzero(p.host)
     threads, which = distinct_inverse(c.thread[host])
@@ -99,7 +98,7 @@ def host_breakdown(p: Prepared, *, top: int = TOP_OPERATORS) -> HostBreakdown | 
     in_window = p.host & (c.ts >= lo) & (c.ts < hi)
     step_rows = p.steps
     main = in_window & among(c.thread, threads)
-    operator = cl.lower_in(c.cats, cl.OPERATOR_CATS)[c.cat] | p.runtime
+    operator = p.operator | p.runtime
     loading = iv.intersect(iv.union(c.ts[p.dataloader & main], c.end[p.dataloader & main]),
                            window)
     ops = iv.subtract(iv.intersect(iv.union(c.ts[operator & main], c.end[operator & main]),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainpace.trace import classify as cl
 from trainpace.trace import intervals as iv
 from trainpace.trace.arrays import distinct
 from trainpace.trace.prepare import Prepared
@@ -59,9 +58,8 @@ def _stream_idle(p: Prepared, kernel_wait_us: float) -> list[StreamIdle]:
 def _cause_sets(p: Prepared, step: np.ndarray) -> list[iv.IntervalSet]:
     """Host activity by cause, made exclusive in the order of :data:`CAUSES`."""
     c = p.cols
-    names = c.names
-    sync = cl.matches(names, cl.SYNCHRONIZE)[c.name] & (p.runtime | p.cpu_op)
-    optimizer = cl.matches(names, cl.OPTIMIZER)[c.name] & p.cpu_op
+    sync = p.synchronize & (p.runtime | p.cpu_op)
+    optimizer = p.optimizer & p.cpu_op
     masks = [
         p.dataloader,
         sync,
@@ -105,7 +103,7 @@ def idle_breakdown(
     lo, hi = iv.gaps(busy)
     long = (hi - lo) >= gap_threshold_us
     lo, hi = lo[long], hi[long]
-    step = cl.matches(p.cols.names, cl.PROFILER_STEP)[p.cols.name]  # the ProfilerStep spans
+    step = p.step_named  # the ProfilerStep spans
     per_cause = [iv.measure_within(s, lo, hi) for s in _cause_sets(p, step)]
     covered = np.sum(per_cause, axis=0) if per_cause and len(lo) else np.zeros(len(lo))
     per_cause.append(np.maximum((hi - lo) - covered, 0.0))

@@ -6,8 +6,6 @@ per distinct name, never once per event).
 
 from __future__ import annotations
 
-import re
-
 import msgspec
 import numpy as np
 
@@ -42,6 +40,11 @@ class Prepared(msgspec.Struct, frozen=True):  # built in C: no import-time cost
     host: np.ndarray  # any host-side span (not device work, not the profiler's own)
     dataloader: np.ndarray
     comm_op: np.ndarray  # host nccl:/gloo: collective ops
+    operator: np.ndarray  # operators proper (classify.OPERATOR_CATS), not annotations
+    synchronize: np.ndarray  # named as a call that waits for the device (any category)
+    optimizer: np.ndarray  # named Optimizer.step#/zero_grad# (any category)
+    step_named: np.ndarray  # named ...ProfilerStep#N (classify.PROFILER_STEP.search)
+    step_span: np.ndarray  # named ProfilerStep#N (PROFILER_STEP.match), any category
     hta_type: np.ndarray  # index into classify.HTA_TYPES, by name (device events; else OTHER)
     launch: np.ndarray  # for device events: index of the host event of the same correlation
     hta_kept: np.ndarray  # HTA's filter: events of every ProfilerStep but the last
@@ -49,23 +52,24 @@ class Prepared(msgspec.Struct, frozen=True):  # built in C: no import-time cost
     steps: Steps
 
 
+# Masks by category (the trace's ``cat``, lower-cased), in the order of _per_symbol's rows.
+_CAT_MASKS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("device", cl.DEVICE_CATS), ("kernel", cl.KERNEL_CATS), ("memcpy", cl.MEMCPY_CATS),
+    ("memset", cl.MEMSET_CATS), ("runtime", cl.RUNTIME_CATS), ("cpu_op", cl.CPU_OP_CATS),
+    ("python", cl.PYTHON_CATS), ("ignored", cl.IGNORED_CATS), ("operator", cl.OPERATOR_CATS),
+)
+
+
 def _per_symbol(cols: TraceColumns) -> dict[str, np.ndarray]:
-    cats, names = cols.cats, cols.names
-    return {
-        "device": cl.lower_in(cats, cl.DEVICE_CATS)[cols.cat],
-        "kernel": cl.lower_in(cats, cl.KERNEL_CATS)[cols.cat],
-        "memcpy": cl.lower_in(cats, cl.MEMCPY_CATS)[cols.cat],
-        "memset": cl.lower_in(cats, cl.MEMSET_CATS)[cols.cat],
-        "runtime": cl.lower_in(cats, cl.RUNTIME_CATS)[cols.cat],
-        "cpu_op": cl.lower_in(cats, cl.CPU_OP_CATS)[cols.cat],
-        "python": cl.lower_in(cats, cl.PYTHON_CATS)[cols.cat],
-        "ignored": cl.lower_in(cats, cl.IGNORED_CATS)[cols.cat],
-        "dataloader": cl.matches(names, cl.DATALOADER)[cols.name],
-        "comm_op": cl.name_in(names, cl.COMM_OPS)[cols.name],
-        "sync_event": cl.name_in(names, cl.HTA_SYNC_EVENTS)[cols.name],
-        "step_name": cl.matches(names, re.compile(r"^" + cl.PROFILER_STEP.pattern))[cols.name],
-        "hta_step_name": cl.matches(names, re.compile("ProfilerStep"))[cols.name],
-    }
+    """Per-event masks, each looked up from a table per symbol: one table per kind of symbol
+    (categories, names), indexed once by the events (its rows are contiguous arrays)."""
+    low = [c.lower() for c in cols.cats]
+    cats = np.zeros((len(_CAT_MASKS), len(low)), dtype=bool)
+    for row, (_, members) in enumerate(_CAT_MASKS):
+        cats[row] = cl.name_in(low, members)
+    out = dict(zip((k for k, _ in _CAT_MASKS), cats[:, cols.cat], strict=True))
+    out.update(zip(cl.NAME_FLAGS, cl.name_flags(cols.names)[:, cols.name], strict=True))
+    return out
 
 
 def _hta_types(cols: TraceColumns, device: np.ndarray) -> np.ndarray:
@@ -110,12 +114,14 @@ def prepare(cols: TraceColumns) -> Prepared:
     # HTA's GPUKernelFilter: on a stream with a correlation, or a GPU-side sync event.
     hta_gpu = ((cols.stream >= 0) & (cols.correlation >= 0)) | m["sync_event"]
     launch = _link(m["device"] | hta_gpu, ~hta_gpu, cols.correlation)
-    steps = _steps(cols, m["step_name"] & m["cpu_op"])
+    steps = _steps(cols, m["step_span"] & m["cpu_op"])
     kept, filtered = _hta_filter(cols, hta_gpu, m["hta_step_name"])
     return Prepared(
         cols=cols, device=m["device"], kernel=m["kernel"], memcpy=m["memcpy"],
         memset=m["memset"], runtime=m["runtime"], cpu_op=m["cpu_op"], python=m["python"],
         host=host, dataloader=m["dataloader"] & m["cpu_op"], comm_op=m["comm_op"] & m["cpu_op"],
+        operator=m["operator"], synchronize=m["synchronize"], optimizer=m["optimizer"],
+        step_named=m["step_named"], step_span=m["step_span"],
         hta_type=_hta_types(cols, m["device"] | hta_gpu), launch=launch, hta_kept=kept,
         hta_filtered=filtered, steps=steps,
     )
