@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from trainpace.trace.substrings import occurrences
+
 # ---- event categories (the trace's ``cat``, compared lower-cased) -----------------------
 
 # Work that runs on the device: kernels and copies ("Kernel"/"Memcpy"/"Memset" in traces
@@ -97,55 +99,118 @@ def hta_kernel_type(name: str) -> str:
 
 # ---- trainpace kernel categories -------------------------------------------------------
 
-# (category, lower-case pattern), first hit wins; searched in the lower-cased name: first its
-# own part (before its template and argument lists, so "elementwise_kernel<..fbgemm..>" is
-# not a GEMM) and, when that finds nothing, the whole name ("cutlass::Kernel<..s1688gemm..>").
-KERNEL_CATEGORIES: tuple[tuple[str, str], ...] = (
-    ("communication", r"nccl|rccl|hccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
-                      r"|sendrecv|nvshmem|dpsk::ep"),
-    ("memory", r"^(hip)?memcpy|^(hip)?memset|^dma"),
-    ("attention", r"flash|fmha|attention|attn|sdpa|xformers|cutlassf|cutlassb|\bmha"),
-    ("convolution", r"conv|scudnn|cudnn::cnn|cudnn::detail|winograd|dgrad|wgrad|fprop"
-                    r"|implicit_gemm|cask_cudnn|fft2d|nchwtonhwc|nhwctonchw"),
-    ("gemm", r"gemm|gemv|cublas|matmul|nvjet|splitk|wmma|bmm|triton_tem_fused_(add)?mm"),
-    ("reduction", r"reduce|reduction|norm|bn_fw|bn_bw|softmax|welford|argmax|argmin|topk"
-                  r"|sort|scan|cub::|pool|triton_red_|triton_per_|cross_entropy|nll_loss"),
-    ("elementwise", r"elementwise|pointwise|triton_poi_|fill|copy|cat|index|gather|scatter"
-                    r"|where|add|mul|div|relu|gelu|silu|sigmoid|tanh|dropout|foreach"
-                    r"|multi_tensor|adam|sgd|adagrad|clamp|threshold|cast|convert|permute"
-                    r"|transpose|embedding|unary|binary"),
+# (category, substrings, prefixes, word starts), first hit wins. A text is of a category when
+# it contains one of its substrings, starts with one of its prefixes, or has a word (after a
+# character that is not a letter, digit or _) starting with one of its word starts. The text is
+# the lower-cased name: first its own part (before its template and argument lists, so
+# "elementwise_kernel<..fbgemm..>" is not a GEMM) and, when that finds nothing, the whole name
+# ("cutlass::Kernel<..s1688gemm..>"). Plain substrings, not regexes: every name of a trace is
+# classified at once (:mod:`.substrings`), where a regex costs tens of µs a name.
+KERNEL_CATEGORIES: tuple[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...] = (
+    ("communication", ("nccl", "rccl", "hccl", "allreduce", "all_reduce", "allgather",
+                       "all_gather", "reducescatter", "reduce_scatter", "alltoall", "all_toall",
+                       "allto_all", "all_to_all", "sendrecv", "nvshmem", "dpsk::ep"), (), ()),
+    ("memory", (), ("memcpy", "hipmemcpy", "memset", "hipmemset", "dma"), ()),
+    ("attention", ("flash", "fmha", "attention", "attn", "sdpa", "xformers", "cutlassf",
+                   "cutlassb"), (), ("mha",)),
+    ("convolution", ("conv", "scudnn", "cudnn::cnn", "cudnn::detail", "winograd", "dgrad",
+                     "wgrad", "fprop", "implicit_gemm", "cask_cudnn", "fft2d", "nchwtonhwc",
+                     "nhwctonchw"), (), ()),
+    ("gemm", ("gemm", "gemv", "cublas", "matmul", "nvjet", "splitk", "wmma", "bmm",
+              "triton_tem_fused_mm", "triton_tem_fused_addmm"), (), ()),
+    ("reduction", ("reduce", "reduction", "norm", "bn_fw", "bn_bw", "softmax", "welford",
+                   "argmax", "argmin", "topk", "sort", "scan", "cub::", "pool", "triton_red_",
+                   "triton_per_", "cross_entropy", "nll_loss"), (), ()),
+    ("elementwise", ("elementwise", "pointwise", "triton_poi_", "fill", "copy", "cat", "index",
+                     "gather", "scatter", "where", "add", "mul", "div", "relu", "gelu", "silu",
+                     "sigmoid", "tanh", "dropout", "foreach", "multi_tensor", "adam", "sgd",
+                     "adagrad", "clamp", "threshold", "cast", "convert", "permute",
+                     "transpose", "embedding", "unary", "binary"), (), ()),
 )
-CATEGORIES: tuple[str, ...] = (*(c for c, _ in KERNEL_CATEGORIES), "other")
-# For the patterns that re scans slowly (no literal prefix to skip ahead on: a whole kernel
-# name, hundreds of characters, costs tens of µs), substrings one of which every match
-# contains: a text holding none of them cannot match, found by str's fast substring search.
-# tests/trace/test_classify.py checks each against every spelling its pattern's branches allow.
-CATEGORY_LITERALS: dict[str, tuple[str, ...]] = {
-    "communication": ("ccl", "all", "reduce", "sendrecv", "nvshmem", "dpsk::ep"),
-    "attention": ("flash", "mha", "attention", "attn", "sdpa", "xformers", "cutlass"),
-    "convolution": ("conv", "cudnn", "winograd", "grad", "fprop", "implicit_gemm", "fft2d",
-                    "nchwtonhwc", "nhwctonchw"),
-}
-_CATEGORY_PATTERNS = tuple(
-    (category, re.compile(pattern), CATEGORY_LITERALS.get(category))
-    for category, pattern in KERNEL_CATEGORIES
-)
+CATEGORIES: tuple[str, ...] = (*(c for c, *_ in KERNEL_CATEGORIES), "other")
+_OTHER = len(KERNEL_CATEGORIES)
 _OWN_NAME = re.compile(r"^(?:void\s+)?([^<(]*)")
+# The substrings and word starts of all categories, for :func:`kernel_categories`: each one's
+# category (its rank) and whether it must start a word.
+_LITERALS: tuple[str, ...] = tuple(
+    lit for _, subs, _, words in KERNEL_CATEGORIES for lit in (*subs, *words))
+_LITERAL_RANK = np.array([rank for rank, (_, subs, _, words) in enumerate(KERNEL_CATEGORIES)
+                          for _ in (*subs, *words)], dtype=np.int64)
+_LITERAL_LEN = np.array([len(lit) for lit in _LITERALS], dtype=np.int64)
+_LITERAL_WORD = np.array([w for _, subs, _, words in KERNEL_CATEGORIES
+                          for w in (*(False for _ in subs), *(True for _ in words))], dtype=bool)
+
+
+def _word_start(text: str, start: int) -> bool:
+    """Whether ``start`` begins a word in ``text`` (regex ``\\b`` before a letter)."""
+    if start == 0:
+        return True
+    before = text[start - 1]
+    return not (before.isalnum() or before == "_")
+
+
+def _has_word(text: str, word: str) -> bool:
+    at = text.find(word)
+    while at >= 0:
+        if _word_start(text, at):
+            return True
+        at = text.find(word, at + 1)
+    return False
+
+
+def _rank(text: str) -> int:
+    """The category of one lower-cased text, as its rank in :data:`KERNEL_CATEGORIES`."""
+    for rank, (_, subs, prefixes, words) in enumerate(KERNEL_CATEGORIES):
+        if (text.startswith(prefixes) or any(map(text.__contains__, subs))
+                or any(_has_word(text, w) for w in words)):
+            return rank
+    return _OTHER
 
 
 @functools.lru_cache(maxsize=8192)  # the ranks of one job share their kernels' names
 def kernel_category(name: str) -> str:
     """The category of a device kernel or copy, by its name."""
-    low = name.lower()  # the patterns are lower-case: cheaper than case-insensitive matching
+    low = name.lower()
     match = _OWN_NAME.match(low)
     own = match.group(1) if match else low
-    for text in (own, low):
-        for category, pattern, literals in _CATEGORY_PATTERNS:
-            if literals is not None and not any(lit in text for lit in literals):
-                continue
-            if pattern.search(text):
-                return category
-    return "other"
+    rank = _rank(own) if own else _OTHER
+    if rank == _OTHER and own != low:
+        rank = _rank(low)
+    return CATEGORIES[rank]
+
+
+def _ranks(texts: list[str]) -> np.ndarray:
+    """:func:`_rank` of each text (all ASCII), at once: every occurrence of every substring
+    and word start found in one pass (:mod:`.substrings`), the best rank kept per text."""
+    best = np.full(len(texts), _OTHER, dtype=np.int64)
+    text, lit, start = occurrences(texts, _LITERALS)
+    ok = np.ones(len(lit), dtype=bool)
+    word = np.flatnonzero(_LITERAL_WORD[lit])  # few: checked one by one
+    ok[word] = [_word_start(texts[t], s) for t, s in zip(text[word].tolist(),
+                                                         start[word].tolist(), strict=True)]
+    np.minimum.at(best, text[ok], _LITERAL_RANK[lit[ok]])
+    for rank, (_, _, prefixes, _) in enumerate(KERNEL_CATEGORIES):
+        if prefixes:
+            hit = _having(texts, str.startswith, prefixes)
+            best[hit] = np.minimum(best[hit], rank)
+    return best
+
+
+def kernel_categories(names: Sequence[str]) -> list[str]:
+    """:func:`kernel_category` of each name: the ASCII ones at once."""
+    fast = [i for i, name in enumerate(names) if name.isascii()]
+    lows = [names[i].lower() for i in fast]
+    owns = [m.group(1) if (m := _OWN_NAME.match(low)) else low for low in lows]
+    rank = _ranks(owns)
+    again = [j for j in np.flatnonzero(rank == _OTHER).tolist() if owns[j] != lows[j]]
+    if again:
+        rank[again] = _ranks([lows[j] for j in again])
+    if len(fast) == len(names):
+        return [CATEGORIES[r] for r in rank.tolist()]
+    out = [kernel_category(name) for name in names]  # the few that are not ASCII
+    for i, r in zip(fast, rank.tolist(), strict=True):
+        out[i] = CATEGORIES[r]
+    return out
 
 
 # ---- per-symbol lookup tables --------------------------------------------------------------

@@ -36,8 +36,10 @@ def kernel_breakdown(p: Prepared, *, top: int = TOP_KERNELS,
     if len(work) == 0:
         return None
     names, inverse = distinct_inverse(c.name[work])
+    index = {category: i for i, category in enumerate(cl.CATEGORIES)}
     category_of_name = np.array(
-        [cl.CATEGORIES.index(cl.kernel_category(c.names[i])) for i in names], dtype=np.int64)
+        [index[k] for k in cl.kernel_categories([c.names[i] for i in names.tolist()])],
+        dtype=np.int64)
     category = category_of_name[inverse]
     memory = cl.CATEGORIES.index("memory")
     category[(p.memcpy | p.memset)[work]] = memory
