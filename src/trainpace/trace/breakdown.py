@@ -172,9 +172,8 @@ def steps(p: Prepared) -> StepsBreakdown:
     costs: list[iv.IntervalSet] = [roles[0]]
     slots = iv.subtract(slots, roles[0])
     for role in roles[1:]:
-        cost = iv.intersect(slots, role)
+        cost, slots = iv.split(slots, role)  # the slots' time in this role, and the rest
         costs.append(cost)
-        slots = iv.subtract(slots, cost)
     costs.append(slots)
     per_role = [iv.measure_within(cost, start, end) for cost in costs]
     duration = end - start

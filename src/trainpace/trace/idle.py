@@ -71,9 +71,9 @@ def _cause_sets(p: Prepared, step: np.ndarray) -> list[iv.IntervalSet]:
     taken = iv.empty()
     out = []
     for mask in masks:
-        own = iv.subtract(iv.union(c.ts[mask], c.end[mask]), taken)
+        # what this cause adds to those before it, and all of them so far
+        own, taken = iv.outside_and_union(iv.union(c.ts[mask], c.end[mask]), taken)
         out.append(own)
-        taken = iv.union(np.concatenate([taken[0], own[0]]), np.concatenate([taken[1], own[1]]))
     return out
 
 

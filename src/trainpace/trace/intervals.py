@@ -40,29 +40,71 @@ def measure(intervals: IntervalSet) -> float:
     return float((ends - starts).sum())
 
 
-def _combine(a: IntervalSet, b: IntervalSet, keep: int) -> IntervalSet:
-    """Sweep two sets (inside ``a`` counts 1, inside ``b`` 2); keep where the sum is ``keep``."""
-    points = np.concatenate([a[0], a[1], b[0], b[1]])
-    if len(points) == 0:
+def _merged(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
+    """Intervals already sorted and not overlapping (as a sweep yields them) as a set: what
+    :func:`union` returns for them, without its sort (touching ones merge)."""
+    n = len(starts)
+    if n == 0:
         return empty()
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    np.greater(starts[1:], ends[:-1], out=first[1:])
+    heads = np.flatnonzero(first)
+    lasts = np.empty_like(heads)
+    lasts[:-1] = heads[1:] - 1
+    lasts[-1] = n - 1
+    return starts[heads], ends[lasts]
+
+
+_DELTAS = np.array([1.0, -1.0, 2.0, -2.0])
+
+
+def _sweep(a: IntervalSet, b: IntervalSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The elementary segments between the sets' boundaries, in order, and each one's state:
+    1 inside ``a`` only, 2 inside ``b`` only, 3 inside both, 0 outside (or of no length)."""
+    points = np.concatenate([a[0], a[1], b[0], b[1]])
     na, nb = len(a[0]), len(b[0])
-    delta = np.concatenate([np.ones(na), -np.ones(na), np.full(nb, 2.0), np.full(nb, -2.0)])
     order = np.argsort(points, kind="stable")
     p = points[order]
-    state = np.cumsum(delta[order])
-    seg_s, seg_e, seg_state = p[:-1], p[1:], state[:-1]
-    kept = (seg_state == keep) & (seg_e > seg_s)
-    return union(seg_s[kept], seg_e[kept])
+    state = np.cumsum(np.repeat(_DELTAS, (na, na, nb, nb))[order])
+    seg_s, seg_e = p[:-1], p[1:]
+    return seg_s, seg_e, np.where(seg_e > seg_s, state[:-1], 0.0)
+
+
+def _kept(segments: tuple[np.ndarray, np.ndarray, np.ndarray], kept: np.ndarray) -> IntervalSet:
+    return _merged(segments[0][kept], segments[1][kept])
 
 
 def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     """Where both sets are."""
-    return _combine(a, b, 3)
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return empty()
+    sweep = _sweep(a, b)
+    return _kept(sweep, sweep[2] == 3)
 
 
 def subtract(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     """Where ``a`` is and ``b`` is not."""
-    return _combine(a, b, 1)
+    if len(a[0]) == 0:
+        return empty()
+    sweep = _sweep(a, b)
+    return _kept(sweep, sweep[2] == 1)
+
+
+def split(a: IntervalSet, b: IntervalSet) -> tuple[IntervalSet, IntervalSet]:
+    """``(intersect(a, b), subtract(a, b))`` from one sweep."""
+    if len(a[0]) == 0:
+        return empty(), empty()
+    sweep = _sweep(a, b)
+    return _kept(sweep, sweep[2] == 3), _kept(sweep, sweep[2] == 1)
+
+
+def outside_and_union(a: IntervalSet, b: IntervalSet) -> tuple[IntervalSet, IntervalSet]:
+    """``(subtract(a, b), union of a and b)`` from one sweep."""
+    if len(a[0]) == 0 and len(b[0]) == 0:
+        return empty(), empty()
+    sweep = _sweep(a, b)
+    return _kept(sweep, sweep[2] == 1), _kept(sweep, sweep[2] > 0)
 
 
 def covered_before(intervals: IntervalSet, t: np.ndarray) -> np.ndarray:
@@ -82,8 +124,12 @@ def measure_within(intervals: IntervalSet, lo: np.ndarray, hi: np.ndarray) -> np
     """For each window ``[lo[i], hi[i])``: the length of the set inside it."""
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.maximum(np.asarray(hi, dtype=np.float64), lo)
-    inside: np.ndarray = covered_before(intervals, hi) - covered_before(intervals, lo)
-    return inside
+    if lo.ndim != 1:
+        inside: np.ndarray = covered_before(intervals, hi) - covered_before(intervals, lo)
+        return inside
+    both = covered_before(intervals, np.concatenate([hi, lo]))  # one lookup for both ends
+    out: np.ndarray = both[: len(lo)] - both[len(lo):]
+    return out
 
 
 def gaps(intervals: IntervalSet) -> IntervalSet:
