@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tracekit import HANDMADE, RESNET_NW0, RESNET_NW4, SAMPLED, handmade, prepared
 
@@ -124,3 +125,18 @@ def test_no_steps_no_step_breakdown(write_trace: WriteTrace) -> None:
                             if not e["name"].startswith("ProfilerStep#")]
     s = _steps(write_trace(trace))
     assert s.count == 0 and s.rows == [] and s.duration_us_mean is None
+
+
+def test_grouped_min_max_equals_ufunc_at() -> None:
+    from trainpace.trace.breakdown import _grouped_min_max
+
+    rng = np.random.default_rng(5)
+    group = rng.integers(0, 7, 300)
+    lo, hi = rng.random(300) * 100, rng.random(300) * 100
+    least, most = _grouped_min_max(group, lo, hi, 9)  # groups 7 and 8 have no member
+    want_least, want_most = np.full(9, np.inf), np.full(9, -np.inf)
+    np.minimum.at(want_least, group, lo)
+    np.maximum.at(want_most, group, hi)
+    assert least.tolist() == want_least.tolist() and most.tolist() == want_most.tolist()
+    empty = _grouped_min_max(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), 2)
+    assert empty[0].tolist() == [np.inf, np.inf] and empty[1].tolist() == [-np.inf, -np.inf]

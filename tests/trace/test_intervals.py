@@ -120,3 +120,35 @@ def test_split_of_nothing() -> None:
     assert all(len(x[0]) == 0 for x in iv.split(iv.empty(), a))
     assert _same(iv.split(a, iv.empty())[1], a)
     assert all(len(x[0]) == 0 for x in iv.outside_and_union(iv.empty(), iv.empty()))
+
+
+layers_raw = st.lists(quarters, min_size=0, max_size=5)
+
+
+@given(quarters, layers_raw)
+def test_paint_gives_what_a_chain_of_splits_gave(base_raw: list[tuple[int, int]],
+                                                 layer_raws: list[list[tuple[int, int]]]) -> None:
+    def to_set(raw: list[tuple[int, int]]) -> iv.IntervalSet:  # zero-length ones included
+        return iv.union(np.array([s / 4 for s, _ in raw], dtype=float),
+                        np.array([(s + d) / 4 for s, d in raw], dtype=float))
+
+    base, layers = to_set(base_raw), [to_set(r) for r in layer_raws]
+    chain, rest = [], base
+    for layer in layers:  # as steps() first did it: intersect, then subtract what was taken
+        taken = _old_combine(rest, layer, 3)
+        chain.append(taken)
+        rest = _old_combine(rest, taken, 1)
+    chain.append(rest if layers else _old_combine(base, iv.empty(), 1))
+    painted = iv.paint(base, layers)
+    assert len(painted) == len(layers) + 1
+    for got, want in zip(painted, chain, strict=True):
+        assert _same(got, want)
+
+
+def test_paint_by_hand() -> None:
+    base = _set((0, 100))
+    first, second, rest = iv.paint(base, [_set((10, 20), (50, 60)), _set((15, 55), (90, 120))])
+    assert first[0].tolist() == [10, 50] and first[1].tolist() == [20, 60]
+    assert second[0].tolist() == [20, 90] and second[1].tolist() == [50, 100]
+    assert rest[0].tolist() == [0, 60] and rest[1].tolist() == [10, 90]
+    assert all(len(x[0]) == 0 for x in iv.paint(iv.empty(), [base]))

@@ -13,7 +13,7 @@ from trainpace.stats import percentile
 from trainpace.trace import classify as cl
 from trainpace.trace import intervals as iv
 from trainpace.trace.arrays import among, distinct
-from trainpace.trace.prepare import Prepared
+from trainpace.trace.prepare import Prepared, spans
 from trainpace.trace.result import ROLES, StepRow, StepsBreakdown
 
 
@@ -47,18 +47,15 @@ def hta_device_events(p: Prepared) -> np.ndarray:
 
 def temporal(p: Prepared) -> Temporal | None:
     """HTA's temporal breakdown; None without device events."""
-    c = p.cols
     k = hta_device_events(p)
     if not k.any():
         return None
-    busy = iv.union(c.ts[k], c.end[k])
+    busy = spans(p, k)
     window = (float(busy[0][0]), float(busy[1][-1]))
-    kinds = p.hta_type[k]
-    ts, end = c.ts[k], c.end[k]
-    comp_mask = kinds == cl.HTA_TYPES.index(cl.HTA_COMPUTATION)
-    comm_mask = kinds == cl.HTA_TYPES.index(cl.HTA_COMMUNICATION)
-    compute = iv.union(ts[comp_mask], end[comp_mask])
-    comm = iv.union(ts[comm_mask], end[comm_mask])
+    comp_mask = k & (p.hta_type == cl.HTA_TYPES.index(cl.HTA_COMPUTATION))
+    comm_mask = k & (p.hta_type == cl.HTA_TYPES.index(cl.HTA_COMMUNICATION))
+    compute = spans(p, comp_mask)
+    comm = spans(p, comm_mask)
     window_us = window[1] - window[0]
     idle_us = window_us - iv.measure(busy)
     compute_us = iv.measure(compute)
@@ -102,10 +99,7 @@ def _device_steps(p: Prepared) -> tuple[np.ndarray, np.ndarray, list[str]]:
     if len(dev) == 0:
         return start, end, []
     matched = np.bincount(step_of, minlength=n)
-    dev_min = np.full(n, np.inf)
-    dev_max = np.full(n, -np.inf)
-    np.minimum.at(dev_min, step_of, c.ts[dev])
-    np.maximum.at(dev_max, step_of, c.end[dev])
+    dev_min, dev_max = _grouped_min_max(step_of, c.ts[dev], c.end[dev], n)
     prev_end = float(start[0])
     if matched[0] > 0:
         unmatched = device_kind.copy()
@@ -127,6 +121,22 @@ def _device_steps(p: Prepared) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return start[:keep], end[:keep], list(s.names[keep:])
 
 
+def _grouped_min_max(group: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                     n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group 0..n-1: the least ``lo`` and the greatest ``hi`` of its members (inf and
+    -inf for a group with none): ``np.minimum.at``/``np.maximum.at``, which are slow on floats.
+    """
+    least, most = np.full(n, np.inf), np.full(n, -np.inf)
+    if len(group) == 0:
+        return least, most
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    heads = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    least[g[heads]] = np.minimum.reduceat(lo[order], heads)
+    most[g[heads]] = np.maximum.reduceat(hi[order], heads)
+    return least, most
+
+
 def _roles(p: Prepared) -> list[iv.IntervalSet]:
     """torch-tb-profiler's role ranges, merged, in its priority order (:data:`ROLES`)."""
     c = p.cols
@@ -141,7 +151,7 @@ def _roles(p: Prepared) -> list[iv.IntervalSet]:
         p.dataloader,
         p.cpu_op & ~p.dataloader & ~p.comm_op & ~_step_spans(p),
     ]
-    return [iv.union(c.ts[m], c.end[m]) for m in masks]
+    return [spans(p, m) for m in masks]
 
 
 def _tb_foreign_runtime(p: Prepared) -> np.ndarray:
@@ -168,21 +178,16 @@ def steps(p: Prepared) -> StepsBreakdown:
     if len(start) == 0:
         return StepsBreakdown(dropped=dropped)
     roles = _roles(p)
-    slots = iv.union(start, end)
-    costs: list[iv.IntervalSet] = [roles[0]]
-    slots = iv.subtract(slots, roles[0])
-    for role in roles[1:]:
-        cost, slots = iv.split(slots, role)  # the slots' time in this role, and the rest
-        costs.append(cost)
-    costs.append(slots)
+    # each moment of the steps to the first role covering it (kernels counted in full)
+    costs = [roles[0], *iv.paint(iv.union(start, end), roles)[1:]]
     per_role = [iv.measure_within(cost, start, end) for cost in costs]
     duration = end - start
     host = p.steps.end[: len(start)] - p.steps.start[: len(start)]
-    dl_spans = iv.union(c.ts[p.dataloader], c.end[p.dataloader])
+    dl_spans = spans(p, p.dataloader)
     work = p.device
     computation = work & (p.hta_type == cl.HTA_TYPES.index(cl.HTA_COMPUTATION))
-    busy_in = iv.measure_within(iv.union(c.ts[work], c.end[work]), start, end)
-    compute_in = iv.measure_within(iv.union(c.ts[computation], c.end[computation]), start, end)
+    busy_in = iv.measure_within(spans(p, work), start, end)
+    compute_in = iv.measure_within(spans(p, computation), start, end)
     dl_in = iv.measure_within(dl_spans, start, end)
     rows = [
         StepRow(
@@ -201,8 +206,7 @@ def steps(p: Prepared) -> StepsBreakdown:
     devices = distinct(c.device[kernels])
     if kernels.any() and span > 0:
         util = max(
-            iv.measure(iv.intersect(iv.union(c.ts[kernels & (c.device == d)],
-                                              c.end[kernels & (c.device == d)]),
+            iv.measure(iv.intersect(spans(p, kernels & (c.device == d)),
                                      (np.array([start[0]]), np.array([end[-1]]))))
             for d in devices
         ) / span * 100.0

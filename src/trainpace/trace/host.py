@@ -14,7 +14,7 @@ import numpy as np
 
 from trainpace.trace import intervals as iv
 from trainpace.trace.arrays import among, distinct, distinct_inverse
-from trainpace.trace.prepare import Prepared
+from trainpace.trace.prepare import Prepared, spans
 from trainpace.trace.result import HostBreakdown, HostStepRow, OperatorRow
 
 TOP_OPERATORS = 10
@@ -99,10 +99,8 @@ def host_breakdown(p: Prepared, *, top: int = TOP_OPERATORS) -> HostBreakdown | 
     step_rows = p.steps
     main = in_window & among(c.thread, threads)
     operator = p.operator | p.runtime
-    loading = iv.intersect(iv.union(c.ts[p.dataloader & main], c.end[p.dataloader & main]),
-                           window)
-    ops = iv.subtract(iv.intersect(iv.union(c.ts[operator & main], c.end[operator & main]),
-                                   window), loading)
+    loading = iv.intersect(spans(p, p.dataloader & main), window)
+    ops = iv.subtract(iv.intersect(spans(p, operator & main), window), loading)
     loading_us, ops_us = iv.measure(loading), iv.measure(ops)
     python_us = max(window_us - loading_us - ops_us, 0.0)
     rows = []

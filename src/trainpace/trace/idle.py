@@ -14,7 +14,7 @@ import numpy as np
 
 from trainpace.trace import intervals as iv
 from trainpace.trace.arrays import distinct
-from trainpace.trace.prepare import Prepared
+from trainpace.trace.prepare import Prepared, spans
 from trainpace.trace.result import Gap, IdleBreakdown, StreamIdle
 
 KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay
@@ -57,7 +57,6 @@ def _stream_idle(p: Prepared, kernel_wait_us: float) -> list[StreamIdle]:
 
 def _cause_sets(p: Prepared, step: np.ndarray) -> list[iv.IntervalSet]:
     """Host activity by cause, made exclusive in the order of :data:`CAUSES`."""
-    c = p.cols
     sync = p.synchronize & (p.runtime | p.cpu_op)
     optimizer = p.optimizer & p.cpu_op
     masks = [
@@ -72,7 +71,7 @@ def _cause_sets(p: Prepared, step: np.ndarray) -> list[iv.IntervalSet]:
     out = []
     for mask in masks:
         # what this cause adds to those before it, and all of them so far
-        own, taken = iv.outside_and_union(iv.union(c.ts[mask], c.end[mask]), taken)
+        own, taken = iv.outside_and_union(spans(p, mask), taken)
         out.append(own)
     return out
 

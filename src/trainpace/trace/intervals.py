@@ -24,8 +24,14 @@ def union(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
     if len(starts) == 0:
         return empty()
     order = np.argsort(starts, kind="stable")
-    s = np.asarray(starts, dtype=np.float64)[order]
-    e = np.asarray(ends, dtype=np.float64)[order]
+    return union_sorted(np.asarray(starts, dtype=np.float64)[order],
+                        np.asarray(ends, dtype=np.float64)[order])
+
+
+def union_sorted(s: np.ndarray, e: np.ndarray) -> IntervalSet:
+    """:func:`union` of intervals already sorted by start (float64 arrays)."""
+    if len(s) == 0:
+        return empty()
     reach = np.maximum.accumulate(e)
     first = np.empty(len(s), dtype=bool)
     first[0] = True
@@ -118,6 +124,32 @@ def covered_before(intervals: IntervalSet, t: np.ndarray) -> np.ndarray:
     safe = np.maximum(last, 0)
     inside = np.minimum(t, ends[safe]) - starts[safe]
     return np.where(last >= 0, before[safe] + inside, 0.0)
+
+
+def paint(base: IntervalSet, layers: list[IntervalSet]) -> list[IntervalSet]:
+    """Each moment of ``base`` given to the first layer that covers it, and the rest: the
+    sets ``base & layers[0]``, ``base & layers[1] - layers[0]``, ..., ``base - all layers``;
+    what a chain of :func:`split` gives, from one sweep (a layer is a bit of each segment's
+    state)."""
+    n = len(layers)
+    if n >= 62:
+        raise ValueError("paint: at most 61 layers")
+    sets = [base, *layers]
+    counts = [len(x[0]) for x in sets for _ in (0, 1)]
+    if counts[0] == 0:
+        return [empty() for _ in range(n + 1)]
+    bits = [1 << n, *(1 << r for r in range(n))]
+    weights = np.repeat(np.array([w for b in bits for w in (b, -b)], dtype=np.int64), counts)
+    points = np.concatenate([part for x in sets for part in x])
+    order = np.argsort(points, kind="stable")
+    p = points[order]
+    state = np.cumsum(weights[order])[:-1]
+    seg_s, seg_e = p[:-1], p[1:]
+    covered = state & ((1 << n) - 1)
+    lowest = covered & -covered  # the first layer's bit (a power of two, exact in float64)
+    layer = np.where(covered > 0, np.log2(np.maximum(lowest, 1)), n).astype(np.int64)
+    layer[(seg_e <= seg_s) | (state < (1 << n))] = -1  # no length, or outside base
+    return [_merged(seg_s[layer == r], seg_e[layer == r]) for r in range(n + 1)]
 
 
 def measure_within(intervals: IntervalSet, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
