@@ -3,11 +3,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tracekit import HANDMADE, RESNET_NW0, SAMPLED, handmade, prepared
 
 from trainpace.trace import breakdown as bd
+from trainpace.trace import idle
+from trainpace.trace import intervals as iv
 from trainpace.trace.idle import CAUSES, idle_breakdown
+from trainpace.trace.prepare import Prepared
 from trainpace.trace.result import IdleBreakdown
 
 WriteTrace = Callable[..., Path]
@@ -90,3 +94,47 @@ def test_resnet_data_loading_gaps() -> None:
     assert i.gaps_count == 5
     assert [g.cause for g in i.gaps[:4]] == ["data_loading"] * 4
     assert i.gaps_by_cause_us["data_loading"] == 235522.0
+
+
+def _old_top_ops(p: Prepared, step: np.ndarray, lo: float, hi: float,
+                 limit: int = 3) -> list[dict[str, object]]:
+    """The top operators of one gap, as first written (a pass over all events per gap)."""
+    c = p.cols
+    hit = p.host & ~step & (c.ts < hi) & (c.end > lo)
+    if not hit.any():
+        return []
+    overlap = np.minimum(c.end[hit], hi) - np.maximum(c.ts[hit], lo)
+    totals = np.bincount(c.name[hit], weights=overlap, minlength=len(c.names))
+    best = np.argsort(-totals, kind="stable")[:limit]
+    return [{"name": c.names[i], "us": float(totals[i])} for i in best if totals[i] > 0]
+
+
+@pytest.mark.parametrize("path", [HANDMADE, RESNET_NW0, *SAMPLED], ids=lambda p: p.name)
+def test_top_ops_of_all_gaps_at_once_equal_one_by_one(path: Path) -> None:
+    p = prepared(path)
+    busy = bd.temporal(p)
+    assert busy is not None
+    lo, hi = iv.gaps(busy.busy)
+    shuffled = np.random.default_rng(1).permutation(len(lo))  # any order of the gaps
+    lo, hi = lo[shuffled], hi[shuffled]
+    got = idle._top_ops(p, p.step_named, lo, hi)
+    want = [_old_top_ops(p, p.step_named, float(a), float(b)) for a, b in zip(lo, hi, strict=True)]
+    assert got == want
+    assert sum(map(len, want)) > 0
+
+
+@pytest.mark.parametrize("path", [HANDMADE, *SAMPLED], ids=lambda p: p.name)
+def test_cause_sets_equal_the_chain_they_replace(path: Path) -> None:
+    p = prepared(path)
+    got = idle._cause_sets(p, p.step_named)
+    sync = p.synchronize & (p.runtime | p.cpu_op)
+    masks = [p.dataloader, sync, p.runtime & ~sync, p.optimizer & p.cpu_op,
+             p.host & ~p.python & ~p.step_named & ~p.runtime, p.python]
+    taken, want = iv.empty(), []
+    for mask in masks:  # as first written: what a cause adds to those before it
+        own = iv.subtract(iv.union(p.cols.ts[mask], p.cols.end[mask]), taken)
+        want.append(own)
+        taken = iv.union(np.concatenate([taken[0], own[0]]), np.concatenate([taken[1], own[1]]))
+    assert len(got) == len(want) == len(idle.CAUSES) - 1
+    for g, w in zip(got, want, strict=True):
+        assert g[0].tolist() == w[0].tolist() and g[1].tolist() == w[1].tolist()

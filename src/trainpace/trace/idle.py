@@ -67,26 +67,40 @@ def _cause_sets(p: Prepared, step: np.ndarray) -> list[iv.IntervalSet]:
         p.host & ~p.python & ~step & ~p.runtime,
         p.python,
     ]
-    taken = iv.empty()
-    out = []
-    for mask in masks:
-        # what this cause adds to those before it, and all of them so far
-        own, taken = iv.outside_and_union(spans(p, mask), taken)
-        out.append(own)
-    return out
+    # each moment to the first cause covering it (all time is the base: nothing is left out)
+    return iv.paint(_ALL_TIME, [spans(p, mask) for mask in masks])[:-1]
 
 
-def _top_ops(p: Prepared, step: np.ndarray, lo: float, hi: float,
-             limit: int = 3) -> list[dict[str, object]]:
+_ALL_TIME = (np.array([-np.inf]), np.array([np.inf]))
+
+
+def _top_ops(p: Prepared, step: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+             limit: int = 3) -> list[list[dict[str, object]]]:
+    """For each gap ``[lo[i], hi[i])`` (disjoint, in any order): the host operators that
+    overlap it most (not the ProfilerStep spans), with the time they overlap it."""
     c = p.cols
-    hit = p.host & ~step & (c.ts < hi) & (c.end > lo)
-    if not hit.any():
+    if len(lo) == 0:
         return []
-    overlap = np.minimum(c.end[hit], hi) - np.maximum(c.ts[hit], lo)
-    ids = c.name[hit]
-    totals = np.bincount(ids, weights=overlap, minlength=len(c.names))
-    best = np.argsort(-totals, kind="stable")[:limit]
-    return [{"name": c.names[i], "us": float(totals[i])} for i in best if totals[i] > 0]
+    order = np.argsort(lo, kind="stable")
+    glo, ghi = lo[order], hi[order]
+    host = np.flatnonzero(p.host & ~step)
+    ts, end = c.ts[host], c.end[host]
+    # the gaps each event overlaps (ts < hi and end > lo): a run of the sorted gaps
+    first = np.searchsorted(ghi, ts, side="right")
+    count = np.maximum(np.searchsorted(glo, end, side="left") - first, 0)
+    event = np.repeat(np.arange(len(host)), count)  # event by event: sums keep their order
+    gap = first[event] + np.arange(len(event)) - np.repeat(np.cumsum(count) - count, count)
+    overlap = np.minimum(end[event], ghi[gap]) - np.maximum(ts[event], glo[gap])
+    n = len(c.names)
+    totals = np.bincount(gap * n + c.name[host][event], weights=overlap,
+                         minlength=len(lo) * n).reshape(len(lo), n)
+    best = np.argsort(-totals, axis=1, kind="stable")[:, :limit]
+    rows = [[{"name": c.names[i], "us": float(totals[g, i])} for i in best[g].tolist()
+             if totals[g, i] > 0] for g in range(len(lo))]
+    out: list[list[dict[str, object]]] = [[] for _ in range(len(lo))]
+    for g, i in enumerate(order.tolist()):
+        out[i] = rows[g]
+    return out
 
 
 def idle_breakdown(
@@ -113,7 +127,9 @@ def idle_breakdown(
     s = p.steps
     step_at = np.searchsorted(s.start, lo, side="right") - 1
     gaps = []
-    for i in np.argsort(-(hi - lo), kind="stable")[:top]:
+    longest = np.argsort(-(hi - lo), kind="stable")[:top]
+    top_ops = _top_ops(p, step, lo[longest], hi[longest])
+    for j, i in enumerate(longest):
         k = int(step_at[i])
         in_step = k >= 0 and lo[i] < s.end[k]
         gaps.append(Gap(
@@ -122,7 +138,7 @@ def idle_breakdown(
             step=s.names[k] if in_step else None,
             cause=CAUSES[int(cause[i])],
             host_us={CAUSES[j]: float(table[j, i]) for j in range(len(CAUSES))},
-            top_ops=_top_ops(p, step, float(lo[i]), float(hi[i])),
+            top_ops=top_ops[j],
         ))
     total = float((hi - lo).sum())
     return IdleBreakdown(
