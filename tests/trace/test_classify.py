@@ -200,10 +200,13 @@ def test_name_flags_equal_the_patterns() -> None:
     }
     assert tuple(expected) == cl.NAME_FLAGS
     names = _trace_names()
-    flags = cl.name_flags(names)
-    assert flags.shape == (len(cl.NAME_FLAGS), len(names))
-    for row, (flag, rule) in enumerate(expected.items()):
-        want = [rule(n) for n in names]
-        assert flags[row].tolist() == want, flag
-        assert any(want), flag  # each rule is exercised by a name it accepts
+    # with a NUL inside a name, the names are searched one by one
+    with_nul = [*names, "a\x00ProfilerStep#1", "x\x00enumerate(DataPipe)#", "\x00Optimizer.step#"]
+    for some in (names, with_nul):
+        flags = cl.name_flags(some)
+        assert flags.shape == (len(cl.NAME_FLAGS), len(some))
+        for row, (flag, rule) in enumerate(expected.items()):
+            want = [rule(n) for n in some]
+            assert flags[row].tolist() == want, flag
+            assert any(want), flag  # each rule is exercised by a name it accepts
     assert cl.name_flags([]).shape == (len(cl.NAME_FLAGS), 0)

@@ -10,6 +10,7 @@ Two kernel classifications live here, on purpose:
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Callable, Sequence
@@ -252,22 +253,64 @@ NAME_FLAGS: tuple[str, ...] = (
 )
 
 
+# Names that are flags by their whole text: the flag rows they set (see NAME_FLAGS).
+_WHOLE_NAMES: dict[str, int] = {}
+for _row, _members in ((1, COMM_OPS), (2, HTA_SYNC_EVENTS), (3, SYNCHRONIZE)):
+    for _name in _members:
+        _WHOLE_NAMES[_name] = _WHOLE_NAMES.get(_name, 0) | (1 << _row)
+
+
+def _holding(joined: str, literal: str, starts: list[int]) -> list[int]:
+    """The indices of the names (``joined`` with NULs, each one's start in ``starts``) that
+    hold ``literal``: one search through all of them in C, then one lookup per hit."""
+    out: list[int] = []
+    at = joined.find(literal)
+    while at >= 0:
+        i = bisect.bisect_right(starts, at) - 1
+        if not out or out[-1] != i:
+            out.append(i)
+        at = joined.find(literal, at + 1)
+    return out
+
+
 def name_flags(names: Sequence[str]) -> np.ndarray:
     """For each name, the :data:`NAME_FLAGS`: a bool array of shape (flags, names).
 
-    A regex runs only on the names that hold its literal part (the few ProfilerStep and
-    DataLoader names), found by str methods in C.
+    The names are searched all at once for the literal part of each rule (a NUL stands
+    between two names, so ``"\\0enumerate(Data"`` finds the names that start so); a regex
+    runs only on the few names found.
     """
     n = len(names)
     out = np.zeros((len(NAME_FLAGS), n), dtype=bool)
+    if n == 0:
+        return out
+    whole = np.fromiter(map(_WHOLE_NAMES.get, names, repeat(0)), dtype=np.int64, count=n)
+    for row in (1, 2, 3):
+        np.not_equal(whole & (1 << row), 0, out=out[row])
+    joined = "\x00" + "\x00".join(names)  # NUL before each name
+    if joined.count("\x00") != n:  # a name holds a NUL: the names cannot be told apart
+        _flags_one_by_one(names, out)
+        return out
+    starts = np.cumsum(np.fromiter(map(len, names), dtype=np.int64, count=n) + 1).tolist()
+    starts = [0, *starts[:-1]]  # each name's NUL
+    for i in _holding(joined, "\x00enumerate(Data", starts):
+        out[0, i] = DATALOADER.search(names[i]) is not None
+    for i in _holding(joined, "\x00Optimizer.", starts):
+        out[4, i] = names[i].startswith(OPTIMIZER)
+    for i in _holding(joined, "ProfilerStep", starts):
+        out[5, i] = PROFILER_STEP.search(names[i]) is not None
+        out[6, i] = PROFILER_STEP.match(names[i]) is not None
+        out[7, i] = True
+    return out
+
+
+def _flags_one_by_one(names: Sequence[str], out: np.ndarray) -> None:
+    """Rows 0 and 4-7 of :func:`name_flags`, name by name."""
+    n = len(names)
     for i in _having(names, str.startswith, "enumerate(Data"):
         out[0, i] = DATALOADER.search(names[i]) is not None
-    out[1] = name_in(names, COMM_OPS)
-    out[2] = name_in(names, HTA_SYNC_EVENTS)
-    out[3] = name_in(names, SYNCHRONIZE)
     out[4] = np.fromiter(map(str.startswith, names, repeat(OPTIMIZER)), dtype=bool, count=n)
     for i in _having(names, str.__contains__, "ProfilerStep"):
         out[5, i] = PROFILER_STEP.search(names[i]) is not None
         out[6, i] = PROFILER_STEP.match(names[i]) is not None
         out[7, i] = True
-    return out

@@ -89,8 +89,10 @@ def _hta_types(cols: TraceColumns, device: np.ndarray) -> np.ndarray:
     """HTA's kernel type of each event, classified by name for the names of ``device``
     events only (the others, host events, are never read by type: OTHER)."""
     lookup = np.full(len(cols.names), cl.HTA_TYPES.index(cl.HTA_OTHER), dtype=np.int8)
-    for i in distinct(cols.name[device]).tolist():
-        lookup[i] = cl.HTA_TYPES.index(cl.hta_kernel_type(cols.names[i]))
+    used = distinct(cols.name[device])
+    kind = {k: i for i, k in enumerate(cl.HTA_TYPES)}
+    names = cols.names
+    lookup[used] = [kind[cl.hta_kernel_type(names[i])] for i in used.tolist()]
     out: np.ndarray = lookup[cols.name]
     return out
 
