@@ -147,8 +147,10 @@ ta.get_gpu_kernel_breakdown(visualize=False)
 """}
 
 # The whole command, as a user runs it: a fresh interpreter, its imports, the work, its exit.
-TRAINPACE_COMMAND = ("import sys; from trainpace.cli import main; "
-                     "sys.exit(main(['analyze', '--json', *sys.argv[1:]]))")
+# The console script's own entry point (pyproject's [project.scripts]), without the launcher
+# pip writes around it (which only imports re and sys first).
+TRAINPACE_COMMAND = ("import sys; sys.argv[1:1] = ['analyze', '--json']; "
+                     "from trainpace.cli import entry; entry()")
 HTA_COMMAND = "import json, sys\npaths = sys.argv[1:]\n" + _HTA_IMPORTS + _HTA_COMPARED
 # What each command costs before any work: the interpreter's start and exit, then each side's
 # imports alone (trainpace: what `analyze --json` loads; HTA: its script's imports).
