@@ -404,3 +404,10 @@ def test_gzip_in_several_members_and_zero_padding(write_trace: WriteTrace) -> No
     cols = load_trace(write_trace(packed, "members.json.gz"))
     assert _names(cols) == _names(load_trace(HANDMADE))
     assert "damaged or truncated" in _error(write_trace(packed[:-20], "cut.json.gz"))
+
+
+def test_the_ids_are_read_in_the_order_of_the_args_struct() -> None:
+    # the columns take each event's ids as msgspec.structs.astuple of its args: in field order
+    from trainpace.trace import load
+
+    assert tuple(f.name for f in msgspec.structs.fields(stream.EventArgs)) == load._ID_FIELDS
