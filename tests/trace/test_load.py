@@ -429,3 +429,14 @@ def test_an_id_beyond_64_bits_is_minus_one_and_its_piece_counted_once(
     assert cols.skipped == {"other phases (not 'X')": 1}
     assert cols.correlation.tolist() == [-1, 3] and cols.stream.tolist() == [7, -1]
     assert cols.names == ("k", "k2")
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_keys_around_the_events_keep_an_integer_beyond_64_bits(
+        write_trace: WriteTrace, where: str) -> None:
+    # found by the fuzz test: orjson read -9223372036854775809 as a float; json.loads does not
+    event = {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1}
+    big = {"big": -(2**63) - 1}
+    doc = {**big, "traceEvents": [event]} if where == "before" else {"traceEvents": [event], **big}
+    cols = load_trace(write_trace(json.dumps(doc).encode()))
+    assert cols.meta == big and type(cols.meta["big"]) is int
