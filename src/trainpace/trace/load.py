@@ -20,6 +20,7 @@ import msgspec
 import numpy as np
 
 from trainpace.errors import TraceFormatError
+from trainpace.trace import prefetch
 from trainpace.trace.extract import (
     N_IDS,
     NO_CAT,
@@ -90,7 +91,23 @@ def load_trace(
 
 def read_trace(name: str, *, chunk_bytes: int = CHUNK_BYTES) -> TraceColumns:
     """:func:`load_trace` without the memory check (done once, before): the file is opened
-    and read once, so a FIFO works."""
+    and read once, so a FIFO works. A trace the command read ahead (:mod:`.prefetch`) is
+    taken from there."""
+    ahead = prefetch.take(name)  # what the command's child read while it was importing
+    if ahead is not None:
+        meta, columns = ahead
+    else:
+        meta, columns = _read(name, chunk_bytes)
+    loaded = finish_columns(name, meta, columns)
+    if not len(loaded):
+        raise TraceFormatError(
+            f"{name}: no complete ('ph': 'X') events with a category among its "
+            f"{loaded.events_total} events: not a profiler trace, or an empty one"
+        )
+    return loaded
+
+
+def _read(name: str, chunk_bytes: int) -> tuple[dict[str, Any], EventColumns]:
     columns = EventColumns()
     try:
         with Source(name) as source:
@@ -100,13 +117,7 @@ def read_trace(name: str, *, chunk_bytes: int = CHUNK_BYTES) -> TraceColumns:
             f"{name}: ran out of memory while reading it; analyze it on a machine with more "
             "memory or record fewer steps (torch.profiler.schedule(active=...))"
         ) from exc
-    loaded = finish_columns(name, meta, columns)
-    if not len(loaded):
-        raise TraceFormatError(
-            f"{name}: no complete ('ph': 'X') events with a category among its "
-            f"{loaded.events_total} events: not a profiler trace, or an empty one"
-        )
-    return loaded
+    return meta, columns
 
 
 # ---- columns --------------------------------------------------------------------------------
