@@ -39,7 +39,7 @@ def _same(a: TraceColumns, b: TraceColumns) -> None:
 @pytest.mark.parametrize("path", [SAMPLED[0], HANDMADE])
 def test_what_is_read_ahead_is_what_a_read_gives(path: Path) -> None:
     prefetch.start([str(path)])
-    assert str(path) in prefetch._pending
+    assert os.path.realpath(path) in prefetch._pending
     ahead = read_trace(str(path))  # takes the child's columns
     assert not prefetch._pending
     _same(ahead, read_trace(str(path)))  # read here
@@ -59,9 +59,15 @@ def test_the_childs_error_is_raised_word_for_word(
 def test_a_child_that_dies_leaves_the_read_to_the_parent() -> None:
     path = str(SAMPLED[1])
     prefetch.start([path])
-    os.kill(prefetch._pending[path].pid, 9)  # as if it ran out of memory
+    os.kill(prefetch._pending[os.path.realpath(path)].pid, 9)  # as if it ran out of memory
     assert prefetch.take(path) is None  # nothing said: the caller reads the file itself
     _same(read_trace(path), read_trace(path))
+
+
+def test_a_path_spelled_otherwise_is_taken() -> None:
+    path = str(SAMPLED[0])
+    prefetch.start([os.path.join(os.path.dirname(path), ".", os.path.basename(path))])
+    assert prefetch.take(path) is not None
 
 
 def test_only_one_regular_file_is_read_ahead(tmp_path: Path) -> None:
@@ -77,7 +83,7 @@ def test_only_one_regular_file_is_read_ahead(tmp_path: Path) -> None:
 def test_a_read_ahead_not_taken_is_stopped() -> None:
     path = str(SAMPLED[0])
     prefetch.start([path])
-    pid = prefetch._pending[path].pid
+    pid = prefetch._pending[os.path.realpath(path)].pid
     prefetch.cancel_all()
     assert prefetch._pending == {}
     with pytest.raises(ChildProcessError):  # reaped: no zombie left behind

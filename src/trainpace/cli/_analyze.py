@@ -64,12 +64,10 @@ def import_numpy_without_blas_threads() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Analyze, then render the JSON, the console report and/or the HTML page."""
-    from pathlib import Path
-
     from trainpace.trace import prefetch
 
     # the trace is read in a child process while this one imports numpy and the analysis
-    prefetch.start([str(Path(p)) for p in args.traces])
+    prefetch.start(args.traces)
     try:
         import_numpy_without_blas_threads()
         from trainpace.trace import analyze_traces

@@ -107,12 +107,13 @@ def start(paths: list[str]) -> None:
         check_memory(path, None)
     except (OSError, TraceFormatError):
         return  # the analysis says what is wrong, as without a head start
-    _pending[path] = _ReadAhead(path)
+    _pending[os.path.realpath(path)] = _ReadAhead(path)
 
 
 def take(path: str) -> tuple[dict[str, Any], EventColumns] | None:
-    """What was read ahead for ``path`` (waiting for it), or None if nothing was."""
-    ahead = _pending.pop(path, None)
+    """What was read ahead for ``path`` (waiting for it), or None if nothing was. Paths are
+    compared resolved: the analysis may spell the one it was given differently."""
+    ahead = _pending.pop(os.path.realpath(path), None)
     return ahead.result() if ahead is not None else None
 
 
