@@ -440,3 +440,21 @@ def test_keys_around_the_events_keep_an_integer_beyond_64_bits(
     doc = {**big, "traceEvents": [event]} if where == "before" else {"traceEvents": [event], **big}
     cols = load_trace(write_trace(json.dumps(doc).encode()))
     assert cols.meta == big and type(cols.meta["big"]) is int
+
+
+@pytest.mark.parametrize("given", ["", ".", "./", "a", "a/", "a//b", "./a/./b/.", "a/../b",
+                                   "/", "//", "///", "//a", "///a/", "/a/./.."])
+def test_trace_paths_are_spelled_as_pathlib_spells_them(given: str) -> None:
+    # trace_files spells paths without pathlib (9 ms to import), exactly as str(Path(p)) does
+    from trainpace.trace.load import _path_str
+
+    assert _path_str(given) == str(Path(given))
+
+
+def test_a_folder_lists_its_traces_as_pathlib_joins_them(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "t.json").write_text("{}")
+    (tmp_path / "d.json").mkdir()  # a folder named like a trace is not one
+    monkeypatch.chdir(tmp_path)
+    assert trace_files(["."]) == trace_files(["./"]) == ["t.json"]
+    assert trace_files([f"{tmp_path}//"]) == [str(tmp_path / "t.json")]
