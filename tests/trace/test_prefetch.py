@@ -22,7 +22,8 @@ FIELDS = ("name", "cat", "ts", "dur", "end", "stream", "correlation", "external_
 
 
 @pytest.fixture(autouse=True)
-def _nothing_left_pending() -> Iterator[None]:
+def _nothing_left_pending(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(prefetch, "HEAD_START_MIN_BYTES", 0)  # the small traces here too
     yield
     leftover = list(prefetch._pending)
     prefetch.cancel_all()
@@ -68,6 +69,13 @@ def test_a_path_spelled_otherwise_is_taken() -> None:
     path = str(SAMPLED[0])
     prefetch.start([os.path.join(os.path.dirname(path), ".", os.path.basename(path))])
     assert prefetch.take(path) is not None
+
+
+def test_a_small_trace_is_read_in_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    # forking and handing over would cost about as much as reading it
+    monkeypatch.setattr(prefetch, "HEAD_START_MIN_BYTES", 8 << 20)
+    prefetch.start([str(SAMPLED[0])])  # 1.8 MB of JSON
+    assert prefetch._pending == {}
 
 
 def test_only_one_regular_file_is_read_ahead(tmp_path: Path) -> None:
