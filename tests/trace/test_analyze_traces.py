@@ -134,3 +134,18 @@ def test_trace_without_complete_events(write_trace: WriteTrace) -> None:
 def test_bad_options(option: str, value: int) -> None:
     with pytest.raises(ConfigError, match=option):
         analyze_traces([HANDMADE], **{option: value})
+
+
+def test_the_library_call_loads_only_what_it_uses() -> None:
+    # what a trace's analysis never calls: logging (8 ms to import; nothing on this path logs),
+    # the tuner's results (7 ms; the diagnosis only names the tuner's command), pathlib (9 ms)
+    import subprocess
+    import sys
+
+    code = ("import sys; from trainpace.trace import analyze_traces; "
+            f"analyze_traces([{str(HANDMADE)!r}], workers=1); "
+            "print(sorted(m for m in ('logging', 'trainpace.tune.result', 'shlex', "
+            "'pathlib') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"

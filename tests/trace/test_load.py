@@ -142,7 +142,8 @@ def test_names_holding_cut_points_survive_small_pieces(write_trace: WriteTrace) 
 
 def test_a_cut_inside_a_string_is_retried_without_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
     # orjson would build most of such a piece as dicts before failing at its end
-    from trainpace.trace.load import _Columns
+    from trainpace.trace.extract import EventColumns
+    from trainpace.trace.load import finish_columns
 
     trace = handmade()
     for event in trace["traceEvents"]:
@@ -159,9 +160,9 @@ def test_a_cut_inside_a_string_is_retried_without_orjson(monkeypatch: pytest.Mon
             return data[self.at - 40:self.at]
 
     def columns() -> list[str]:
-        sink = _Columns()
+        sink = EventColumns()
         stream.Stream(Blocks(), "t.json", 64, sink).run()  # type: ignore[arg-type]
-        return _names(sink.finish("t.json", {}))
+        return _names(finish_columns("t.json", {}, sink))
 
     expected = columns()
     pieces: list[bytes] = []
@@ -404,3 +405,56 @@ def test_gzip_in_several_members_and_zero_padding(write_trace: WriteTrace) -> No
     cols = load_trace(write_trace(packed, "members.json.gz"))
     assert _names(cols) == _names(load_trace(HANDMADE))
     assert "damaged or truncated" in _error(write_trace(packed[:-20], "cut.json.gz"))
+
+
+def test_the_ids_are_read_in_the_order_of_the_args_struct() -> None:
+    # the columns take each event's ids as msgspec.structs.astuple of its args: in field order
+    from trainpace.trace import extract
+
+    assert tuple(f.name for f in msgspec.structs.fields(stream.EventArgs)) == extract.ID_FIELDS
+
+
+def test_an_id_beyond_64_bits_is_minus_one_and_its_piece_counted_once(
+        write_trace: WriteTrace) -> None:
+    # the piece goes the careful way; its events and phases were counted twice before
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, "tid": 1,
+         "args": {"correlation": 2**70, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "ts": 5, "dur": 2, "tid": 1,
+         "args": {"correlation": 3}},
+        {"ph": "i", "name": "mark", "ts": 1},
+    ]
+    cols = load_trace(write_trace(json.dumps({"traceEvents": events}).encode()))
+    assert cols.events_total == 3
+    assert cols.skipped == {"other phases (not 'X')": 1}
+    assert cols.correlation.tolist() == [-1, 3] and cols.stream.tolist() == [7, -1]
+    assert cols.names == ("k", "k2")
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_keys_around_the_events_keep_an_integer_beyond_64_bits(
+        write_trace: WriteTrace, where: str) -> None:
+    # found by the fuzz test: orjson read -9223372036854775809 as a float; json.loads does not
+    event = {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 1}
+    big = {"big": -(2**63) - 1}
+    doc = {**big, "traceEvents": [event]} if where == "before" else {"traceEvents": [event], **big}
+    cols = load_trace(write_trace(json.dumps(doc).encode()))
+    assert cols.meta == big and type(cols.meta["big"]) is int
+
+
+@pytest.mark.parametrize("given", ["", ".", "./", "a", "a/", "a//b", "./a/./b/.", "a/../b",
+                                   "/", "//", "///", "//a", "///a/", "/a/./.."])
+def test_trace_paths_are_spelled_as_pathlib_spells_them(given: str) -> None:
+    # trace_files spells paths without pathlib (9 ms to import), exactly as str(Path(p)) does
+    from trainpace.trace.load import _path_str
+
+    assert _path_str(given) == str(Path(given))
+
+
+def test_a_folder_lists_its_traces_as_pathlib_joins_them(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "t.json").write_text("{}")
+    (tmp_path / "d.json").mkdir()  # a folder named like a trace is not one
+    monkeypatch.chdir(tmp_path)
+    assert trace_files(["."]) == trace_files(["./"]) == ["t.json"]
+    assert trace_files([f"{tmp_path}//"]) == [str(tmp_path / "t.json")]

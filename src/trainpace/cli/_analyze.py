@@ -64,11 +64,18 @@ def import_numpy_without_blas_threads() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Analyze, then render the JSON, the console report and/or the HTML page."""
-    import_numpy_without_blas_threads()
-    from trainpace.trace import analyze_traces
+    from trainpace.trace import prefetch
 
-    analysis = analyze_traces(args.traces, gap_threshold_us=args.gap_us, top=args.top,
-                              workers=args.workers)
+    # the trace is read in a child process while this one imports numpy and the analysis
+    prefetch.start(args.traces)
+    try:
+        import_numpy_without_blas_threads()
+        from trainpace.trace import analyze_traces
+
+        analysis = analyze_traces(args.traces, gap_threshold_us=args.gap_us, top=args.top,
+                                  workers=args.workers)
+    finally:
+        prefetch.cancel_all()
     if args.html:
         from trainpace.report.html import write_page
         from trainpace.report.trace_html import trace_page

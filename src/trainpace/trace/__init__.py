@@ -14,9 +14,34 @@ Summary built from the trace (:mod:`.evidence`). :mod:`.capture` records a trace
 
 from __future__ import annotations
 
-from trainpace.trace.analyze import analyze_columns, analyze_traces
-from trainpace.trace.load import TraceColumns, load_trace
-from trainpace.trace.result import RankAnalysis, TraceAnalysis
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainpace.trace.analyze import analyze_columns, analyze_traces
+    from trainpace.trace.load import TraceColumns, load_trace
+    from trainpace.trace.result import RankAnalysis, TraceAnalysis
+
+# The package's names are loaded on first use (PEP 562): its reading modules import no numpy,
+# and `trainpace analyze` starts reading a trace with them before it imports numpy (.prefetch).
+_HOMES = {
+    "RankAnalysis": "trainpace.trace.result",
+    "TraceAnalysis": "trainpace.trace.result",
+    "TraceColumns": "trainpace.trace.load",
+    "analyze_columns": "trainpace.trace.analyze",
+    "analyze_traces": "trainpace.trace.analyze",
+    "load_trace": "trainpace.trace.load",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'trainpace.trace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "RankAnalysis",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 from collections import Counter
@@ -25,7 +24,6 @@ from trainpace.trace.prepare import Prepared, prepare
 from trainpace.trace.result import CrossRank, RankAnalysis, TraceAnalysis
 from trainpace.trace.runmeta import find_run_meta
 
-logger = logging.getLogger(__name__)
 PARALLEL_MIN_BYTES = 32 << 20  # of JSON in all: below it, ranks are read one after the other
 
 

@@ -11,9 +11,9 @@ the ``ranks`` list keeps each rank's own figures for the straggler rule.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from trainpace.diagnose import diagnose
@@ -98,7 +98,7 @@ def build_summary(ranks: Sequence[RankAnalysis],
     device_meta = meta.get("device")
     meta_name = device_meta.get("name") if isinstance(device_meta, Mapping) else None
     summary = Summary(
-        run_id=f"trace:{Path(first.path).name}" if first else None,
+        run_id=f"trace:{os.path.basename(first.path)}" if first else None,
         world_size=max(1, len(ranks)),
         steps=Steps(total=total, warmup=0, measured=count),
         throughput=Throughput(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 META_NAME = "meta.json"
@@ -21,17 +20,22 @@ _LEVELS = 2  # the trace's own folder, and the run folder above profile/
 def find_run_meta(trace: str | os.PathLike[str]) -> tuple[str | None, dict[str, Any], str | None]:
     """``(path, meta, problem)``: the run's ``meta.json`` beside the trace or one folder up, its
     content, and why it could not be used (None when it was, or when there is none)."""
-    folder = Path(trace).resolve().parent
-    for candidate in [folder, *folder.parents][:_LEVELS]:
-        path = candidate / META_NAME
-        if not path.is_file():
+    # os.path, not pathlib: pathlib costs trainpace analyze 9 ms to import (urllib, ipaddress)
+    folder = os.path.dirname(os.path.realpath(trace))
+    folders = [folder]
+    while len(folders) < _LEVELS and os.path.dirname(folders[-1]) != folders[-1]:
+        folders.append(os.path.dirname(folders[-1]))
+    for candidate in folders:
+        path = os.path.join(candidate, META_NAME)
+        if not os.path.isfile(path):
             continue
         try:
-            meta = json.loads(path.read_bytes())
+            with open(path, "rb") as file:
+                meta = json.loads(file.read())
         except (OSError, ValueError) as exc:
-            return str(path), {}, f"{path}: not read ({exc}); the advice is generic"
+            return path, {}, f"{path}: not read ({exc}); the advice is generic"
         if not isinstance(meta, dict) or not str(meta.get("schema", "")).startswith(
                 META_SCHEMA_PREFIX):
             continue  # some other tool's meta.json
-        return str(path), meta, None
+        return path, meta, None
     return None, {}, None

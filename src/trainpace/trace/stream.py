@@ -39,6 +39,15 @@ _TRUNCATED = "Input data was truncated"  # msgspec's, for text that ends inside 
 _MISSING_TIME = float("nan")  # JSON has no NaN: a time still NaN after decoding was absent
 
 
+def _keys(text: bytes | bytearray) -> Any:
+    """The keys around the events, parsed as the stdlib reads them: a few hundred bytes, where
+    orjson would turn an integer beyond 64 bits into a float. Raises ValueError (not JSON, or
+    not UTF-8)."""
+    import json  # already loaded by orjson
+
+    return json.loads(text)
+
+
 def _utf8(text: memoryview) -> bool:
     try:
         str(text, "utf-8")
@@ -192,8 +201,8 @@ class Stream:
         if not head.endswith(b","):
             return None
         try:
-            meta = orjson.loads(head[:-1] + b"}")
-        except orjson.JSONDecodeError:
+            meta = _keys(head[:-1] + b"}")
+        except ValueError:
             return None  # the key sat inside another value
         return meta if isinstance(meta, dict) else None
 
@@ -318,9 +327,10 @@ class Stream:
         if not tail.startswith(b","):
             raise self._fail(f"unexpected data after traceEvents: {bytes(tail[:20])!r}")
         try:
-            meta = orjson.loads(b"{" + tail[1:])
-        except orjson.JSONDecodeError as exc:
-            raise self._fail(f"not valid JSON after traceEvents: {exc.msg}") from exc
+            meta = _keys(b"{" + tail[1:])
+        except ValueError as exc:  # a JSONDecodeError has its message; the other: not UTF-8
+            what = getattr(exc, "msg", "not UTF-8")
+            raise self._fail(f"not valid JSON after traceEvents: {what}") from exc
         if not isinstance(meta, dict):  # pragma: no cover - '{' always parses to a dict
             raise self._fail("not valid JSON after traceEvents")
         return meta

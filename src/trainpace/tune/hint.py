@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainpace.tune.result import TuneResult
+if TYPE_CHECKING:  # the diagnosis imports this module: the tuner's results cost 7 ms to load
+    from trainpace.tune.result import TuneResult
 
 
 def command_hint(meta: Mapping[str, Any] | None, run_folder: str | None = None,
@@ -21,6 +21,8 @@ def command_hint(meta: Mapping[str, Any] | None, run_folder: str | None = None,
     cls = loader.get("class") if isinstance(loader, Mapping) else None
     what = "your DataLoader" if cls else "your dataset or DataLoader"
     if run_folder:
+        import shlex  # only here: the diagnosis, which imports this module, names none
+
         step = f"--run {shlex.quote(str(run_folder))}"
     elif step_s is not None and step_s > 0:
         step = f"--step-ms {step_s * 1000:.3g}"
