@@ -97,22 +97,6 @@ def subtract(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     return _kept(sweep, sweep[2] == 1)
 
 
-def split(a: IntervalSet, b: IntervalSet) -> tuple[IntervalSet, IntervalSet]:
-    """``(intersect(a, b), subtract(a, b))`` from one sweep."""
-    if len(a[0]) == 0:
-        return empty(), empty()
-    sweep = _sweep(a, b)
-    return _kept(sweep, sweep[2] == 3), _kept(sweep, sweep[2] == 1)
-
-
-def outside_and_union(a: IntervalSet, b: IntervalSet) -> tuple[IntervalSet, IntervalSet]:
-    """``(subtract(a, b), union of a and b)`` from one sweep."""
-    if len(a[0]) == 0 and len(b[0]) == 0:
-        return empty(), empty()
-    sweep = _sweep(a, b)
-    return _kept(sweep, sweep[2] == 1), _kept(sweep, sweep[2] > 0)
-
-
 def covered_before(intervals: IntervalSet, t: np.ndarray) -> np.ndarray:
     """For each time in ``t``: the length of the set that lies before it."""
     starts, ends = intervals
@@ -129,8 +113,8 @@ def covered_before(intervals: IntervalSet, t: np.ndarray) -> np.ndarray:
 def paint(base: IntervalSet, layers: list[IntervalSet]) -> list[IntervalSet]:
     """Each moment of ``base`` given to the first layer that covers it, and the rest: the
     sets ``base & layers[0]``, ``base & layers[1] - layers[0]``, ..., ``base - all layers``;
-    what a chain of :func:`split` gives, from one sweep (a layer is a bit of each segment's
-    state)."""
+    what a chain of :func:`intersect` and :func:`subtract` gives, from one sweep (a layer is
+    a bit of each segment's state)."""
     n = len(layers)
     if n >= 62:
         raise ValueError("paint: at most 61 layers")
