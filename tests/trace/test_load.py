@@ -458,3 +458,21 @@ def test_a_folder_lists_its_traces_as_pathlib_joins_them(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     assert trace_files(["."]) == trace_files(["./"]) == ["t.json"]
     assert trace_files([f"{tmp_path}//"]) == [str(tmp_path / "t.json")]
+
+
+def test_a_run_folder_stands_for_the_traces_its_meter_recorded(tmp_path: Path) -> None:
+    # `trainpace analyze runs/exp1` and `trainpace analyze runs/exp1/profile`: the trace, not
+    # the run's own JSON files beside it
+    from trainpace import runlog
+    from trainpace.trace.load import RUN_FILES
+
+    assert RUN_FILES == {runlog.META_FILE, runlog.SUMMARY_FILE, runlog.PROFILE_FILE}
+    run = tmp_path / "exp1"
+    (run / "profile").mkdir(parents=True)
+    for name in ("meta.json", "summary.json"):
+        (run / name).write_text("{}")
+    (run / "profile" / "profile_analysis.json").write_text("{}")
+    trace = run / "profile" / "profile_rank0.pt.trace.json.gz"
+    trace.write_bytes(b"")
+    assert trace_files([run]) == [str(trace)]
+    assert trace_files([run / "profile"]) == [str(trace)]

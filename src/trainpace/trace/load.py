@@ -228,15 +228,27 @@ def _path_str(p: str | os.PathLike[str]) -> str:
     return root + "/".join(part for part in text.split("/") if part not in ("", ".")) or "."
 
 
+# The JSON files trainpace itself writes into a run folder (runlog's META_FILE, SUMMARY_FILE
+# and PROFILE_FILE, tested to match; runlog is not imported for three names): never traces,
+# though a folder of traces may hold them (a run's profile/ holds the analysis of its trace).
+RUN_FILES = frozenset({"meta.json", "summary.json", "profile_analysis.json"})
+PROFILE_FOLDER = "profile"  # where Meter(profile_steps=...) writes its traces, in a run folder
+
+
 def trace_files(paths: list[str | os.PathLike[str]]) -> list[str]:
-    """The trace files named, a folder standing for the traces in it (sorted)."""
+    """The trace files named, a folder standing for the traces in it (sorted); a trainpace
+    run folder stands for the traces its Meter recorded (``<run>/profile/``)."""
     out: list[str] = []
     for p in paths:
         path = _path_str(p)
+        profile = os.path.join(path, PROFILE_FOLDER)
+        if os.path.isfile(os.path.join(path, "meta.json")) and os.path.isdir(profile):
+            path = profile
         if os.path.isdir(path):
             children = (name if path == "." else os.path.join(path, name)
                         for name in os.listdir(path)
-                        if name.endswith(".json") or name.endswith(".json.gz"))
+                        if (name.endswith(".json") or name.endswith(".json.gz"))
+                        and name not in RUN_FILES)
             found = sorted(f for f in children if os.path.isfile(f))
             if not found:
                 raise TraceFormatError(f"{path}: no trace files (*.json, *.json.gz) in it")
