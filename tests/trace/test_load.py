@@ -466,7 +466,7 @@ def test_a_run_folder_stands_for_the_traces_its_meter_recorded(tmp_path: Path) -
     from trainpace import runlog
     from trainpace.trace.load import RUN_FILES
 
-    assert RUN_FILES == {runlog.META_FILE, runlog.SUMMARY_FILE, runlog.PROFILE_FILE}
+    assert {runlog.META_FILE, runlog.SUMMARY_FILE, runlog.PROFILE_FILE} == RUN_FILES
     run = tmp_path / "exp1"
     (run / "profile").mkdir(parents=True)
     for name in ("meta.json", "summary.json"):
