@@ -21,6 +21,7 @@ import os
 import pickle
 import stat
 import sys
+import warnings
 from typing import Any
 
 from trainpace.errors import TraceFormatError
@@ -41,7 +42,11 @@ class _ReadAhead:
     def __init__(self, path: str) -> None:
         self.path = path
         read_end, write_end = os.pipe()
-        pid = os.fork()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns on fork in a threaded process; the command forks before any
+            # thread, and the child only reads a file and writes a pipe
+            warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+            pid = os.fork()
         if pid == 0:  # pragma: no cover - the child; what it does is seen through the pipe
             try:
                 os.close(read_end)
