@@ -217,17 +217,6 @@ def kernel_categories(names: Sequence[str]) -> list[str]:
 # ---- per-symbol lookup tables --------------------------------------------------------------
 
 
-def lower_in(symbols: Sequence[str], members: frozenset[str]) -> np.ndarray:
-    """For each symbol (a category), is its lower-cased form in ``members``."""
-    return np.fromiter((s.lower() in members for s in symbols), dtype=bool, count=len(symbols))
-
-
-def matches(symbols: Sequence[str], pattern: re.Pattern[str]) -> np.ndarray:
-    """For each symbol (a name), does ``pattern`` search-match it."""
-    return np.fromiter((pattern.search(s) is not None for s in symbols), dtype=bool,
-                       count=len(symbols))
-
-
 def name_in(symbols: Sequence[str], members: frozenset[str]) -> np.ndarray:
     """For each symbol, is it one of ``members``."""
     return np.fromiter(map(members.__contains__, symbols), dtype=bool, count=len(symbols))

@@ -40,7 +40,6 @@ class _ReadAhead:
     """One trace being read by a forked child."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
         read_end, write_end = os.pipe()
         with warnings.catch_warnings():
             # Python 3.12+ warns on fork in a threaded process; the command forks before any
