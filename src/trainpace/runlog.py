@@ -27,6 +27,7 @@ killed in the middle of a write leaves behind.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,8 @@ from typing import Any, Literal
 import orjson
 
 from trainpace.errors import RunFolderError
-from trainpace.series import StepSeries, read_steps
+from trainpace.inputs import JSON_MAX_BYTES, open_regular, read_bounded
+from trainpace.series import MAX_LINE_BYTES, StepSeries, read_steps
 from trainpace.summary import Summary
 
 META_FILE = "meta.json"
@@ -45,6 +47,8 @@ SUMMARY_FILE = "summary.json"
 META_SCHEMA = "trainpace.meta/1"
 
 PROFILE_FILE = "profile_analysis.json"
+
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark (an editor's), read past
 
 RecordKind = Literal["meta", "window", "system", "summary", "profile"]
 
@@ -101,42 +105,66 @@ class RunData:
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], bool]:
     """Read a JSON-lines file; returns (records, last_line_was_truncated).
 
-    A last line that does not parse is dropped (a killed writer); a bad line anywhere else
-    is an error naming the file and the line.
+    A last line that does not parse is dropped (a killed writer); a bad line anywhere else,
+    or one longer than :data:`~trainpace.series.MAX_LINE_BYTES`, is an error naming the file
+    and the line. Only a regular file is read (:func:`~trainpace.inputs.open_regular`).
     """
+    records: list[dict[str, Any]] = []
+    bad: tuple[int, str] | None = None
+    with open_regular(path, RunFolderError) as stream:
+        for number, line in enumerate(iter(lambda: stream.readline(MAX_LINE_BYTES + 1), b""),
+                                      start=1):
+            if bad is not None:  # a bad line that is not the last one
+                if line.strip():
+                    raise RunFolderError(f"{path}:{bad[0]}: {bad[1]}")
+                continue
+            if number == 1 and line.startswith(_BOM):
+                line = line[len(_BOM):]
+            if len(line) > MAX_LINE_BYTES:
+                raise RunFolderError(f"{path}:{number}: a line longer than "
+                                     f"{MAX_LINE_BYTES:,} bytes; not written by trainpace")
+            if not line.strip():
+                continue
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                bad = (number, f"not a JSON line ({exc})")
+                continue
+            if not isinstance(record, dict):
+                raise RunFolderError(f"{path}:{number}: expected a JSON object per line")
+            records.append(record)
+    return records, bad is not None
+
+
+def _unknown(_: str) -> None:
+    """NaN and ±Infinity (not JSON, though Python writes them) read as null: unknown."""
+    return None
+
+
+def _finite_or_none(text: str) -> float | None:
+    value = float(text)  # 1e400 is inf: a figure beyond any measurement, unknown
+    return value if math.isfinite(value) else None
+
+
+def read_json(path: Path) -> Any:
+    """A run folder's JSON file (``meta.json``, ``summary.json``), bounded in size
+    (:data:`~trainpace.inputs.JSON_MAX_BYTES`); NaN, ±Infinity and numbers beyond a float read
+    as null. Raises RunFolderError naming the file."""
+    data = read_bounded(path, JSON_MAX_BYTES, RunFolderError)
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RunFolderError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+        return json.loads(data.decode("utf-8"), parse_constant=_unknown,
+                          parse_float=_finite_or_none)
     except UnicodeDecodeError as exc:
         raise RunFolderError(f"{path}: not UTF-8 text; is this a trainpace run folder?") from exc
-    lines = text.split("\n")
-    records: list[dict[str, Any]] = []
-    truncated = False
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            is_last = all(not rest.strip() for rest in lines[number:])
-            if is_last:
-                truncated = True
-                break
-            raise RunFolderError(f"{path}:{number}: not a JSON line ({exc})") from exc
-        if not isinstance(record, dict):
-            raise RunFolderError(f"{path}:{number}: expected a JSON object per line")
-        records.append(record)
-    return records, truncated
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RunFolderError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except json.JSONDecodeError as exc:
         raise RunFolderError(f"{path}: not valid JSON ({exc})") from exc
+    except ValueError as exc:  # an integer of thousands of digits
+        raise RunFolderError(f"{path}: not a trainpace file ({exc})") from exc
+    except RecursionError:
+        raise RunFolderError(f"{path}: JSON nested too deeply to be trainpace's; not written "
+                             "by trainpace") from None
 
 
 def read_run(path: str | Path) -> RunData:
@@ -154,7 +182,7 @@ def read_run(path: str | Path) -> RunData:
         )
     meta: dict[str, Any] = {}
     if meta_path.exists():
-        raw = _read_json(meta_path)
+        raw = read_json(meta_path)
         if not isinstance(raw, dict) or raw.get("schema") != META_SCHEMA:
             schema = raw.get("schema") if isinstance(raw, dict) else None
             raise RunFolderError(
@@ -168,15 +196,15 @@ def read_run(path: str | Path) -> RunData:
     missing: list[tuple[int, int]] = []
     if (folder / STEPS_FILE).exists():
         steps_path = folder / STEPS_FILE
-        try:
-            read = read_steps(steps_path)
-        except OSError as exc:
-            raise RunFolderError(f"{steps_path}: cannot read ({exc.strerror or exc})") from exc
+        read = read_steps(steps_path)
         series = read.series
         if read.truncated:
             truncated.append(STEPS_FILE)
         if read.bad_lines:
             notes.append(bad_lines_note(steps_path, read.bad_lines))
+        if read.duplicates:
+            notes.append(f"{steps_path}: step numbers written more than once: "
+                         f"{_numbers_text(read.duplicates)}; the first record of each is kept")
         missing = series.missing_steps()
     system: list[dict[str, Any]] = []
     if (folder / SYSTEM_FILE).exists():
@@ -185,7 +213,7 @@ def read_run(path: str | Path) -> RunData:
             truncated.append(SYSTEM_FILE)
     summary = None
     if summary_path.exists():
-        summary = Summary.from_dict(_read_json(summary_path), source=str(summary_path))
+        summary = Summary.from_dict(read_json(summary_path), source=str(summary_path))
     if summary is not None and len(series):
         last = int(series.column("step").max())
         if summary.steps.total > last:  # the summary counted steps the records never got
@@ -200,6 +228,11 @@ def ranges_text(ranges: list[tuple[int, int]], limit: int = 6) -> str:
     parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:limit]]
     more = len(ranges) - limit
     return ", ".join(parts) + (f" and {more} more ranges" if more > 0 else "")
+
+
+def _numbers_text(numbers: list[int], limit: int = 6) -> str:
+    shown = ", ".join(str(n) for n in numbers[:limit])
+    return shown + (f" and {len(numbers) - limit} more" if len(numbers) > limit else "")
 
 
 def bad_lines_note(path: Path, bad: list[tuple[int, str]]) -> str:
