@@ -463,10 +463,13 @@ def _row(line: bytes) -> tuple[tuple[Any, ...] | None, str]:
         step, t_s, step_s = (float(record[name]) for name in REQUIRED)
     except OverflowError:  # an integer beyond any float
         step = t_s = step_s = _NAN
-    if _impossible(step, t_s, step_s):
-        return None, (f"step {_short(record['step'])}, t_s {_short(record['t_s'])}, step_s "
-                      f"{_short(record['step_s'])}: a step is numbered 1 to {MAX_STEP:.0e} "
-                      f"and its times are 0 to {MAX_TIME_S:.0e} s")
+    if _impossible(step, t_s, 0.0):
+        if _impossible(step, 0.0, 0.0):
+            return None, f"step {_short(record['step'])} is not a whole number from 1 to 2**53"
+        return None, f"t_s {_short(record['t_s'])} is not a time from 0 to {MAX_TIME_S:.0e} s"
+    if _impossible(1.0, 0.0, step_s):
+        return None, (f"step_s {_short(record['step_s'])} is not a duration from 0 to "
+                      f"{MAX_TIME_S:.0e} s")
     return values, ""
 
 
