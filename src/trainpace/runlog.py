@@ -90,10 +90,17 @@ class RunData:
     truncated: list[str] = field(default_factory=list)  # files whose last line was cut off
     notes: list[str] = field(default_factory=list)
     missing_steps: list[tuple[int, int]] = field(default_factory=list)  # (first, last) ranges
+    # summary.json is older than steps.jsonl (fewer steps, or written before its last lines):
+    # a run that died after it; its figures are rebuilt from the steps, never shown as they are
+    # (None: judged by the step count alone, for a RunData made by hand)
+    summary_behind: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.series, StepSeries):  # records given by hand (tests, tools)
             object.__setattr__(self, "series", StepSeries.from_records(self.series))
+        if self.summary_behind is None:
+            object.__setattr__(self, "summary_behind", self.summary is not None
+                               and len(self.series) > self.summary.steps.total)
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -138,7 +145,6 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], bool]:
 
 def _unknown(_: str) -> None:
     """NaN and ±Infinity (not JSON, though Python writes them) read as null: unknown."""
-    return None
 
 
 def _finite_or_none(text: str) -> float | None:
@@ -214,13 +220,26 @@ def read_run(path: str | Path) -> RunData:
     summary = None
     if summary_path.exists():
         summary = Summary.from_dict(read_json(summary_path), source=str(summary_path))
+    behind = summary is not None and len(series) > 0 and (
+        summary.steps.total < len(series) or _older(summary_path, folder / STEPS_FILE))
     if summary is not None and len(series):
         last = int(series.column("step").max())
         if summary.steps.total > last:  # the summary counted steps the records never got
             missing = [*missing, (last + 1, summary.steps.total)]
     if missing:
         notes.append(missing_steps_note(folder / STEPS_FILE, missing))
-    return RunData(folder, meta, series, system, summary, truncated, notes, missing)
+    return RunData(folder, meta, series, system, summary, truncated, notes, missing, behind)
+
+
+SUMMARY_SLACK_S = 2.0  # summary.json is written just after a window's steps: within this
+
+
+def _older(summary: Path, steps: Path) -> bool:
+    """summary.json written well before the last lines of steps.jsonl."""
+    try:
+        return summary.stat().st_mtime + SUMMARY_SLACK_S < steps.stat().st_mtime
+    except OSError:
+        return False
 
 
 def ranges_text(ranges: list[tuple[int, int]], limit: int = 6) -> str:

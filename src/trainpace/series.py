@@ -389,13 +389,13 @@ def _drop_repeated_steps(out: StepsFile) -> None:
     out.series = kept
 
 
-def _impossible(step: Any, t_s: Any, step_s: Any) -> np.ndarray | bool:
+def _impossible(step: Any, t_s: Any, step_s: Any) -> Any:
     """Where the required values cannot be a step's (arrays or numbers): a step number that
     is not a whole number from 1 to :data:`MAX_STEP`, a time or duration that is negative,
     not finite or beyond :data:`MAX_TIME_S`. NaN fails every comparison: impossible too."""
     ok = ((step >= 1) & (step <= MAX_STEP) & (np.floor(step) == step)
           & (t_s >= 0) & (t_s <= MAX_TIME_S) & (step_s >= 0) & (step_s <= MAX_TIME_S))
-    return ~ok
+    return np.logical_not(ok)  # a bool array, or a numpy bool for numbers
 
 
 def _block(out: StepsFile, block: bytes, first: int, lines: int) -> int:

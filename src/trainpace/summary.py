@@ -369,7 +369,7 @@ def _build(cls: type[_T], data: Any, where: str = "") -> _T:
     if not isinstance(data, Mapping):
         raise _Malformed(f"{where or 'the summary'} is {_shown(data)}, expected an object")
     kwargs: dict[str, Any] = {}
-    hints = _hints(cls)
+    hints = _hints(cls)  # type: ignore[arg-type]
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.name not in data:
             continue  # an extension key an older writer did not know: keep the default

@@ -19,6 +19,7 @@ from trainpace.dist.merge import Merger, WindowRecord, window_record
 from trainpace.dist.ranks import RankInfo, rank_folders
 from trainpace.dist.summary import merged_meta, merged_summary
 from trainpace.errors import RunFolderError
+from trainpace.measure.summarize import summary_for_run
 from trainpace.runlog import RunData, read_run
 from trainpace.summary import Summary
 
@@ -94,8 +95,19 @@ def window_records(rank: int, run: RunData) -> list[WindowRecord]:
     return out
 
 
+MAX_WORLD_SIZE = 1 << 20  # ranks: the largest jobs run ~1e5; a number beyond this is damage
+MAX_LISTED_ABSENT = 4096  # absent ranks the merge lists one by one (beyond: counted in a note)
+
+
 def read_distributed(path: str | Path) -> DistributedRun | None:
-    """The merged run of a folder holding ``rank{r}/`` folders; None when it holds none."""
+    """The merged run of a folder holding ``rank{r}/`` folders; None when it holds none.
+
+    A rank whose ``summary.json`` is behind its steps (it died after writing it) is rebuilt
+    from its steps; the figures of the job come from the rank that got furthest, and a note
+    names each rank that ended early and its last step. Rank numbers and world sizes beyond
+    :data:`MAX_WORLD_SIZE` are damage, left out by name: the work is bounded by the folders
+    on disk, never by a number written in one.
+    """
     folder = Path(path)
     folders = rank_folders(folder)
     if not folders:
@@ -103,6 +115,10 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
     notes: list[str] = []
     runs: dict[int, RunData] = {}
     for rank, sub in folders.items():
+        if rank >= MAX_WORLD_SIZE:
+            notes.append(f"{sub.name}: left out (a rank number beyond {MAX_WORLD_SIZE:,} is "
+                         "not a real rank's)")
+            continue
         try:
             runs[rank] = read_run(sub)
         except RunFolderError as exc:
@@ -113,28 +129,42 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
     if not runs:
         raise RunFolderError(f"{folder}: no readable rank folder ({'; '.join(notes)})")
     top = _read_top(folder, notes)
-    sizes = [int(r.meta.get("world_size") or 1) for r in runs.values()] + [max(runs) + 1]
-    if top is not None:
-        sizes.append(int(top.meta.get("world_size") or 1))
-    world = max(sizes)
-    first = runs[min(runs)]
-    absent = [r for r in range(world) if r not in runs]
+    world = max(runs) + 1
+    for where, meta in [*((f"rank{r}/meta.json", run.meta) for r, run in runs.items()),
+                        *([("meta.json", top.meta)] if top is not None else [])]:
+        size = meta.get("world_size")
+        if isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_WORLD_SIZE:
+            world = max(world, size)
+        elif size is not None:
+            notes.append(f"{where}: world_size {size!r} left out (not a number of ranks from "
+                         f"1 to {MAX_WORLD_SIZE:,})")
+    summaries = {rank: summary_for_run(run) for rank, run in runs.items()}
+    furthest = max(runs, key=lambda r: (summaries[r].steps.total, -r))
+    absent = _absent(sorted(runs), world)
     live_ranks = len((top.meta.get("dist") or {}).get("ranks") or ()) if top is not None else 0
     if absent:
-        notes.append(f"rank folders of ranks {_span(absent)} are not in {folder} (other nodes "
-                     "write theirs locally: copy them here to merge them)")
+        notes.append(f"rank folders of ranks {_ranges(absent)} are not in {folder} (other "
+                     "nodes write theirs locally: copy them here to merge them)")
     if top is not None and top.summary is not None and live_ranks > len(runs):
-        notes.append(f"using rank 0's live merge of {live_ranks} ranks (summary.json), not the "
-                     f"{len(runs)} rank folders here")
-        return DistributedRun(folder, top.summary, dict(top.meta), first.steps, first.system,
-                              notes, sorted(runs))
-    merger = Merger(world)
+        if top.summary.steps.total >= summaries[furthest].steps.total:
+            notes.append(f"using rank 0's live merge of {live_ranks} ranks (summary.json), not "
+                         f"the {len(runs)} rank folders here")
+            return DistributedRun(folder, top.summary, dict(top.meta), runs[min(runs)].steps,
+                                  runs[min(runs)].system, notes, sorted(runs))
+        notes.append(f"rank 0's live merge (summary.json, over {top.summary.steps.total} steps) "
+                     f"is behind rank {furthest}'s {summaries[furthest].steps.total} steps: the "
+                     f"{len(runs)} rank folders here are merged instead")
+    absent_count = sum(b - a + 1 for a, b in absent)
+    ids = range(world) if absent_count <= MAX_LISTED_ABSENT else sorted(runs)
+    merger = Merger(world, ids=ids)
     records = [rec for rank, run in runs.items() for rec in window_records(rank, run)]
     for rec in sorted(records, key=lambda r: (r["window"], r["rank"])):  # as they came live
         merger.add(rec)
     merger.flush()
-    base = first.summary or Summary(run_id=first.meta.get("run_id"))
-    info = RankInfo(rank=0, world_size=world, host=runs[min(runs)].meta.get("host"))
+    notes.extend(_ended_early(merger, summaries[furthest].steps.total))
+    first = runs[min(runs)]
+    base = summaries[furthest]
+    info = RankInfo(rank=0, world_size=world, host=first.meta.get("host"))
     meta = merged_meta(merger, info=info, run_id=folder.name,
                        started_unix=_unix(first.meta.get("started_at")) or 0.0, done=True)
     meta["dist"]["exchange"] = "rank_folders"
@@ -143,6 +173,25 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
         default=None)
     summary = merged_summary(merger, base, done=True)
     return DistributedRun(folder, summary, meta, first.steps, first.system, notes, sorted(runs))
+
+
+def _ended_early(merger: Merger, furthest_step: int) -> list[str]:
+    """A note for each rank that stopped before the end (no final record), with its last
+    step: a rank that died is named, never averaged in silently."""
+    return [f"rank {m['rank']} ended early at step {m['last_step']} (no final record; the "
+            f"furthest rank reached step {furthest_step}): its figures cover its steps only"
+            for m in merger.missing(done=True) if m["reason"].startswith("ended early")]
+
+
+def _absent(present: Sequence[int], world: int) -> list[tuple[int, int]]:
+    """The ranks below ``world`` with no folder, as ``(first, last)`` ranges (never a list
+    of every rank)."""
+    out, expected = [], 0
+    for rank in [*present, world]:
+        if rank > expected:
+            out.append((expected, rank - 1))
+        expected = rank + 1
+    return out
 
 
 def _read_top(folder: Path, notes: list[str]) -> RunData | None:
@@ -154,6 +203,7 @@ def _read_top(folder: Path, notes: list[str]) -> RunData | None:
         return None
 
 
-def _span(ranks: Sequence[int]) -> str:
-    shown = ", ".join(str(r) for r in ranks[:8])
-    return shown + (f" … ({len(ranks)} in all)" if len(ranks) > 8 else "")
+def _ranges(ranges: Sequence[tuple[int, int]]) -> str:
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:8]]
+    more = f" and {len(ranges) - 8} more ranges" if len(ranges) > 8 else ""
+    return ", ".join(parts) + more

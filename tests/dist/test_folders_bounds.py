@@ -1,0 +1,83 @@
+"""A distributed run folder read back: never a stale summary, never a list of every rank
+number a damaged folder claims (issue 26)."""
+
+import json
+
+from dist.test_folders import write_rank
+
+from trainpace.cli import main
+from trainpace.dist.folders import MAX_WORLD_SIZE, read_distributed
+from trainpace.summary import Steps, Summary, Time
+
+
+def _stale_rank0(run, steps=49):
+    """Rank 0 died first: its summary.json from its last window, its steps up to there."""
+    write_rank(run, 0, [0.00820] * steps, [0.0] * steps, world=4, finished=False, window=7)
+    stale = Summary(run_id="run", steps=Steps(total=steps, warmup=0, measured=steps),
+                    time=Time(wall_s=0.402))
+    (run / "rank0" / "summary.json").write_text(json.dumps(stale.to_dict()))
+
+
+def test_rank0_died_first_its_stale_summary_is_not_the_job_s(tmp_path):
+    run = tmp_path / "run"
+    _stale_rank0(run)
+    for rank in (1, 2, 3):
+        write_rank(run, rank, [0.01] * 1500, [0.0] * 1500, world=4, window=100)
+    merged = read_distributed(run)
+    assert merged is not None
+    assert merged.summary.steps.total == 1500  # the furthest rank's, not rank 0's 49
+    assert merged.summary.time.wall_s != 0.402
+    assert ("rank 0 ended early at step 49 (no final record; the furthest rank reached step "
+            "1500): its figures cover its steps only") in merged.notes
+    assert merged.summary.world_size == 4
+
+
+def test_report_of_that_job_names_the_rank_that_died(tmp_path, capsys):
+    run = tmp_path / "run"
+    _stale_rank0(run)
+    for rank in (1, 2, 3):
+        write_rank(run, rank, [0.01] * 300, [0.0] * 300, world=4, window=100)
+    assert main(["report", str(run), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["steps"]["total"] == 300
+    assert "rank 0 ended early at step 49" in captured.err
+
+
+def test_a_stale_summary_of_a_single_rank_is_rebuilt_from_its_steps(tmp_path):
+    run = tmp_path / "run"
+    write_rank(run, 0, [0.1] * 8, [0.0] * 8, world=1)
+    stale = Summary(run_id="run", steps=Steps(total=3, warmup=0, measured=3))
+    (run / "rank0" / "summary.json").write_text(json.dumps(stale.to_dict()))
+    merged = read_distributed(run)
+    assert merged is not None and merged.summary.steps.total == 8
+
+
+def test_a_huge_rank_number_is_left_out_by_name(tmp_path):
+    run = tmp_path / "run"
+    write_rank(run, 0, [0.1] * 4, [0.0] * 4, world=1)
+    (run / "rank999999999999").mkdir()
+    merged = read_distributed(run)
+    assert merged is not None
+    assert merged.summary.world_size == 1
+    assert (f"rank999999999999: left out (a rank number beyond {MAX_WORLD_SIZE:,} is not a real "
+            "rank's)") in merged.notes
+
+
+def test_a_huge_world_size_in_meta_is_left_out_by_name(tmp_path):
+    run = tmp_path / "run"
+    write_rank(run, 0, [0.1] * 4, [0.0] * 4, world=10**12)
+    merged = read_distributed(run)
+    assert merged is not None and merged.summary.world_size == 1
+    assert any(n.startswith("rank0/meta.json: world_size 1000000000000 left out")
+               for n in merged.notes)
+
+
+def test_many_absent_ranks_are_counted_not_listed(tmp_path):
+    run = tmp_path / "run"
+    write_rank(run, 0, [0.1] * 4, [0.0] * 4, world=MAX_WORLD_SIZE)
+    merged = read_distributed(run)
+    assert merged is not None
+    assert merged.summary.world_size == MAX_WORLD_SIZE
+    assert merged.meta["dist"]["missing"] == []  # the absent ranks are in the note, as a range
+    assert (f"rank folders of ranks 1-{MAX_WORLD_SIZE - 1} are not in {run} (other nodes write "
+            "theirs locally: copy them here to merge them)") in merged.notes
