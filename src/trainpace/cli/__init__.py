@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from trainpace._version import __version__
 from trainpace.errors import TrainpaceError
@@ -30,10 +31,18 @@ VERBS: dict[str, str] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with a one-line usage error: what is wrong, and where the help is
+    (argparse's own prints the whole usage first: 3-5 lines before the point)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The argument parser, one sub-parser per verb; only ``verb``'s when it is given (the
     other verbs' modules and arguments then cost nothing: the floor of a quick command)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="trainpace",
         description="Measure and explain the speed of PyTorch training.",
     )
@@ -56,7 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # same result; anything else (--help, --version, a typo) gets the full parser.
     verb = arguments[0] if arguments and arguments[0] in VERBS else None
     parser = build_parser(verb)
-    args = parser.parse_args(arguments)
+    args, unknown = parser.parse_known_args(arguments)
+    if unknown:  # said by the verb (argparse would say it as the top-level command)
+        _Parser(prog=f"{parser.prog} {args.verb}").error(
+            f"unrecognized arguments: {' '.join(unknown)}")
     # The library never configures logging; the CLI shows warnings on stderr.
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     try:

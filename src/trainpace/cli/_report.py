@@ -7,14 +7,17 @@ import dataclasses
 import sys
 from typing import Any
 
+from trainpace.cli._args import number
+
 HELP = "show a run's five vital signs and diagnosis (--json: the summary; --html: a page)"
 
 
 def _threshold(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
-    if not sep or not key or not value:
+    if not sep or not key.strip() or not value.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.strip(), value.strip()
+    number(float)(value.strip())  # NaN or infinity: refused here (the thresholds say which
+    return key.strip(), value.strip()  # keys take integers)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        ("--grid-g-per-kwh", "grid carbon intensity, gCO2/kWh: the CO2 figure"),
                        ("--rated-power-w", "a device's rated power, for an energy estimate "
                         "where nothing measured it (labelled an estimate)")):
-        parser.add_argument(flag, type=float, metavar="X", help=what)
+        parser.add_argument(flag, type=number(float), metavar="X", help=what)
     parser.add_argument("--threshold", metavar="KEY=VALUE", action="append", type=_threshold,
                         default=[], help="override a diagnosis threshold "
                         "(e.g. data_wait_warning_pct=5); repeatable")
