@@ -71,14 +71,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"unrecognized arguments: {' '.join(unknown)}")
     # The library never configures logging; the CLI shows warnings on stderr.
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    from trainpace.report._text import safe_text  # names in errors come from files
+
     try:
         code: int = args._run(args)
     except TrainpaceError as exc:
-        print(f"trainpace {args.verb}: error: {exc}", file=sys.stderr)
+        print(f"trainpace {args.verb}: error: {safe_text(exc)}", file=sys.stderr)
         return 1
     except OSError as exc:  # a path the user gave that cannot be read or written
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"trainpace {args.verb}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"trainpace {args.verb}: error: {safe_text(where)}{exc.strerror or exc}",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"trainpace {args.verb}: interrupted", file=sys.stderr)

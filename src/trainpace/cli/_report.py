@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from trainpace.dist.folders import read_distributed
     from trainpace.measure.cost import cost_of_run
     from trainpace.measure.summarize import summary_for_run
+    from trainpace.report._text import safe_text
     from trainpace.report.console import print_report
     from trainpace.report.html import write_page
     from trainpace.report.run_html import run_page
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
                          "(measured so far)")
         series, system, meta, source = folder.series, folder.system, folder.meta, str(folder.path)
     for note in notes:
-        print(f"trainpace report: {note}", file=sys.stderr)
+        print(f"trainpace report: {safe_text(note)}", file=sys.stderr)
     # The steps as columns: the diagnosis reads them as such, never a list of the whole run.
     steps: Any = series
     prices = {"price_per_hour": args.price_per_hour, "grid_g_per_kwh": args.grid_g_per_kwh,
