@@ -40,9 +40,13 @@ def open_regular(path: str | os.PathLike[str], error: type[TrainpaceError],
     not a regular file (with ``allow_streams``, a FIFO is accepted: ``analyze`` can read a
     trace piped into one, read once, as it comes)."""
     name = os.fspath(path)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(name, flags)
+        if allow_streams and stat.S_ISFIFO(os.stat(name).st_mode):
+            # a stream asked for: opened as one, waiting for its writer (a FIFO opened
+            # without blocking would read as empty until a writer comes)
+            return open(name, "rb")
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise error(f"{name}: cannot read it ({exc.strerror or exc})") from exc
     try:
@@ -50,8 +54,8 @@ def open_regular(path: str | os.PathLike[str], error: type[TrainpaceError],
         if not stat.S_ISREG(mode) and not (allow_streams and stat.S_ISFIFO(mode)):
             raise error(f"{name}: {_kind(mode)}, not a regular file; trainpace reads only "
                         "the files it wrote (replace it with the file itself)")
-        if stat.S_ISFIFO(mode) and hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)  # read as it comes: the writer decides when it ends
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
