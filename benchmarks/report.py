@@ -126,7 +126,8 @@ def build_crashed(folder: Path, source: Path) -> None:
     from trainpace.summary import Steps, Summary, Throughput, Time
 
     shutil.copytree(source, folder)
-    total = sum(1 for _ in open(source / "steps.jsonl", "rb"))
+    with open(source / "steps.jsonl", "rb") as lines:
+        total = sum(1 for _ in lines)
     early = int(total * 0.6)
     stale = Summary(run_id=folder.name, steps=Steps(total=early, warmup=50, measured=early - 50),
                     throughput=Throughput(samples_per_s=2000.0, steps_per_s=31.0),
