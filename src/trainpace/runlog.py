@@ -187,6 +187,7 @@ def read_run(path: str | Path) -> RunData:
             "pass the folder given to Meter(out=...)"
         )
     meta: dict[str, Any] = {}
+    notes: list[str] = []
     if meta_path.exists():
         raw = read_json(meta_path)
         if not isinstance(raw, dict) or raw.get("schema") != META_SCHEMA:
@@ -195,9 +196,8 @@ def read_run(path: str | Path) -> RunData:
                 f"{meta_path}: schema is {schema!r}, expected {META_SCHEMA!r}; "
                 "not written by this version of trainpace"
             )
-        meta = raw
+        meta = _checked_meta(raw, meta_path, notes)
     truncated: list[str] = []
-    notes: list[str] = []
     series = StepSeries()
     missing: list[tuple[int, int]] = []
     if (folder / STEPS_FILE).exists():
@@ -229,6 +229,43 @@ def read_run(path: str | Path) -> RunData:
     if missing:
         notes.append(missing_steps_note(folder / STEPS_FILE, missing))
     return RunData(folder, meta, series, system, summary, truncated, notes, missing, behind)
+
+
+_TEXT, _COUNT, _NUMBER, _OBJECT = (str,), (int,), (int, float), (dict,)
+# The meta keys the readers use, and the JSON types they can be (null always can): a value of
+# another type is damage, left out by name rather than crashing the report that reads it.
+META_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": _TEXT, "host": _TEXT, "clock": _TEXT, "tokens_counted": _TEXT,
+    "started_at": _TEXT, "finished_at": _TEXT, "world_size": _COUNT, "rank": _COUNT,
+    "local_rank": _COUNT, "node": _COUNT, "loader": _OBJECT, "config": _OBJECT,
+    "dist": _OBJECT, "device": _OBJECT,
+}
+CONFIG_TYPES: dict[str, tuple[type, ...]] = {
+    "window": _COUNT, "smoothing": _NUMBER, "target_loss": _NUMBER, "warmup": (int, str),
+}
+
+
+def _checked_meta(meta: dict[str, Any], path: Path, notes: list[str]) -> dict[str, Any]:
+    """``meta`` without the values of the wrong type (:data:`META_TYPES`), each named."""
+    def bad(where: str, value: Any, kinds: tuple[type, ...]) -> bool:
+        wrong = value is not None and (isinstance(value, bool) or not isinstance(value, kinds))
+        if wrong:
+            notes.append(f"{path}: {where} is {_kind_of(value)}, not "
+                         f"{' or '.join(k.__name__ for k in kinds)}: left out")
+        return wrong
+
+    meta = {k: v for k, v in meta.items() if k not in META_TYPES
+            or not bad(k, v, META_TYPES[k])}
+    config = meta.get("config")
+    if isinstance(config, dict):
+        meta["config"] = {k: v for k, v in config.items() if k not in CONFIG_TYPES
+                          or not bad(f"config.{k}", v, CONFIG_TYPES[k])}
+    return meta
+
+
+def _kind_of(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "text", bool: "true or false"}.get(
+        type(value), type(value).__name__)
 
 
 SUMMARY_SLACK_S = 2.0  # summary.json is written just after a window's steps: within this

@@ -36,7 +36,9 @@ class _Parser(argparse.ArgumentParser):
     (argparse's own prints the whole usage first: 3-5 lines before the point)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        from trainpace.report._text import safe_text  # the arguments, quoted, are anyone's
+
+        self.exit(2, f"{self.prog}: error: {safe_text(message)} (see `{self.prog} --help`)\n")
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
@@ -65,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # same result; anything else (--help, --version, a typo) gets the full parser.
     verb = arguments[0] if arguments and arguments[0] in VERBS else None
     parser = build_parser(verb)
+    if any("\x00" in argument for argument in arguments):  # no path or value holds one
+        parser.error("an argument holds a NUL byte (\\x00); no path or value can")
     args, unknown = parser.parse_known_args(arguments)
     if unknown:  # said by the verb (argparse would say it as the top-level command)
         _Parser(prog=f"{parser.prog} {args.verb}").error(
