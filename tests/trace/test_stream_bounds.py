@@ -75,3 +75,12 @@ def test_a_link_to_a_device_is_refused_by_name(tmp_path):
     path.symlink_to("/dev/zero")
     with pytest.raises(TraceFormatError, match="a character device, not a regular file"):
         _load(path)
+
+
+def test_a_run_meta_beside_the_trace_nested_deeply_is_not_used(tmp_path):
+    from trainpace.trace.runmeta import find_run_meta
+
+    (tmp_path / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    path, meta, problem = find_run_meta(tmp_path / "t.json")
+    assert meta == {}
+    assert problem == f"{path}: not read (nested too deeply); the advice is generic"
