@@ -178,3 +178,21 @@ def test_summary_nan_and_overflow_are_unknown(tmp_path):
     summary = read_run(run).summary
     assert summary is not None
     assert summary.throughput.samples_per_s is None and summary.time.wall_s is None
+
+
+def test_a_summary_older_than_its_steps_is_behind_even_with_as_many_steps(tmp_path, capsys):
+    from trainpace.cli import main
+
+    run = write_run(tmp_path / "run", steps(10, step_s=0.1, samples=8))
+    stale = Summary(run_id="run").to_dict()
+    stale["steps"] = {"total": 10, "warmup": 0, "measured": 10}
+    stale["time"]["wall_s"] = 99.0  # from another run: not these steps' figure
+    (run / "summary.json").write_text(json.dumps(stale))
+    written = (run / "steps.jsonl").stat().st_mtime
+    os.utime(run / "summary.json", (written - 60, written - 60))
+    assert read_run(run).summary_behind
+    assert main(["report", str(run), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["time"]["wall_s"] != 99.0
+    assert "summary.json is missing or behind; the figures are recomputed from 10 steps" in (
+        captured.err)

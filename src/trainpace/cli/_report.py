@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         notes = [f"{name}: the last line was cut off (a run killed mid-write); it is left out"
                  for name in folder.truncated] + folder.notes
         summary = summary_for_run(folder)
-        if folder.summary is None or folder.summary.steps.total < summary.steps.total:
+        if len(folder.series) and (folder.summary is None or folder.summary_behind):
             notes.append(f"{args.run}: summary.json is missing or behind; the figures are "
                          f"recomputed from {len(folder.series)} steps in steps.jsonl "
                          "(measured so far)")
