@@ -82,3 +82,19 @@ def test_nan_in_a_summary_is_unknown_never_nan_ok(tmp_path, capsys):
 
 def test_safe_text_escapes_controls_and_keeps_text():
     assert safe_text("a\tb\nc\x7f\x9b\u2066d é 中") == "a\\x09b\\x0ac\\x7f\\x9b\\u2066d é 中"
+
+
+@pytest.mark.parametrize(("name", "shown"), HOSTILE)
+def test_the_live_panel_shows_a_hostile_title_and_run_id_as_text(name, shown):
+    import io
+
+    from rich.console import Console
+
+    from trainpace.report.live import LiveView
+    from trainpace.runlog import Record
+
+    view = LiveView(io.StringIO(), terminal=True, title=name)
+    view.log(Record("summary", Summary(run_id=name).to_dict()))
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None).print(view.renderable())
+    _assert_shown(out.getvalue(), shown)
