@@ -30,6 +30,7 @@ def test_rank0_died_first_its_stale_summary_is_not_the_job_s(tmp_path):
     assert ("rank 0 ended early at step 49 (no final record; the furthest rank reached step "
             "1500): its figures cover its steps only") in merged.notes
     assert merged.summary.world_size == 4
+    assert len(merged.steps) == 1500  # the diagnosis reads the steps the figures come from
 
 
 def test_report_of_that_job_names_the_rank_that_died(tmp_path, capsys):

@@ -31,7 +31,8 @@ class DistributedRun:
     path: Path
     summary: Summary
     meta: dict[str, Any]
-    steps: list[dict[str, Any]] = field(default_factory=list)  # the lowest rank's
+    # the steps and sampler rows of the rank the figures come from (the furthest)
+    steps: list[dict[str, Any]] = field(default_factory=list)
     system: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ranks_read: list[int] = field(default_factory=list)
@@ -172,7 +173,8 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
         (str(r.meta.get("finished_at")) for r in runs.values() if r.meta.get("finished_at")),
         default=None)
     summary = merged_summary(merger, base, done=True)
-    return DistributedRun(folder, summary, meta, first.steps, first.system, notes, sorted(runs))
+    return DistributedRun(folder, summary, meta, runs[furthest].steps, runs[furthest].system,
+                          notes, sorted(runs))
 
 
 def _ended_early(merger: Merger, furthest_step: int) -> list[str]:
