@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "trainpace-fuzz", max_examples=60, deadline=2000, derandomize=True,
+    "trainpace-fuzz", max_examples=60, deadline=2000, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 FUZZ = settings.get_profile("trainpace-fuzz")
 
