@@ -196,3 +196,13 @@ def test_a_summary_older_than_its_steps_is_behind_even_with_as_many_steps(tmp_pa
     assert json.loads(captured.out)["time"]["wall_s"] != 99.0
     assert "summary.json is missing or behind; the figures are recomputed from 10 steps" in (
         captured.err)
+
+
+def test_summary_items_of_lists_and_objects_are_checked_too(tmp_path):
+    run = _run(tmp_path)
+    data = Summary().to_dict()
+    data["device"]["throttle_reasons"] = {"sw_power_cap": "often"}
+    (run / "summary.json").write_text(json.dumps(data))
+    with pytest.raises(RunFolderError,
+                       match="device.throttle_reasons.sw_power_cap is 'often', expected a number"):
+        read_run(run)

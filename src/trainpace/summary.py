@@ -437,7 +437,13 @@ def _checked(value: Any, hint: Any, path: str) -> Any:
                 return value
             if isinstance(value, float) and math.isfinite(value) and value == int(value):
                 return int(value)
-        elif origin in (dict, list, str, bool) and isinstance(value, origin):
+        elif origin is dict and isinstance(value, dict):
+            item = (typing.get_args(option) or (Any, Any))[1]
+            return {k: _checked(v, item, f"{path}.{k}") for k, v in value.items()}
+        elif origin is list and isinstance(value, list):
+            item = (typing.get_args(option) or (Any,))[0]
+            return [_checked(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+        elif origin in (str, bool) and isinstance(value, origin):
             return value
     return _reject(value, options, path)
 
