@@ -204,5 +204,5 @@ def test_summary_items_of_lists_and_objects_are_checked_too(tmp_path):
     data["device"]["throttle_reasons"] = {"sw_power_cap": "often"}
     (run / "summary.json").write_text(json.dumps(data))
     with pytest.raises(RunFolderError,
-                       match="device.throttle_reasons.sw_power_cap is 'often', expected a number"):
+                       match=r"device\.throttle_reasons\.sw_power_cap is 'often', expected a number"):
         read_run(run)

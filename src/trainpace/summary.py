@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
+import operator
 import types
 import typing
 from collections.abc import Mapping
@@ -424,28 +426,35 @@ def _checked(value: Any, hint: Any, path: str) -> Any:
         if origin is typing.Literal:
             if value in typing.get_args(option):
                 return value
-        elif option is float:
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                if isinstance(value, int):  # kept as written (a round trip gives it back)
-                    return value if abs(value) <= _MAX_INT else (
-                        None if nullable else _reject(value, options, path))
-                if math.isfinite(value):
-                    return value
-                return None if nullable else _reject(value, options, path)
-        elif option is int:
-            if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_INT:
-                return value
-            if isinstance(value, float) and math.isfinite(value) and value == int(value):
-                return int(value)
-        elif origin is dict and isinstance(value, dict):
+        elif option in (int, float) and isinstance(value, numbers.Real) and not _is_bool(value):
+            number = (operator.index(value) if isinstance(value, numbers.Integral)
+                      else float(value))  # numpy scalars too (the Meter's own summaries)
+            if isinstance(number, float) and option is int and number.is_integer():
+                number = int(number)  # 3.0 steps: 3
+            if isinstance(number, int):  # an int stays one, in a float field too (round trip)
+                if abs(number) <= _MAX_INT:
+                    return number
+            elif option is float and math.isfinite(number):
+                return number
+            if nullable and not (isinstance(number, float) and option is int):
+                return None  # NaN, an overflow, a count beyond a float: unknown
+        elif origin is bool:
+            if _is_bool(value):
+                return bool(value)
+        elif origin is dict and isinstance(value, Mapping):
             item = (typing.get_args(option) or (Any, Any))[1]
             return {k: _checked(v, item, f"{path}.{k}") for k, v in value.items()}
-        elif origin is list and isinstance(value, list):
+        elif origin is list and isinstance(value, (list, tuple)):
             item = (typing.get_args(option) or (Any,))[0]
             return [_checked(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
-        elif origin in (str, bool) and isinstance(value, origin):
+        elif origin is str and isinstance(value, str):
             return value
     return _reject(value, options, path)
+
+
+def _is_bool(value: Any) -> bool:
+    """Python's bool or numpy's (the Meter's own summaries may hold numpy scalars)."""
+    return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"
 
 
 def _reject(value: Any, options: tuple[Any, ...], path: str) -> Any:
