@@ -3,6 +3,8 @@ number a damaged folder claims (issue 26)."""
 
 import json
 
+import pytest
+
 from dist.test_folders import write_rank
 
 from trainpace.cli import main
@@ -30,7 +32,7 @@ def test_rank0_died_first_its_stale_summary_is_not_the_job_s(tmp_path):
     assert ("rank 0 ended early at step 49 (no final record; the furthest rank reached step "
             "1500): its figures cover its steps only") in merged.notes
     assert merged.summary.world_size == 4
-    assert len(merged.steps) == 1500  # the diagnosis reads the steps the figures come from
+    assert len(merged.series) == 1500  # the diagnosis reads the steps the figures come from
 
 
 def test_report_of_that_job_names_the_rank_that_died(tmp_path, capsys):
@@ -82,3 +84,31 @@ def test_many_absent_ranks_are_counted_not_listed(tmp_path):
     assert merged.meta["dist"]["missing"] == []  # the absent ranks are in the note, as a range
     assert (f"rank folders of ranks 1-{MAX_WORLD_SIZE - 1} are not in {run} (other nodes write "
             "theirs locally: copy them here to merge them)") in merged.notes
+
+
+def test_each_window_takes_the_sampler_rows_of_its_own_time(tmp_path):
+    run = tmp_path / "run"
+    write_rank(run, 0, [0.1] * 4, [0.0] * 4, world=1, window=2)
+    rows = [{"t_s": t, "device_util_pct": u, "host": {"system_cpu_pct": u / 2}}
+            for t, u in ((0.35, 40.0), (0.05, 10.0), (0.25, 30.0), (0.15, 20.0))]  # any order
+    (run / "rank0" / "system.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    merged = read_distributed(run)
+    assert merged is not None
+    [rank0] = merged.meta["dist"]["ranks"]
+    assert rank0["util_pct"] == 35.0  # the last window, t 0.2-0.4 s: rows of 30 and 40
+    assert rank0["system_cpu_pct"] == 17.5
+
+
+def test_a_long_rank_is_merged_a_window_at_a_time(tmp_path):
+    run = tmp_path / "run"
+    steps = 20_000
+    write_rank(run, 0, [0.01] * steps, [0.0] * steps, world=2, window=10)
+    write_rank(run, 1, [0.01] * steps, [0.001] * steps, world=2, window=10)
+    rows = "".join(json.dumps({"t_s": 0.01 * i, "device_util_pct": 50.0}) + "\n"
+                   for i in range(0, steps, 2))  # 10k rows: per window, only its own are read
+    for rank in (0, 1):
+        (run / f"rank{rank}" / "system.jsonl").write_text(rows)
+    merged = read_distributed(run)
+    assert merged is not None
+    assert merged.meta["dist"]["windows_scored"] == steps // 10
+    assert merged.summary.throughput.samples_per_s == pytest.approx(2 * 4 * steps / (0.01 * steps))

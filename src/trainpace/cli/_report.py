@@ -56,14 +56,13 @@ def run(args: argparse.Namespace) -> int:
     from trainpace.report.html import write_page
     from trainpace.report.run_html import run_page
     from trainpace.runlog import read_run
-    from trainpace.series import StepSeries
 
     thresholds = Thresholds.from_mapping(dict(args.threshold))
     ranks = read_distributed(args.run)  # a folder of rank{r}/ folders: merged
     if ranks is not None:
         notes = list(ranks.notes)
         summary, system, meta = ranks.summary, ranks.system, ranks.meta
-        series = StepSeries.from_records(ranks.steps)
+        series = ranks.series
         source = str(args.run)
     else:
         folder = read_run(args.run)

@@ -9,11 +9,16 @@ folders were gathered than the live merge saw, the live merge (the run folder's 
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
-from collections.abc import Mapping, Sequence
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from trainpace.dist.merge import Merger, WindowRecord, window_record
 from trainpace.dist.ranks import RankInfo, rank_folders
@@ -21,6 +26,7 @@ from trainpace.dist.summary import merged_meta, merged_summary
 from trainpace.errors import RunFolderError
 from trainpace.measure.summarize import summary_for_run
 from trainpace.runlog import RunData, read_run
+from trainpace.series import StepSeries
 from trainpace.summary import Summary
 
 
@@ -31,8 +37,8 @@ class DistributedRun:
     path: Path
     summary: Summary
     meta: dict[str, Any]
-    # the steps and sampler rows of the rank the figures come from (the furthest)
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    # the steps (as columns) and sampler rows of the rank the figures come from (the furthest)
+    series: StepSeries = field(default_factory=StepSeries)
     system: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ranks_read: list[int] = field(default_factory=list)
@@ -52,25 +58,48 @@ def _warmup(run: RunData) -> int:
     return warmup if isinstance(warmup, int) else 0
 
 
-def _windows(run: RunData) -> list[list[dict[str, Any]]]:
+def _windows(run: RunData) -> Iterator[list[dict[str, Any]]]:
+    """The rank's steps a window at a time, in step order (one window's records alive at a
+    time: a long run is never a list of every step)."""
     size = (run.meta.get("config") or {}).get("window")
     size = size if isinstance(size, int) and size > 0 else 100
-    groups: dict[int, list[dict[str, Any]]] = {}
-    for step in run.steps:
-        if isinstance(step.get("step"), int) and isinstance(step.get("step_s"), (int, float)):
-            groups.setdefault((step["step"] - 1) // size, []).append(step)
-    return [groups[k] for k in sorted(groups)]
+    steps = run.series.column("step")
+    ordered: Iterable[dict[str, Any]] = run.series
+    if steps.size > 1 and not bool((np.diff(steps) > 0).all()):  # a damaged file: sorted
+        ordered = sorted(run.series, key=lambda record: record["step"])
+    for _, window in itertools.groupby(ordered, key=lambda record: (record["step"] - 1) // size):
+        yield list(window)
 
 
-def _signs(system: Sequence[Mapping[str, Any]], t0: float, t1: float) -> dict[str, Any]:
-    rows = [r for r in system if isinstance(r.get("t_s"), (int, float)) and t0 <= r["t_s"] <= t1]
-    out: dict[str, Any] = {}
-    for key, pick in (("util_pct", lambda r: r.get("device_util_pct")),
-                      ("temperature_c", lambda r: r.get("temperature_c")),
-                      ("system_cpu_pct", lambda r: (r.get("host") or {}).get("system_cpu_pct"))):
-        values = [float(v) for v in map(pick, rows) if isinstance(v, (int, float))]
-        out[key] = sum(values) / len(values) if values else None
-    return out
+class _Signs:
+    """The sampler rows' device and host signs, averaged over a time span (rows sorted once,
+    each span found by bisection: O(rows) over all the windows, not O(rows) per window)."""
+
+    def __init__(self, system: Sequence[Mapping[str, Any]]) -> None:
+        rows = sorted((r for r in system if _number(r.get("t_s")) is not None),
+                      key=lambda r: r["t_s"])
+        self.t_s = [float(r["t_s"]) for r in rows]
+        hosts: list[Mapping[str, Any]] = [h if isinstance(h := r.get("host"), dict) else {}
+                                          for r in rows]
+        self.values = {
+            "util_pct": [_number(r.get("device_util_pct")) for r in rows],
+            "temperature_c": [_number(r.get("temperature_c")) for r in rows],
+            "system_cpu_pct": [_number(h.get("system_cpu_pct")) for h in hosts],
+        }
+
+    def over(self, t0: float, t1: float) -> dict[str, Any]:
+        lo, hi = bisect.bisect_left(self.t_s, t0), bisect.bisect_right(self.t_s, t1)
+        out: dict[str, Any] = {}
+        for key, column in self.values.items():
+            values = [v for v in column[lo:hi] if v is not None]
+            out[key] = sum(values) / len(values) if values else None
+        return out
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def window_records(rank: int, run: RunData) -> list[WindowRecord]:
@@ -78,19 +107,20 @@ def window_records(rank: int, run: RunData) -> list[WindowRecord]:
     meta = run.meta
     started = _unix(meta.get("started_at"))
     finished = meta.get("finished_at") is not None
-    windows = _windows(run)
     warmup = _warmup(run)
-    out = []
-    for index, steps in enumerate(windows, start=1):
+    signs = _Signs(run.system)
+    out: list[WindowRecord] = []
+    for index, steps in enumerate(_windows(run), start=1):
         t_end = float(steps[-1].get("t_s") or 0.0)
         t_start = t_end - sum(float(s["step_s"]) for s in steps)
         out.append(window_record(
             rank=rank, local_rank=int(meta.get("local_rank") or 0),
             node=int(meta.get("node") or 0), host=meta.get("host"), window=index,
             steps=steps, warmup=warmup, t_unix=(started or 0.0) + t_end,
-            figures=_signs(run.system, t_start, t_end),
-            final=finished and index == len(windows)))
-    if finished and not windows:
+            figures=signs.over(t_start, t_end), final=False))
+    if finished and out:
+        out[-1]["final"] = True  # its last window: the rank ran to its end
+    elif finished:
         out.append(window_record(rank=rank, host=meta.get("host"), window=1, steps=[],
                                  t_unix=started or 0.0, final=True))
     return out
@@ -150,7 +180,7 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
         if top.summary.steps.total >= summaries[furthest].steps.total:
             notes.append(f"using rank 0's live merge of {live_ranks} ranks (summary.json), not "
                          f"the {len(runs)} rank folders here")
-            return DistributedRun(folder, top.summary, dict(top.meta), runs[min(runs)].steps,
+            return DistributedRun(folder, top.summary, dict(top.meta), runs[min(runs)].series,
                                   runs[min(runs)].system, notes, sorted(runs))
         notes.append(f"rank 0's live merge (summary.json, over {top.summary.steps.total} steps) "
                      f"is behind rank {furthest}'s {summaries[furthest].steps.total} steps: the "
@@ -173,7 +203,7 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
         (str(r.meta.get("finished_at")) for r in runs.values() if r.meta.get("finished_at")),
         default=None)
     summary = merged_summary(merger, base, done=True)
-    return DistributedRun(folder, summary, meta, runs[furthest].steps, runs[furthest].system,
+    return DistributedRun(folder, summary, meta, runs[furthest].series, runs[furthest].system,
                           notes, sorted(runs))
 
 
