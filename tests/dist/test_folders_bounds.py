@@ -112,3 +112,12 @@ def test_a_long_rank_is_merged_a_window_at_a_time(tmp_path):
     assert merged is not None
     assert merged.meta["dist"]["windows_scored"] == steps // 10
     assert merged.summary.throughput.samples_per_s == pytest.approx(2 * 4 * steps / (0.01 * steps))
+
+
+def test_ranks_still_running_together_are_not_called_dead(tmp_path):
+    run = tmp_path / "run"
+    for rank in (0, 1):
+        write_rank(run, rank, [0.1] * 8, [0.0] * 8, world=2, finished=False)
+    merged = read_distributed(run)
+    assert merged is not None
+    assert not any("ended early" in note for note in merged.notes)

@@ -208,11 +208,13 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
 
 
 def _ended_early(merger: Merger, furthest_step: int) -> list[str]:
-    """A note for each rank that stopped before the end (no final record), with its last
-    step: a rank that died is named, never averaged in silently."""
+    """A note for each rank that stopped short of the furthest one without a final record,
+    with its last step: a rank that died is named, never averaged in silently (ranks all at
+    the same step are a job still running, or stopped as one: nothing to single out)."""
     return [f"rank {m['rank']} ended early at step {m['last_step']} (no final record; the "
             f"furthest rank reached step {furthest_step}): its figures cover its steps only"
-            for m in merger.missing(done=True) if m["reason"].startswith("ended early")]
+            for m in merger.missing(done=True)
+            if m["reason"].startswith("ended early") and m["last_step"] < furthest_step]
 
 
 def _absent(present: Sequence[int], world: int) -> list[tuple[int, int]]:
