@@ -7,7 +7,10 @@ sampler row per 100 steps, then times, each in a fresh process:
 
 - ``bare``: the floor: ``orjson.loads`` of each line of ``steps.jsonl``, nothing kept;
 - ``report --json``, ``report --html FILE`` and ``compare RUN RUN`` (two copies of the run, so
-  twice the lines), through ``trainpace.cli.main``.
+  twice the lines), through ``trainpace.cli.main``;
+- ``crashed --json`` and ``crashed --html``: the same steps in a run that crashed (issue 22): its
+  ``summary.json`` from a window 40% before its last step, no ``finished_at``: the summary is
+  behind, so every step is read, summarized and diagnosed again.
 
 Each process times its own work (after its imports), in wall time and in CPU time (on a shared
 machine the wall time swings with the other processes; the CPU time much less), and reports
@@ -117,6 +120,23 @@ def build_run(folder: Path, steps: int, seed: int = 0) -> None:
                       + b"\n")
 
 
+def build_crashed(folder: Path, source: Path) -> None:
+    """``source``'s steps in a run that crashed: a summary.json from an earlier window (it is
+    behind the steps), written before them."""
+    from trainpace.summary import Steps, Summary, Throughput, Time
+
+    shutil.copytree(source, folder)
+    with open(source / "steps.jsonl", "rb") as lines:
+        total = sum(1 for _ in lines)
+    early = int(total * 0.6)
+    stale = Summary(run_id=folder.name, steps=Steps(total=early, warmup=50, measured=early - 50),
+                    throughput=Throughput(samples_per_s=2000.0, steps_per_s=31.0),
+                    time=Time(wall_s=early * 0.03, step_s_median=0.03))
+    (folder / "summary.json").write_text(json.dumps(stale.to_dict()))
+    written = (folder / "steps.jsonl").stat().st_mtime
+    os.utime(folder / "summary.json", (written - 60, written - 60))
+
+
 def child(mode: str, *args: str) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-c", CHILD, mode, *args], check=True,
                           capture_output=True, text=True)
@@ -137,6 +157,8 @@ def main() -> None:
         run_a, run_b = tmp / "a", tmp / "b"
         build_run(run_a, args.steps)
         shutil.copytree(run_a, run_b)
+        crashed = tmp / "crashed"
+        build_crashed(crashed, run_a)
         steps_file = str(run_a / "steps.jsonl")
         size_mb = (run_a / "steps.jsonl").stat().st_size / 1e6
         commands = {
@@ -144,6 +166,8 @@ def main() -> None:
             "report --json": ("cli", "report", str(run_a), "--json"),
             "report --html": ("cli", "report", str(run_a), "--html", str(tmp / "r.html")),
             "compare": ("cli", "compare", str(run_a), str(run_b)),
+            "crashed --json": ("cli", "report", str(crashed), "--json"),
+            "crashed --html": ("cli", "report", str(crashed), "--html", str(tmp / "c.html")),
         }
         results: dict[str, list[dict[str, Any]]] = {name: [] for name in commands}
         parts: list[dict[str, Any]] = []

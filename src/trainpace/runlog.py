@@ -27,6 +27,7 @@ killed in the middle of a write leaves behind.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,8 @@ from typing import Any, Literal
 import orjson
 
 from trainpace.errors import RunFolderError
-from trainpace.series import StepSeries, read_steps
+from trainpace.inputs import JSON_MAX_BYTES, open_regular, read_bounded
+from trainpace.series import MAX_LINE_BYTES, StepSeries, read_steps
 from trainpace.summary import Summary
 
 META_FILE = "meta.json"
@@ -45,6 +47,8 @@ SUMMARY_FILE = "summary.json"
 META_SCHEMA = "trainpace.meta/1"
 
 PROFILE_FILE = "profile_analysis.json"
+
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark (an editor's), read past
 
 RecordKind = Literal["meta", "window", "system", "summary", "profile"]
 
@@ -86,10 +90,17 @@ class RunData:
     truncated: list[str] = field(default_factory=list)  # files whose last line was cut off
     notes: list[str] = field(default_factory=list)
     missing_steps: list[tuple[int, int]] = field(default_factory=list)  # (first, last) ranges
+    # summary.json is older than steps.jsonl (fewer steps, or written before its last lines):
+    # a run that died after it; its figures are rebuilt from the steps, never shown as they are
+    # (None: judged by the step count alone, for a RunData made by hand)
+    summary_behind: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.series, StepSeries):  # records given by hand (tests, tools)
             object.__setattr__(self, "series", StepSeries.from_records(self.series))
+        if self.summary_behind is None:
+            object.__setattr__(self, "summary_behind", self.summary is not None
+                               and len(self.series) > self.summary.steps.total)
 
     @property
     def steps(self) -> list[dict[str, Any]]:
@@ -101,42 +112,65 @@ class RunData:
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], bool]:
     """Read a JSON-lines file; returns (records, last_line_was_truncated).
 
-    A last line that does not parse is dropped (a killed writer); a bad line anywhere else
-    is an error naming the file and the line.
+    A last line that does not parse is dropped (a killed writer); a bad line anywhere else,
+    or one longer than :data:`~trainpace.series.MAX_LINE_BYTES`, is an error naming the file
+    and the line. Only a regular file is read (:func:`~trainpace.inputs.open_regular`).
     """
+    records: list[dict[str, Any]] = []
+    bad: tuple[int, str] | None = None
+    with open_regular(path, RunFolderError) as stream:
+        for number, line in enumerate(iter(lambda: stream.readline(MAX_LINE_BYTES + 1), b""),
+                                      start=1):
+            if bad is not None:  # a bad line that is not the last one
+                if line.strip():
+                    raise RunFolderError(f"{path}:{bad[0]}: {bad[1]}")
+                continue
+            if number == 1 and line.startswith(_BOM):
+                line = line[len(_BOM):]
+            if len(line) > MAX_LINE_BYTES:
+                raise RunFolderError(f"{path}:{number}: a line longer than "
+                                     f"{MAX_LINE_BYTES:,} bytes; not written by trainpace")
+            if not line.strip():
+                continue
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                bad = (number, f"not a JSON line ({exc})")
+                continue
+            if not isinstance(record, dict):
+                raise RunFolderError(f"{path}:{number}: expected a JSON object per line")
+            records.append(record)
+    return records, bad is not None
+
+
+def _unknown(_: str) -> None:
+    """NaN and ±Infinity (not JSON, though Python writes them) read as null: unknown."""
+
+
+def _finite_or_none(text: str) -> float | None:
+    value = float(text)  # 1e400 is inf: a figure beyond any measurement, unknown
+    return value if math.isfinite(value) else None
+
+
+def read_json(path: Path) -> Any:
+    """A run folder's JSON file (``meta.json``, ``summary.json``), bounded in size
+    (:data:`~trainpace.inputs.JSON_MAX_BYTES`); NaN, ±Infinity and numbers beyond a float read
+    as null. Raises RunFolderError naming the file."""
+    data = read_bounded(path, JSON_MAX_BYTES, RunFolderError)
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RunFolderError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+        return json.loads(data.decode("utf-8"), parse_constant=_unknown,
+                          parse_float=_finite_or_none)
     except UnicodeDecodeError as exc:
         raise RunFolderError(f"{path}: not UTF-8 text; is this a trainpace run folder?") from exc
-    lines = text.split("\n")
-    records: list[dict[str, Any]] = []
-    truncated = False
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            is_last = all(not rest.strip() for rest in lines[number:])
-            if is_last:
-                truncated = True
-                break
-            raise RunFolderError(f"{path}:{number}: not a JSON line ({exc})") from exc
-        if not isinstance(record, dict):
-            raise RunFolderError(f"{path}:{number}: expected a JSON object per line")
-        records.append(record)
-    return records, truncated
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RunFolderError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except json.JSONDecodeError as exc:
         raise RunFolderError(f"{path}: not valid JSON ({exc})") from exc
+    except ValueError as exc:  # an integer of thousands of digits
+        raise RunFolderError(f"{path}: not a trainpace file ({exc})") from exc
+    except RecursionError:
+        raise RunFolderError(f"{path}: JSON nested too deeply to be trainpace's; not written "
+                             "by trainpace") from None
 
 
 def read_run(path: str | Path) -> RunData:
@@ -153,30 +187,30 @@ def read_run(path: str | Path) -> RunData:
             "pass the folder given to Meter(out=...)"
         )
     meta: dict[str, Any] = {}
+    notes: list[str] = []
     if meta_path.exists():
-        raw = _read_json(meta_path)
+        raw = read_json(meta_path)
         if not isinstance(raw, dict) or raw.get("schema") != META_SCHEMA:
             schema = raw.get("schema") if isinstance(raw, dict) else None
             raise RunFolderError(
                 f"{meta_path}: schema is {schema!r}, expected {META_SCHEMA!r}; "
                 "not written by this version of trainpace"
             )
-        meta = raw
+        meta = _checked_meta(raw, meta_path, notes)
     truncated: list[str] = []
-    notes: list[str] = []
     series = StepSeries()
     missing: list[tuple[int, int]] = []
     if (folder / STEPS_FILE).exists():
         steps_path = folder / STEPS_FILE
-        try:
-            read = read_steps(steps_path)
-        except OSError as exc:
-            raise RunFolderError(f"{steps_path}: cannot read ({exc.strerror or exc})") from exc
+        read = read_steps(steps_path)
         series = read.series
         if read.truncated:
             truncated.append(STEPS_FILE)
         if read.bad_lines:
             notes.append(bad_lines_note(steps_path, read.bad_lines))
+        if read.duplicates:
+            notes.append(f"{steps_path}: step numbers written more than once: "
+                         f"{_numbers_text(read.duplicates)}; the first record of each is kept")
         missing = series.missing_steps()
     system: list[dict[str, Any]] = []
     if (folder / SYSTEM_FILE).exists():
@@ -185,14 +219,64 @@ def read_run(path: str | Path) -> RunData:
             truncated.append(SYSTEM_FILE)
     summary = None
     if summary_path.exists():
-        summary = Summary.from_dict(_read_json(summary_path), source=str(summary_path))
+        summary = Summary.from_dict(read_json(summary_path), source=str(summary_path))
+    behind = summary is not None and len(series) > 0 and (
+        summary.steps.total < len(series) or _older(summary_path, folder / STEPS_FILE))
     if summary is not None and len(series):
         last = int(series.column("step").max())
         if summary.steps.total > last:  # the summary counted steps the records never got
             missing = [*missing, (last + 1, summary.steps.total)]
     if missing:
         notes.append(missing_steps_note(folder / STEPS_FILE, missing))
-    return RunData(folder, meta, series, system, summary, truncated, notes, missing)
+    return RunData(folder, meta, series, system, summary, truncated, notes, missing, behind)
+
+
+_TEXT, _COUNT, _NUMBER, _OBJECT = (str,), (int,), (int, float), (dict,)
+# The meta keys the readers use, and the JSON types they can be (null always can): a value of
+# another type is damage, left out by name rather than crashing the report that reads it.
+META_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": _TEXT, "host": _TEXT, "clock": _TEXT, "tokens_counted": _TEXT,
+    "started_at": _TEXT, "finished_at": _TEXT, "world_size": _COUNT, "rank": _COUNT,
+    "local_rank": _COUNT, "node": _COUNT, "loader": _OBJECT, "config": _OBJECT,
+    "dist": _OBJECT, "device": _OBJECT,
+}
+CONFIG_TYPES: dict[str, tuple[type, ...]] = {
+    "window": _COUNT, "smoothing": _NUMBER, "target_loss": _NUMBER, "warmup": (int, str),
+}
+
+
+def _checked_meta(meta: dict[str, Any], path: Path, notes: list[str]) -> dict[str, Any]:
+    """``meta`` without the values of the wrong type (:data:`META_TYPES`), each named."""
+    def bad(where: str, value: Any, kinds: tuple[type, ...]) -> bool:
+        wrong = value is not None and (isinstance(value, bool) or not isinstance(value, kinds))
+        if wrong:
+            notes.append(f"{path}: {where} is {_kind_of(value)}, not "
+                         f"{' or '.join(k.__name__ for k in kinds)}: left out")
+        return wrong
+
+    meta = {k: v for k, v in meta.items() if k not in META_TYPES
+            or not bad(k, v, META_TYPES[k])}
+    config = meta.get("config")
+    if isinstance(config, dict):
+        meta["config"] = {k: v for k, v in config.items() if k not in CONFIG_TYPES
+                          or not bad(f"config.{k}", v, CONFIG_TYPES[k])}
+    return meta
+
+
+def _kind_of(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "text", bool: "true or false"}.get(
+        type(value), type(value).__name__)
+
+
+SUMMARY_SLACK_S = 2.0  # summary.json is written just after a window's steps: within this
+
+
+def _older(summary: Path, steps: Path) -> bool:
+    """summary.json written well before the last lines of steps.jsonl."""
+    try:
+        return summary.stat().st_mtime + SUMMARY_SLACK_S < steps.stat().st_mtime
+    except OSError:
+        return False
 
 
 def ranges_text(ranges: list[tuple[int, int]], limit: int = 6) -> str:
@@ -200,6 +284,11 @@ def ranges_text(ranges: list[tuple[int, int]], limit: int = 6) -> str:
     parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:limit]]
     more = len(ranges) - limit
     return ", ".join(parts) + (f" and {more} more ranges" if more > 0 else "")
+
+
+def _numbers_text(numbers: list[int], limit: int = 6) -> str:
+    shown = ", ".join(str(n) for n in numbers[:limit])
+    return shown + (f" and {len(numbers) - limit} more" if len(numbers) > limit else "")
 
 
 def bad_lines_note(path: Path, bad: list[tuple[int, str]]) -> str:

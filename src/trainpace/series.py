@@ -27,6 +27,8 @@ import msgspec
 import numpy as np
 import orjson
 
+from trainpace.errors import RunFolderError
+from trainpace.inputs import open_regular
 from trainpace.records import INTEGRAL_FIELDS, STEP_FIELDS
 from trainpace.stepcolumns import StepColumns
 
@@ -38,9 +40,15 @@ REQUIRED = ("step", "t_s", "step_s")  # a record without these is not a step
 CHUNK_LINES = 4096  # records turned into dicts at a time when the series is iterated
 BLOCK_BYTES = 1 << 20  # steps.jsonl is parsed a block at a time: ~4k lines, whatever its size
 CHUNK_STEPS = 1 << 16  # steps scanned at a time (missing steps): bounds the temporaries
+MAX_LINE_BYTES = 1 << 20  # a step record is ~0.5 kB: a line running past 1 MB is none
+# What a step can be: numbers as floats hold integers exactly up to 2**53; a step time or a
+# clock reading beyond ~115 days is damage, not a measurement (and it would overflow sums).
+MAX_STEP = 2.0**53
+MAX_TIME_S = 1e7
 ROOM_MARGIN = 1.1  # the room reserved over the steps the file's size suggests (lines vary)
 _ROW = operator.itemgetter(*COLUMNS)
 _NAN = math.nan
+_BOM = b"\xef\xbb\xbf"
 
 
 class _Invalid(Exception):  # noqa: N818 (internal control flow, never raised to a user)
@@ -287,6 +295,7 @@ class StepsFile:
     series: StepSeries
     bad_lines: list[tuple[int, str]] = field(default_factory=list)  # (line number, why)
     truncated: bool = False  # the last line was cut off (a run killed mid-write)
+    duplicates: list[int] = field(default_factory=list)  # step numbers written more than once
 
 
 def _row_type() -> type[msgspec.Struct]:
@@ -308,31 +317,46 @@ _GETTERS = tuple((name, operator.attrgetter(name)) for name in COLUMNS)
 def read_steps(path: Path) -> StepsFile:
     """Read ``steps.jsonl`` at ``path`` into columns, a block of :data:`BLOCK_BYTES` at a time.
 
-    A line that is not a JSON object, or that holds a value that is not a number or null (or
-    no ``step``, ``t_s`` or ``step_s``), is skipped and listed in ``bad_lines``; a last line
-    that does not parse is a cut-off write (``truncated``), not a bad line. Raises OSError.
+    A line that is not a JSON object, that holds a value that is not a number or null (or no
+    ``step``, ``t_s`` or ``step_s``), whose times are impossible (:func:`_impossible`), or that
+    runs past :data:`MAX_LINE_BYTES` without ending, is skipped and listed in ``bad_lines``; a
+    last line that does not parse is a cut-off write (``truncated``), not a bad line. A step
+    number written more than once keeps its first record (the others are listed in
+    ``duplicates``). Raises RunFolderError when the file cannot be read or is not a regular
+    file (a FIFO, a device, a link to one).
     """
     out = StepsFile(StepSeries())
     last_good = 0
     number = 1  # the line number of the block's first line
-    with open(path, "rb") as stream:
+    with open_regular(path, RunFolderError) as stream:
         size = os.fstat(stream.fileno()).st_size
-        rest = b""
+        rest = b""  # the start of a line whose end has not been read yet
+        skipping = False  # inside a line too long to be a step: dropped up to its end
         while True:
             block = stream.read(BLOCK_BYTES)
+            if number == 1 and not rest and block.startswith(_BOM):
+                block = block[len(_BOM):]  # an editor's UTF-8 byte-order mark: not data
             if not block:
                 block, rest = rest, b""
                 if not block:
                     break
             else:
-                block = rest + block
+                if skipping:
+                    end = block.find(b"\n")
+                    if end < 0:
+                        continue
+                    skipping, number, block = False, number + 1, block[end + 1:]
                 cut = block.rfind(b"\n") + 1
-                if cut == 0:  # no line end yet: a line longer than a block
-                    rest = block
+                if cut == 0:  # no line end in this block
+                    if len(rest) + len(block) > MAX_LINE_BYTES:
+                        out.bad_lines.append((number, f"longer than {MAX_LINE_BYTES:,} bytes"))
+                        rest, skipping = b"", True
+                    else:
+                        rest += block  # at most MAX_LINE_BYTES: copies stay linear
                     continue
-                block, rest = block[:cut], block[cut:]
+                block, rest = rest + block[:cut], block[cut:]
             lines = block.count(b"\n")
-            if number == 1 and lines:  # the room for the whole file, from its first lines
+            if not len(out.series) and lines:  # the room for the whole file, from its first lines
                 out.series.reserve(int(ROOM_MARGIN * lines * size / len(block)) + 1)
             kept = _block(out, block, number, lines)
             if kept:
@@ -343,7 +367,35 @@ def read_steps(path: Path) -> StepsFile:
         out.bad_lines.pop()  # the last line, cut off by a killed writer
         out.truncated = True
     out.series.trim()
+    _drop_repeated_steps(out)
     return out
+
+
+def _drop_repeated_steps(out: StepsFile) -> None:
+    """Keep the first record of each step number (a step counted twice would count its time
+    twice: measured time above the wall time); the repeated numbers go to ``duplicates``."""
+    steps = out.series.column("step")
+    if steps.size < 2 or _jumps_if_increasing(steps) is not None:
+        return  # strictly increasing, as the Meter writes them: nothing repeated
+    _, first = np.unique(steps, return_index=True)
+    if first.size == steps.size:
+        return  # out of order, but each number once
+    keep = np.zeros(steps.size, dtype=bool)
+    keep[first] = True
+    out.duplicates = np.unique(steps[~keep]).astype(np.int64).tolist()
+    kept = StepSeries()
+    kept._append_columns([(name, array("d", out.series.column(name)[keep].tobytes()))
+                          for name in COLUMNS], int(first.size))
+    out.series = kept
+
+
+def _impossible(step: Any, t_s: Any, step_s: Any) -> Any:
+    """Where the required values cannot be a step's (arrays or numbers): a step number that
+    is not a whole number from 1 to :data:`MAX_STEP`, a time or duration that is negative,
+    not finite or beyond :data:`MAX_TIME_S`. NaN fails every comparison: impossible too."""
+    ok = ((step >= 1) & (step <= MAX_STEP) & (np.floor(step) == step)
+          & (t_s >= 0) & (t_s <= MAX_TIME_S) & (step_s >= 0) & (step_s <= MAX_TIME_S))
+    return np.logical_not(ok)  # a bool array, or a numpy bool for numbers
 
 
 def _block(out: StepsFile, block: bytes, first: int, lines: int) -> int:
@@ -365,6 +417,10 @@ def _block(out: StepsFile, block: bytes, first: int, lines: int) -> int:
                 columns.append((name, None))
             else:
                 columns.append((name, array("d", [_NAN if v is None else v for v in values])))
+    required = [np.frombuffer(c, dtype=np.float64) for n, c in columns if n in REQUIRED
+                and c is not None]
+    if bool(np.any(_impossible(*required))):
+        return _block_by_line(out, block, first)  # which lines: named one by one
     out.series._append_columns(columns, len(rows))
     return first + max(lines, 1) - 1
 
@@ -403,6 +459,17 @@ def _row(line: bytes) -> tuple[tuple[Any, ...] | None, str]:
         elif not isinstance(value, (int, float)) or (isinstance(value, bool)
                                                      and name != "loss_nonfinite"):
             return None, f"{name} is {_short(value)}, not a number"
+    try:
+        step, t_s, step_s = (float(record[name]) for name in REQUIRED)
+    except OverflowError:  # an integer beyond any float
+        step = t_s = step_s = _NAN
+    if _impossible(step, t_s, 0.0):
+        if _impossible(step, 0.0, 0.0):
+            return None, f"step {_short(record['step'])} is not a whole number from 1 to 2**53"
+        return None, f"t_s {_short(record['t_s'])} is not a time from 0 to {MAX_TIME_S:.0e} s"
+    if _impossible(1.0, 0.0, step_s):
+        return None, (f"step_s {_short(record['step_s'])} is not a duration from 0 to "
+                      f"{MAX_TIME_S:.0e} s")
     return values, ""
 
 

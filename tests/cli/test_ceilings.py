@@ -91,8 +91,10 @@ def test_threads_choose_the_thread_count_and_the_cache_entry(cache, capsys):
     assert torch.get_num_threads() == before  # restored after the measurement
     assert main(["ceilings", "--device", "cpu", "--threads", "1", "--cached", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["device"]["threads"] == 1
-    assert main(["ceilings", "--device", "cpu", "--threads", "0"]) == 1
-    assert "--threads must be an integer ≥ 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:  # bad usage: argparse, exit 2
+        main(["ceilings", "--device", "cpu", "--threads", "0"])
+    assert exited.value.code == 2
+    assert "argument --threads: must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_a_quick_run_warns_and_keeps_the_full_figures(cache, capsys, monkeypatch):

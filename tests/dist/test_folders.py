@@ -51,7 +51,9 @@ def test_a_rank_that_ended_early_and_a_rank_not_gathered(tmp_path):
     assert merged.notes == [
         "rank2/steps.jsonl: the last line was cut off (a rank killed mid-write); it is left out",
         f"rank folders of ranks 1 are not in {run} (other nodes write theirs locally: copy "
-        "them here to merge them)"]
+        "them here to merge them)",
+        "rank 2 ended early at step 3 (no final record; the furthest rank reached step 6): its "
+        "figures cover its steps only"]
     missing = {m["rank"]: (m["reason"], m["last_step"]) for m in merged.meta["dist"]["missing"]}
     assert missing == {1: ("never reported", 0), 2: ("ended early (no final window)", 3)}
 

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from trainpace._version import __version__
 from trainpace.errors import TrainpaceError
@@ -30,10 +31,20 @@ VERBS: dict[str, str] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with a one-line usage error: what is wrong, and where the help is
+    (argparse's own prints the whole usage first: 3-5 lines before the point)."""
+
+    def error(self, message: str) -> NoReturn:
+        from trainpace.report._text import safe_text  # the arguments, quoted, are anyone's
+
+        self.exit(2, f"{self.prog}: error: {safe_text(message)} (see `{self.prog} --help`)\n")
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The argument parser, one sub-parser per verb; only ``verb``'s when it is given (the
     other verbs' modules and arguments then cost nothing: the floor of a quick command)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="trainpace",
         description="Measure and explain the speed of PyTorch training.",
     )
@@ -56,17 +67,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     # same result; anything else (--help, --version, a typo) gets the full parser.
     verb = arguments[0] if arguments and arguments[0] in VERBS else None
     parser = build_parser(verb)
-    args = parser.parse_args(arguments)
+    if any("\x00" in argument for argument in arguments):  # no path or value holds one
+        parser.error("an argument holds a NUL byte (\\x00); no path or value can")
+    args, unknown = parser.parse_known_args(arguments)
+    if unknown:  # said by the verb (argparse would say it as the top-level command)
+        _Parser(prog=f"{parser.prog} {args.verb}").error(
+            f"unrecognized arguments: {' '.join(unknown)}")
     # The library never configures logging; the CLI shows warnings on stderr.
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    from trainpace.report._text import safe_text  # names in errors come from files
+
     try:
         code: int = args._run(args)
     except TrainpaceError as exc:
-        print(f"trainpace {args.verb}: error: {exc}", file=sys.stderr)
+        print(f"trainpace {args.verb}: error: {safe_text(exc)}", file=sys.stderr)
         return 1
     except OSError as exc:  # a path the user gave that cannot be read or written
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"trainpace {args.verb}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"trainpace {args.verb}: error: {safe_text(where)}{exc.strerror or exc}",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"trainpace {args.verb}: interrupted", file=sys.stderr)

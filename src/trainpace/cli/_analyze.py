@@ -5,23 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+
+from trainpace.cli._args import number
 
 HELP = ("analyze PyTorch profiler traces (Kineto JSON or .json.gz, one per rank): where the "
         "time went, why the device idled, which kernels, and the findings")
-
-
-def _positive(kind: type[float] | type[int]) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-
-    return parse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,11 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print one JSON object: traces, per-rank breakdowns, findings")
     parser.add_argument("--html", metavar="FILE",
                         help="also write a self-contained HTML page with plots to FILE")
-    parser.add_argument("--gap-us", type=_positive(float), default=1000.0, metavar="US",
+    parser.add_argument("--gap-us", type=number(float, above=0), default=1000.0, metavar="US",
                         help="list device-idle gaps at least this long, in µs (default 1000)")
-    parser.add_argument("--top", type=_positive(int), default=10, metavar="N",
+    parser.add_argument("--top", type=number(int, above=0), default=10, metavar="N",
                         help="kernels listed per rank (default 10)")
-    parser.add_argument("--workers", type=_positive(int), default=None, metavar="N",
+    parser.add_argument("--workers", type=number(int, above=0), default=None, metavar="N",
                         help="processes reading traces (default: one per trace, within the "
                         "CPUs and the memory available)")
 

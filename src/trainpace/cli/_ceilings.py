@@ -6,6 +6,8 @@ import argparse
 import contextlib
 import sys
 
+from trainpace.cli._args import cpu_cores, number
+
 HELP = "measure this machine's real memory bandwidth and matmul TFLOP/s per dtype, and cache them"
 
 
@@ -16,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", action="append", default=None, metavar="DTYPE",
                         help="measure only this dtype (float32, tf32, bfloat16, float16, float8); "
                         "repeatable")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
+    parser.add_argument("--threads", type=number(int, at_least=1, at_most=cpu_cores),
+                        default=None, metavar="N",
                         help="CPU: measure with N torch threads (the run's "
                         "torch.set_num_threads); the cache keeps one entry per thread count")
     parser.add_argument("--quick", action="store_true",
@@ -40,11 +43,9 @@ def run(args: argparse.Namespace) -> int:
         store_ceilings,
         thread_count,
     )
-    from trainpace.errors import ConfigError, DeviceError
+    from trainpace.errors import DeviceError
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if args.threads is not None and args.threads < 1:
-        raise ConfigError("--threads", args.threads, "must be an integer ≥ 1")
     threads = args.threads if device_identity(device)[0] == "cpu" else None
     with contextlib.ExitStack() as stack:
         if threads is not None:

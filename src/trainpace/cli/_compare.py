@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import math
+
+from trainpace.cli._args import number
 
 HELP = "compare two runs: throughput, steps and time to a target loss, and the winner"
-
-
-def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(
-            f"must be a finite number (the loss both runs are timed to), got {text!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The verb's arguments."""
     parser.add_argument("run_a", metavar="RUN_A", help="the first run folder (A)")
     parser.add_argument("run_b", metavar="RUN_B", help="the second run folder (B)")
-    parser.add_argument("--target-loss", type=_finite, metavar="X",
+    parser.add_argument("--target-loss", type=number(float, what="the loss both runs are timed to"),
+                        metavar="X",
                         help="time both runs to this loss (default: their own common target)")
-    parser.add_argument("--price-per-hour", type=_finite, metavar="P",
+    parser.add_argument("--price-per-hour", type=number(float, what="a price per device-hour"),
+                        metavar="P",
                         help="price of one device-hour: each run's cost, and what the winner "
                         "saves (per run to the target, per million tokens)")
     parser.add_argument("--json", action="store_true",

@@ -7,14 +7,17 @@ import dataclasses
 import sys
 from typing import Any
 
+from trainpace.cli._args import number
+
 HELP = "show a run's five vital signs and diagnosis (--json: the summary; --html: a page)"
 
 
 def _threshold(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
-    if not sep or not key or not value:
+    if not sep or not key.strip() or not value.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.strip(), value.strip()
+    number(float)(value.strip())  # NaN or infinity: refused here (the thresholds say which
+    return key.strip(), value.strip()  # keys take integers)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        ("--grid-g-per-kwh", "grid carbon intensity, gCO2/kWh: the CO2 figure"),
                        ("--rated-power-w", "a device's rated power, for an energy estimate "
                         "where nothing measured it (labelled an estimate)")):
-        parser.add_argument(flag, type=float, metavar="X", help=what)
+        parser.add_argument(flag, type=number(float), metavar="X", help=what)
     parser.add_argument("--threshold", metavar="KEY=VALUE", action="append", type=_threshold,
                         default=[], help="override a diagnosis threshold "
                         "(e.g. data_wait_warning_pct=5); repeatable")
@@ -48,31 +51,31 @@ def run(args: argparse.Namespace) -> int:
     from trainpace.dist.folders import read_distributed
     from trainpace.measure.cost import cost_of_run
     from trainpace.measure.summarize import summary_for_run
+    from trainpace.report._text import safe_text
     from trainpace.report.console import print_report
     from trainpace.report.html import write_page
     from trainpace.report.run_html import run_page
     from trainpace.runlog import read_run
-    from trainpace.series import StepSeries
 
     thresholds = Thresholds.from_mapping(dict(args.threshold))
     ranks = read_distributed(args.run)  # a folder of rank{r}/ folders: merged
     if ranks is not None:
         notes = list(ranks.notes)
         summary, system, meta = ranks.summary, ranks.system, ranks.meta
-        series = StepSeries.from_records(ranks.steps)
+        series = ranks.series
         source = str(args.run)
     else:
         folder = read_run(args.run)
         notes = [f"{name}: the last line was cut off (a run killed mid-write); it is left out"
                  for name in folder.truncated] + folder.notes
         summary = summary_for_run(folder)
-        if folder.summary is None or folder.summary.steps.total < summary.steps.total:
+        if len(folder.series) and (folder.summary is None or folder.summary_behind):
             notes.append(f"{args.run}: summary.json is missing or behind; the figures are "
                          f"recomputed from {len(folder.series)} steps in steps.jsonl "
                          "(measured so far)")
         series, system, meta, source = folder.series, folder.system, folder.meta, str(folder.path)
     for note in notes:
-        print(f"trainpace report: {note}", file=sys.stderr)
+        print(f"trainpace report: {safe_text(note)}", file=sys.stderr)
     # The steps as columns: the diagnosis reads them as such, never a list of the whole run.
     steps: Any = series
     prices = {"price_per_hour": args.price_per_hour, "grid_g_per_kwh": args.grid_g_per_kwh,

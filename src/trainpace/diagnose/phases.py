@@ -352,7 +352,8 @@ def _long_warmup(ctx: Context, line: Timeline) -> Verdict | None:
         0, warmup - compile_n) * line.steady_s
     wall_pct = 100.0 * warmup_s / line.wall_s
     too_long = wall_pct > t.warmup_long_pct
-    far_longer = warmup_s > 2.0 * compile_s and wall_pct >= t.slow_phase_warning_pct
+    far_longer = (0 < compile_s < warmup_s / 2.0  # 0: the first steps' records are missing
+                  and wall_pct >= t.slow_phase_warning_pct)
     if not (too_long or far_longer):
         return None
     why = (f"{wall_pct:.0f}% of the wall time" if too_long else

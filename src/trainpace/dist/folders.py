@@ -9,17 +9,24 @@ folders were gathered than the live merge saw, the live merge (the run folder's 
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
-from collections.abc import Mapping, Sequence
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from trainpace.dist.merge import Merger, WindowRecord, window_record
 from trainpace.dist.ranks import RankInfo, rank_folders
 from trainpace.dist.summary import merged_meta, merged_summary
 from trainpace.errors import RunFolderError
+from trainpace.measure.summarize import summary_for_run
 from trainpace.runlog import RunData, read_run
+from trainpace.series import StepSeries
 from trainpace.summary import Summary
 
 
@@ -30,7 +37,8 @@ class DistributedRun:
     path: Path
     summary: Summary
     meta: dict[str, Any]
-    steps: list[dict[str, Any]] = field(default_factory=list)  # the lowest rank's
+    # the steps (as columns) and sampler rows of the rank the figures come from (the furthest)
+    series: StepSeries = field(default_factory=StepSeries)
     system: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ranks_read: list[int] = field(default_factory=list)
@@ -50,25 +58,48 @@ def _warmup(run: RunData) -> int:
     return warmup if isinstance(warmup, int) else 0
 
 
-def _windows(run: RunData) -> list[list[dict[str, Any]]]:
+def _windows(run: RunData) -> Iterator[list[dict[str, Any]]]:
+    """The rank's steps a window at a time, in step order (one window's records alive at a
+    time: a long run is never a list of every step)."""
     size = (run.meta.get("config") or {}).get("window")
     size = size if isinstance(size, int) and size > 0 else 100
-    groups: dict[int, list[dict[str, Any]]] = {}
-    for step in run.steps:
-        if isinstance(step.get("step"), int) and isinstance(step.get("step_s"), (int, float)):
-            groups.setdefault((step["step"] - 1) // size, []).append(step)
-    return [groups[k] for k in sorted(groups)]
+    steps = run.series.column("step")
+    ordered: Iterable[dict[str, Any]] = run.series
+    if steps.size > 1 and not bool((np.diff(steps) > 0).all()):  # a damaged file: sorted
+        ordered = sorted(run.series, key=lambda record: record["step"])
+    for _, window in itertools.groupby(ordered, key=lambda record: (record["step"] - 1) // size):
+        yield list(window)
 
 
-def _signs(system: Sequence[Mapping[str, Any]], t0: float, t1: float) -> dict[str, Any]:
-    rows = [r for r in system if isinstance(r.get("t_s"), (int, float)) and t0 <= r["t_s"] <= t1]
-    out: dict[str, Any] = {}
-    for key, pick in (("util_pct", lambda r: r.get("device_util_pct")),
-                      ("temperature_c", lambda r: r.get("temperature_c")),
-                      ("system_cpu_pct", lambda r: (r.get("host") or {}).get("system_cpu_pct"))):
-        values = [float(v) for v in map(pick, rows) if isinstance(v, (int, float))]
-        out[key] = sum(values) / len(values) if values else None
-    return out
+class _Signs:
+    """The sampler rows' device and host signs, averaged over a time span (rows sorted once,
+    each span found by bisection: O(rows) over all the windows, not O(rows) per window)."""
+
+    def __init__(self, system: Sequence[Mapping[str, Any]]) -> None:
+        rows = sorted((r for r in system if _number(r.get("t_s")) is not None),
+                      key=lambda r: r["t_s"])
+        self.t_s = [float(r["t_s"]) for r in rows]
+        hosts: list[Mapping[str, Any]] = [h if isinstance(h := r.get("host"), dict) else {}
+                                          for r in rows]
+        self.values = {
+            "util_pct": [_number(r.get("device_util_pct")) for r in rows],
+            "temperature_c": [_number(r.get("temperature_c")) for r in rows],
+            "system_cpu_pct": [_number(h.get("system_cpu_pct")) for h in hosts],
+        }
+
+    def over(self, t0: float, t1: float) -> dict[str, Any]:
+        lo, hi = bisect.bisect_left(self.t_s, t0), bisect.bisect_right(self.t_s, t1)
+        out: dict[str, Any] = {}
+        for key, column in self.values.items():
+            values = [v for v in column[lo:hi] if v is not None]
+            out[key] = sum(values) / len(values) if values else None
+        return out
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def window_records(rank: int, run: RunData) -> list[WindowRecord]:
@@ -76,26 +107,38 @@ def window_records(rank: int, run: RunData) -> list[WindowRecord]:
     meta = run.meta
     started = _unix(meta.get("started_at"))
     finished = meta.get("finished_at") is not None
-    windows = _windows(run)
     warmup = _warmup(run)
-    out = []
-    for index, steps in enumerate(windows, start=1):
+    signs = _Signs(run.system)
+    out: list[WindowRecord] = []
+    for index, steps in enumerate(_windows(run), start=1):
         t_end = float(steps[-1].get("t_s") or 0.0)
         t_start = t_end - sum(float(s["step_s"]) for s in steps)
         out.append(window_record(
             rank=rank, local_rank=int(meta.get("local_rank") or 0),
             node=int(meta.get("node") or 0), host=meta.get("host"), window=index,
             steps=steps, warmup=warmup, t_unix=(started or 0.0) + t_end,
-            figures=_signs(run.system, t_start, t_end),
-            final=finished and index == len(windows)))
-    if finished and not windows:
+            figures=signs.over(t_start, t_end), final=False))
+    if finished and out:
+        out[-1]["final"] = True  # its last window: the rank ran to its end
+    elif finished:
         out.append(window_record(rank=rank, host=meta.get("host"), window=1, steps=[],
                                  t_unix=started or 0.0, final=True))
     return out
 
 
+MAX_WORLD_SIZE = 1 << 20  # ranks: the largest jobs run ~1e5; a number beyond this is damage
+MAX_LISTED_ABSENT = 4096  # absent ranks the merge lists one by one (beyond: counted in a note)
+
+
 def read_distributed(path: str | Path) -> DistributedRun | None:
-    """The merged run of a folder holding ``rank{r}/`` folders; None when it holds none."""
+    """The merged run of a folder holding ``rank{r}/`` folders; None when it holds none.
+
+    A rank whose ``summary.json`` is behind its steps (it died after writing it) is rebuilt
+    from its steps; the figures of the job come from the rank that got furthest, and a note
+    names each rank that ended early and its last step. Rank numbers and world sizes beyond
+    :data:`MAX_WORLD_SIZE` are damage, left out by name: the work is bounded by the folders
+    on disk, never by a number written in one.
+    """
     folder = Path(path)
     folders = rank_folders(folder)
     if not folders:
@@ -103,6 +146,10 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
     notes: list[str] = []
     runs: dict[int, RunData] = {}
     for rank, sub in folders.items():
+        if rank >= MAX_WORLD_SIZE:
+            notes.append(f"{sub.name}: left out (a rank number beyond {MAX_WORLD_SIZE:,} is "
+                         "not a real rank's)")
+            continue
         try:
             runs[rank] = read_run(sub)
         except RunFolderError as exc:
@@ -113,28 +160,42 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
     if not runs:
         raise RunFolderError(f"{folder}: no readable rank folder ({'; '.join(notes)})")
     top = _read_top(folder, notes)
-    sizes = [int(r.meta.get("world_size") or 1) for r in runs.values()] + [max(runs) + 1]
-    if top is not None:
-        sizes.append(int(top.meta.get("world_size") or 1))
-    world = max(sizes)
-    first = runs[min(runs)]
-    absent = [r for r in range(world) if r not in runs]
+    world = max(runs) + 1
+    for where, meta in [*((f"rank{r}/meta.json", run.meta) for r, run in runs.items()),
+                        *([("meta.json", top.meta)] if top is not None else [])]:
+        size = meta.get("world_size")
+        if isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_WORLD_SIZE:
+            world = max(world, size)
+        elif size is not None:
+            notes.append(f"{where}: world_size {size!r} left out (not a number of ranks from "
+                         f"1 to {MAX_WORLD_SIZE:,})")
+    summaries = {rank: summary_for_run(run) for rank, run in runs.items()}
+    furthest = max(runs, key=lambda r: (summaries[r].steps.total, -r))
+    absent = _absent(sorted(runs), world)
     live_ranks = len((top.meta.get("dist") or {}).get("ranks") or ()) if top is not None else 0
     if absent:
-        notes.append(f"rank folders of ranks {_span(absent)} are not in {folder} (other nodes "
-                     "write theirs locally: copy them here to merge them)")
+        notes.append(f"rank folders of ranks {_ranges(absent)} are not in {folder} (other "
+                     "nodes write theirs locally: copy them here to merge them)")
     if top is not None and top.summary is not None and live_ranks > len(runs):
-        notes.append(f"using rank 0's live merge of {live_ranks} ranks (summary.json), not the "
-                     f"{len(runs)} rank folders here")
-        return DistributedRun(folder, top.summary, dict(top.meta), first.steps, first.system,
-                              notes, sorted(runs))
-    merger = Merger(world)
+        if top.summary.steps.total >= summaries[furthest].steps.total:
+            notes.append(f"using rank 0's live merge of {live_ranks} ranks (summary.json), not "
+                         f"the {len(runs)} rank folders here")
+            return DistributedRun(folder, top.summary, dict(top.meta), runs[min(runs)].series,
+                                  runs[min(runs)].system, notes, sorted(runs))
+        notes.append(f"rank 0's live merge (summary.json, over {top.summary.steps.total} steps) "
+                     f"is behind rank {furthest}'s {summaries[furthest].steps.total} steps: the "
+                     f"{len(runs)} rank folders here are merged instead")
+    absent_count = sum(b - a + 1 for a, b in absent)
+    ids = range(world) if absent_count <= MAX_LISTED_ABSENT else sorted(runs)
+    merger = Merger(world, ids=ids)
     records = [rec for rank, run in runs.items() for rec in window_records(rank, run)]
     for rec in sorted(records, key=lambda r: (r["window"], r["rank"])):  # as they came live
         merger.add(rec)
     merger.flush()
-    base = first.summary or Summary(run_id=first.meta.get("run_id"))
-    info = RankInfo(rank=0, world_size=world, host=runs[min(runs)].meta.get("host"))
+    notes.extend(_ended_early(merger, summaries[furthest].steps.total))
+    first = runs[min(runs)]
+    base = summaries[furthest]
+    info = RankInfo(rank=0, world_size=world, host=first.meta.get("host"))
     meta = merged_meta(merger, info=info, run_id=folder.name,
                        started_unix=_unix(first.meta.get("started_at")) or 0.0, done=True)
     meta["dist"]["exchange"] = "rank_folders"
@@ -142,7 +203,29 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
         (str(r.meta.get("finished_at")) for r in runs.values() if r.meta.get("finished_at")),
         default=None)
     summary = merged_summary(merger, base, done=True)
-    return DistributedRun(folder, summary, meta, first.steps, first.system, notes, sorted(runs))
+    return DistributedRun(folder, summary, meta, runs[furthest].series, runs[furthest].system,
+                          notes, sorted(runs))
+
+
+def _ended_early(merger: Merger, furthest_step: int) -> list[str]:
+    """A note for each rank that stopped short of the furthest one without a final record,
+    with its last step: a rank that died is named, never averaged in silently (ranks all at
+    the same step are a job still running, or stopped as one: nothing to single out)."""
+    return [f"rank {m['rank']} ended early at step {m['last_step']} (no final record; the "
+            f"furthest rank reached step {furthest_step}): its figures cover its steps only"
+            for m in merger.missing(done=True)
+            if m["reason"].startswith("ended early") and m["last_step"] < furthest_step]
+
+
+def _absent(present: Sequence[int], world: int) -> list[tuple[int, int]]:
+    """The ranks below ``world`` with no folder, as ``(first, last)`` ranges (never a list
+    of every rank)."""
+    out, expected = [], 0
+    for rank in [*present, world]:
+        if rank > expected:
+            out.append((expected, rank - 1))
+        expected = rank + 1
+    return out
 
 
 def _read_top(folder: Path, notes: list[str]) -> RunData | None:
@@ -154,6 +237,7 @@ def _read_top(folder: Path, notes: list[str]) -> RunData | None:
         return None
 
 
-def _span(ranks: Sequence[int]) -> str:
-    shown = ", ".join(str(r) for r in ranks[:8])
-    return shown + (f" … ({len(ranks)} in all)" if len(ranks) > 8 else "")
+def _ranges(ranges: Sequence[tuple[int, int]]) -> str:
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:8]]
+    more = f" and {len(ranges) - 8} more ranges" if len(ranges) > 8 else ""
+    return ", ".join(parts) + more

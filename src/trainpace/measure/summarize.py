@@ -311,7 +311,7 @@ def summary_for_run(run: RunData) -> Summary:
     """
     old = run.summary
     series = run.series
-    if not len(series) or (old is not None and old.steps.total >= len(series)):
+    if not len(series) or (old is not None and not run.summary_behind):
         if old is None:
             return Summary(run_id=run.meta.get("run_id"))
         return old

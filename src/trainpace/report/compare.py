@@ -11,6 +11,7 @@ from rich.text import Text
 
 from trainpace.compare import Comparison
 from trainpace.report._signs import money, num, secs
+from trainpace.report._text import cleaned
 
 
 def comparison_renderable(comparison: Comparison) -> Group:
@@ -63,4 +64,4 @@ def print_comparison(comparison: Comparison, *, file: TextIO | None = None,
     """Print the comparison to ``file`` (stdout by default)."""
     stream = file if file is not None else sys.stdout
     Console(file=stream, width=width or (None if stream.isatty() else 100),
-            highlight=False).print(comparison_renderable(comparison))
+            highlight=False, markup=False).print(comparison_renderable(cleaned(comparison)))

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from trainpace.report._signs import evidence_text, headline, signs
+from trainpace.report._text import cleaned, safe_text
 from trainpace.summary import Diagnosis, Finding, Summary
 
 STATUS_STYLE: dict[str, tuple[str, str]] = {
@@ -109,7 +110,7 @@ def report_renderable(summary: Summary, *, title: str | None = None) -> Renderab
     device = " ".join(x for x in (summary.device.kind, summary.device.name) if x)
     heading = title or f"trainpace · {summary.run_id or 'run'}" + (f" · {device}" if device else "")
     return Group(
-        Panel(Group(signs_table(summary), Text(""), legend()), title=heading,
+        Panel(Group(signs_table(summary), Text(""), legend()), title=Text(heading),
               title_align="left", expand=False),
         diagnosis_renderable(summary.diagnosis),
     )
@@ -133,7 +134,9 @@ def print_report(
         color: force colours on (True) or off (False).
     """
     stream = file if file is not None else sys.stderr
+    summary = cleaned(summary)
     console = Console(
+        markup=False,  # names from files are text, never markup (report._text)
         file=stream,
         width=width or (None if stream.isatty() else 100),
         force_terminal=color,
@@ -141,4 +144,4 @@ def print_report(
         highlight=False,
         soft_wrap=False,
     )
-    console.print(report_renderable(summary, title=title))
+    console.print(report_renderable(summary, title=None if title is None else safe_text(title)))

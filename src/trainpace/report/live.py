@@ -26,6 +26,7 @@ from rich.text import Text
 
 from trainpace.diagnose import diagnose
 from trainpace.report._signs import headline
+from trainpace.report._text import cleaned, safe_text
 from trainpace.report.console import signs_table
 from trainpace.runlog import Record
 from trainpace.sinks.console import format_window
@@ -77,7 +78,8 @@ class LiveView:
         """Show the panel (on a terminal); the script's output goes above it from now on."""
         if not self.terminal or self._live is not None:
             return
-        console = Console(file=self._stream, force_terminal=True, highlight=False)
+        console = Console(file=self._stream, force_terminal=True, highlight=False,
+                          markup=False)  # names are text, never markup (report._text)
         self._live = Live(self.renderable(), console=console, auto_refresh=False,
                           transient=True, redirect_stdout=self._redirect_stdout,
                           redirect_stderr=True)
@@ -87,7 +89,7 @@ class LiveView:
         """A window redraws the panel (or prints its line); a summary is kept for the next."""
         if record.kind == "summary":
             # The Meter refreshes the summary right after a window's record: drawn again.
-            self._summary = Summary.from_dict(record.data)
+            self._summary = cleaned(Summary.from_dict(record.data))
             self._fresh_summary = True
         elif record.kind == "window":
             self._window = self._known(dict(record.data["window"]))
@@ -132,7 +134,8 @@ class LiveView:
         for part in parts:
             if isinstance(part, Text):
                 _one_line(part)
-        return Panel(Group(*parts), title=head, title_align="left", border_style="blue")
+        return Panel(Group(*parts), title=Text(safe_text(head)), title_align="left",
+                     border_style="blue")
 
     def _bottleneck_text(self) -> Text:
         if self._bottleneck is None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from trainpace._version import __version__
 from trainpace.report._signs import evidence_text, headline, signs
+from trainpace.report._text import cleaned
 from trainpace.report.html import (
     SEVERITY_COLOR,
     badge,
@@ -266,6 +267,7 @@ def run_page(
     ``notes``: what the reader left out or found missing (bad lines, missing steps), shown
     above the plots.
     """
+    summary = cleaned(summary)  # NaN read as unknown, names without control characters
     steps = _series(series)
     meta = meta or {}
     config = meta.get("config") if isinstance(meta.get("config"), Mapping) else {}

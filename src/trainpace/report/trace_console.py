@@ -14,6 +14,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from trainpace.report._text import cleaned
 from trainpace.report.console import diagnosis_renderable
 from trainpace.trace.result import HostBreakdown, RankAnalysis, TraceAnalysis
 
@@ -183,5 +184,5 @@ def print_analysis(analysis: TraceAnalysis, stream: TextIO | None = None,
     """Print the console report (to stdout by default; 110 columns when not a terminal)."""
     out = stream if stream is not None else sys.stdout
     console = Console(file=out, width=width if width is not None
-                      else None if out.isatty() else 110)
-    console.print(analysis_renderable(analysis))
+                      else None if out.isatty() else 110, markup=False)
+    console.print(analysis_renderable(cleaned(analysis)))

@@ -12,6 +12,9 @@ import json
 import os
 from typing import Any
 
+from trainpace.errors import TraceFormatError
+from trainpace.inputs import JSON_MAX_BYTES, read_bounded
+
 META_NAME = "meta.json"
 META_SCHEMA_PREFIX = "trainpace.meta/"
 _LEVELS = 2  # the trace's own folder, and the run folder above profile/
@@ -30,10 +33,10 @@ def find_run_meta(trace: str | os.PathLike[str]) -> tuple[str | None, dict[str, 
         if not os.path.isfile(path):
             continue
         try:
-            with open(path, "rb") as file:
-                meta = json.loads(file.read())
-        except (OSError, ValueError) as exc:
-            return path, {}, f"{path}: not read ({exc}); the advice is generic"
+            meta = json.loads(read_bounded(path, JSON_MAX_BYTES, TraceFormatError))
+        except (TraceFormatError, ValueError, RecursionError) as exc:
+            why = exc if not isinstance(exc, RecursionError) else "nested too deeply"
+            return path, {}, f"{path}: not read ({why}); the advice is generic"
         if not isinstance(meta, dict) or not str(meta.get("schema", "")).startswith(
                 META_SCHEMA_PREFIX):
             continue  # some other tool's meta.json

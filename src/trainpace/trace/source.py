@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import IO
 
 from trainpace.errors import TraceFormatError
+from trainpace.inputs import open_regular
 
 _GZIP_MAGIC = b"\x1f\x8b"
 # Compressed bytes per read: ~1-2 MB of trace JSON, so that one zlib call (the GIL released)
@@ -148,8 +149,9 @@ class Source:
         self._done = False
 
     def __enter__(self) -> Source:
+        # a regular file or a FIFO (read once, as it comes); a device is refused by name
+        self._raw = open_regular(self.path, TraceFormatError, allow_streams=True)
         try:
-            self._raw = open(self.path, "rb")  # closed in __exit__
             self._head = self._raw.read(2)  # a buffered read: 2 bytes unless the file is shorter
         except OSError as exc:
             raise TraceFormatError(f"{self.path}: cannot read it ({exc.strerror or exc})") from exc

@@ -19,6 +19,7 @@ checks field by field, and orjson's error position tells a bad cut from damage.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from types import GenericAlias
 from typing import Any, Protocol, Union
@@ -33,6 +34,14 @@ _WS = b" \t\r\n"
 _KEY = b'"traceEvents"'
 _COMMA, _BRACKET = ord(","), ord("]")
 _HEADER_LIMIT = 64 << 20
+# Bounds on what is held in memory at once, whatever the file says (a small gzip can hold
+# gigabytes of one string): the keys after the events, one event, a run of whitespace, and a
+# document in an unusual layout (read whole). A real trace is far inside each.
+_TRAILER_LIMIT = 64 << 20
+_EVENT_LIMIT = 64 << 20
+_WHITESPACE_LIMIT = 64 << 20
+_WHOLE_LIMIT = 1 << 30
+_WS_RUN = re.compile(rb"[ \t\r\n]*")
 _TRAILING = "unexpected content after document"  # orjson's message for it
 _TRUNCATED = "Input data was truncated"  # msgspec's, for text that ends inside a value
 
@@ -143,14 +152,20 @@ class Stream:
         return added > 0 or self.eof
 
     def _skip_ws(self) -> int:
-        """Skip whitespace; return the next byte, or -1 at the end of the file."""
+        """Skip whitespace (at most :data:`_WHITESPACE_LIMIT` bytes in a row); return the next
+        byte, or -1 at the end of the file."""
+        run = 0
         while True:
-            while self.pos < len(self.buf) and self.buf[self.pos] in _WS:
-                self.pos += 1
+            start = self.pos
+            self.pos = _WS_RUN.match(self.buf, self.pos).end()  # type: ignore[union-attr]
+            run += self.pos - start
             if self.pos < len(self.buf):
                 return self.buf[self.pos]
             if self.eof:
                 return -1
+            if run > _WHITESPACE_LIMIT:
+                raise self._fail(f"more than {_mb(_WHITESPACE_LIMIT)} of whitespace in a row at "
+                                 f"byte {self.offset + self.pos - run}: not a profiler trace")
             self._more(self.chunk)
 
     def _fail(self, what: str) -> TraceFormatError:
@@ -158,6 +173,14 @@ class Stream:
 
     # -- document
     def run(self) -> dict[str, Any]:
+        """Read the document: its events go to the sink; returns its other keys."""
+        try:
+            return self._document()
+        except RecursionError:
+            raise self._fail("nested more deeply than a profiler trace is (a damaged or "
+                             "hand-made file)") from None
+
+    def _document(self) -> dict[str, Any]:
         self._more(self.chunk)
         if self.buf.startswith(b"\xef\xbb\xbf"):
             self.pos = 3
@@ -224,6 +247,9 @@ class Stream:
                         f"the file ends inside traceEvents (byte {self.offset + self.pos}): "
                         "it is truncated or not valid JSON"
                     )
+                if want > _EVENT_LIMIT:
+                    raise self._fail(f"an event at byte {self.offset + self.pos} runs past "
+                                     f"{_mb(_EVENT_LIMIT)}: not a profiler trace")
                 want *= 2
                 continue
             want = self.chunk
@@ -297,9 +323,7 @@ class Stream:
         buf, start = self.buf, self.pos
 
         def separator(j: int) -> int:
-            k = j + 1
-            while k < len(buf) and buf[k] in _WS:
-                k += 1
+            k = _WS_RUN.match(buf, j + 1).end()  # type: ignore[union-attr]
             return k if k < len(buf) and buf[k] in (_COMMA, _BRACKET) else -1
 
         hi, tried = len(buf), 0
@@ -315,9 +339,11 @@ class Stream:
                 yield j, k
 
     def _trailer(self) -> dict[str, Any]:
-        """The keys after the ``traceEvents`` array."""
+        """The keys after the ``traceEvents`` array (at most :data:`_TRAILER_LIMIT`)."""
         while self._more(len(self.buf) - self.pos + self.chunk):
-            pass
+            if len(self.buf) - self.pos > _TRAILER_LIMIT:
+                raise self._fail(f"more than {_mb(_TRAILER_LIMIT)} after traceEvents (a "
+                                 "profiler writes a few kB there): not a profiler trace")
         tail = self.buf[self.pos:].strip(_WS)
         if tail == b"}":
             return {}
@@ -336,9 +362,13 @@ class Stream:
         return meta
 
     def _whole(self) -> dict[str, Any]:
-        """The fallback for an unusual layout: parse the whole document at once."""
+        """The fallback for an unusual layout: parse the whole document at once (at most
+        :data:`_WHOLE_LIMIT`)."""
         while self._more(len(self.buf) - self.pos + (64 << 20)):
-            pass
+            if len(self.buf) - self.pos > _WHOLE_LIMIT:
+                raise self._fail(f"'traceEvents' is not within the first {_mb(_HEADER_LIMIT)} "
+                                 f"and the file is larger than {_mb(_WHOLE_LIMIT)}, the most "
+                                 "read whole: not a profiler trace as torch.profiler writes it")
         try:
             doc = orjson.loads(self.buf[self.pos:])
         except orjson.JSONDecodeError as exc:
@@ -357,3 +387,7 @@ class Stream:
         for i in range(0, len(events), 100_000):
             self.sink.add(events[i:i + 100_000])
         return doc
+
+
+def _mb(n: int) -> str:
+    return f"{n >> 20} MB"
