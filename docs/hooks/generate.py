@@ -101,6 +101,12 @@ def api_reference() -> str:
         if name == "diagnose":
             module = "trainpace.diagnose"
         lines += [f"::: {module}.{name}", ""]
+    lines += ["## Integrations", ""]
+    for module_name in ("trainpace.integrations.lightning", "trainpace.integrations.huggingface"):
+        tree = ast.parse((SRC / (module_name.replace(".", "/") + ".py")).read_text())
+        public = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                      and any(getattr(t, "id", None) == "__all__" for t in n.targets))
+        lines += [f"::: {module_name}.{name}\n" for name in public]
     return "\n".join(lines)
 
 
@@ -145,9 +151,7 @@ def _field_notes(cls: type) -> dict[str, tuple[str, bool]]:
             if comment.lower().startswith("extension"):
                 extension = True
                 comment = comment.split(":", 1)[1].strip() if ":" in comment else ""
-            if comment and not comment.startswith("("):
-                pending.append(comment)
-            elif comment:
+            if (comment and not comment.startswith("(")) or comment:
                 pending.append(comment)
             continue
         match = re.match(r"(\w+): ([^=#]+?)(?: = [^#]*)?(?:#\s*(.*))?$", line)
@@ -291,18 +295,31 @@ def _argument(call: ast.Call, keyword: str, position: int) -> ast.AST | None:
     return call.args[position] if len(call.args) > position else None
 
 
+def _assignments(function: ast.FunctionDef, variable: str) -> list[ast.AST]:
+    """The values ``variable`` is given in ``function`` (``x = ...`` and ``x: T = ...``)."""
+    def gives(node: ast.AST) -> bool:
+        if isinstance(node, ast.Assign):
+            return any(isinstance(t, ast.Name) and t.id == variable for t in node.targets)
+        return (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and node.target.id == variable and node.value is not None)
+
+    values: list[ast.AST] = [node.value for node in ast.walk(function)
+                             if gives(node)]
+    return values
+
+
 def _dict_keys(node: ast.AST | None, function: ast.FunctionDef) -> set[str]:
     if isinstance(node, ast.Dict):
         return {k.value for k in node.keys if isinstance(k, ast.Constant)
                 and isinstance(k.value, str)}
     if isinstance(node, ast.Name):
         keys: set[str] = set()
+        for value in _assignments(function, node.id):
+            if isinstance(value, ast.Dict):
+                keys |= _dict_keys(value, function)
         for sub in ast.walk(function):
             if isinstance(sub, ast.Assign):
                 for target in sub.targets:
-                    if isinstance(target, ast.Name) and target.id == node.id:
-                        keys |= _dict_keys(sub.value, function) if isinstance(
-                            sub.value, ast.Dict) else set()
                     if (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
                             and target.value.id == node.id):
                         keys |= set(_strings(target.slice))
@@ -310,27 +327,38 @@ def _dict_keys(node: ast.AST | None, function: ast.FunctionDef) -> set[str]:
     return set()
 
 
-def _advice_texts(node: ast.AST | None, function: ast.FunctionDef) -> list[str]:
+def _advice_texts(node: ast.AST | None, function: ast.FunctionDef,
+                  seen: frozenset[str] = frozenset()) -> list[str]:
+    """The texts an expression can hold, following the variables it names in ``function``."""
     if node is None:
         return []
     if isinstance(node, (ast.List, ast.Tuple)):
-        return [t for t in map(_text, node.elts) if t]
+        return [text for element in node.elts for text in _advice_texts(element, function, seen)]
+    if isinstance(node, ast.Starred):
+        return _advice_texts(node.value, function, seen)
+    if isinstance(node, ast.IfExp):
+        return (_advice_texts(node.body, function, seen)
+                + _advice_texts(node.orelse, function, seen))
     if isinstance(node, ast.Name):
+        if node.id in seen:
+            return []
+        seen = seen | {node.id}
         texts = []
+        for value in _assignments(function, node.id):
+            texts += _advice_texts(value, function, seen)
         for sub in ast.walk(function):
-            if isinstance(sub, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == node.id for t in sub.targets
-            ):
-                texts += _advice_texts(sub.value, function)
-            elif (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
-                  and isinstance(sub.func.value, ast.Name) and sub.func.value.id == node.id
-                  and sub.func.attr in ("append", "insert") and sub.args):
-                text = _text(sub.args[-1])
-                if text:
-                    texts.append(text)
+            if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+                    and isinstance(sub.func.value, ast.Name) and sub.func.value.id == node.id
+                    and sub.func.attr in ("append", "insert") and sub.args):
+                texts += _advice_texts(sub.args[-1], function, seen)
         return texts
     if isinstance(node, ast.Call) and (name := _call_name(node)):
         return [f"computed by `{name}()` from the evidence"]
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        made_by = [_call_name(v) for v in _assignments(function, node.value.id)
+                   if isinstance(v, ast.Call)]
+        return [f"computed by `{made_by[0]}()` from the evidence" if made_by and made_by[0]
+                else f"computed by the rule (`{node.value.id}.{node.attr}`)"]
     text = _text(node)
     return [text] if text else []
 

@@ -151,9 +151,25 @@ def test_the_built_site_fetches_nothing_from_the_network(tmp_path: Path) -> None
                         str(site_dir)], cwd=ROOT, check=True, capture_output=True, timeout=600)
     pages = list(site_dir.rglob("*.html"))
     assert len(pages) >= 25
-    offenders = []
-    for path in [*pages, *site_dir.rglob("*.css"), *site_dir.rglob("*.js")]:
-        for match in _REMOTE.finditer(path.read_text(errors="replace")):
-            offenders.append(f"{path.relative_to(site_dir)}: {match.group(0)}")
+    offenders = [f"{path.relative_to(site_dir)}: {match.group(0)}"
+                 for path in [*pages, *site_dir.rglob("*.css"), *site_dir.rglob("*.js")]
+                 for match in _REMOTE.finditer(path.read_text(errors="replace"))]
     assert not offenders, offenders
     assert (site_dir / "concepts" / "findings.html").read_text().count("<h3") >= 20
+
+
+def test_the_readme_is_short_and_its_links_lead_somewhere() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    local = [link for link in links if "://" not in link]
+    assert len(local) >= 10
+    for link in local:
+        assert (ROOT / link).exists(), link
+
+
+def test_the_readme_keeps_the_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert ("python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && "
+            ".venv/bin/pip install -e '.[dev]' && .venv/bin/trainpace demo") in readme
+    assert "\n.venv/bin/python -m pytest -q\n" in readme
