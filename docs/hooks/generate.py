@@ -70,6 +70,14 @@ def _option_row(action: argparse.Action) -> str | None:
     return f"| {_code(names)} | {_cell(text)} | {shown} |"
 
 
+def cli_verbs() -> str:
+    """One row per verb: its name (a link to its section) and its help."""
+    rows = ["| verb | what it does |", "|---|---|"]
+    for name, parser in _verb_parsers().items():
+        rows.append(f"| [`trainpace {name}`](#trainpace-{name}) | {_cell(parser.description)} |")
+    return "\n".join(rows)
+
+
 def cli_reference() -> str:
     """Every verb: its help, its usage line and a table of its arguments and options."""
     from trainpace.cli import VERBS
@@ -195,6 +203,19 @@ def summary_schema() -> str:
 
 
 # ---- thresholds and the finding catalogue --------------------------------------------------
+
+
+def rule_order() -> str:
+    """The rules in the order the diagnosis runs them, each with the first line of its doc."""
+    import inspect as _inspect
+
+    from trainpace.diagnose.rules import RULES
+
+    lines = []
+    for number, (name, rule) in enumerate(RULES, start=1):
+        doc = (_inspect.getdoc(rule) or "").split("\n\n")[0].replace("\n", " ")
+        lines.append(f"{number}. **{name}** (`{rule.__name__}`): {doc}")
+    return "\n".join(lines)
 
 
 def thresholds() -> str:
@@ -529,10 +550,12 @@ def benchmark(name: str) -> str:
 
 GENERATORS: dict[str, Callable[..., str]] = {
     "cli": cli_reference,
+    "cli_verbs": cli_verbs,
     "api": api_reference,
     "metrics": metric_names,
     "summary": summary_schema,
     "thresholds": thresholds,
+    "rules": rule_order,
     "findings": findings,
     "finding_index": finding_index,
     "benchmark": benchmark,
