@@ -467,7 +467,7 @@ def main() -> int:
     from results import write_result
 
     write_result("overhead", quick=args.quick, rows=[
-        {"step": step, "tool": tool, **row}
+        {"step, tool": f"{step} {tool}", **row}
         for step, by_tool in report["steps"].items() for tool, row in by_tool.items()])
     if args.json:
         print(json.dumps(report, indent=2))

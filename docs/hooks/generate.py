@@ -518,6 +518,19 @@ def _figure(value: Any) -> str:
     return _cell(value)
 
 
+def _flat(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested figures as one level of columns (``cpu ratio``); raw samples (lists of more
+    than a few values) are left out of the table."""
+    flat: dict[str, Any] = {}
+    for key, value in row.items():
+        column = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flat(value, column + " "))
+        elif not (isinstance(value, list) and len(value) > 3):
+            flat[column] = value
+    return flat
+
+
 def benchmark(name: str) -> str:
     """``docs/benchmarks/NAME.json`` (written by ``benchmarks/NAME.py``) as tables."""
     path = BENCHMARK_RESULTS / f"{name}.json"
@@ -528,20 +541,28 @@ def benchmark(name: str) -> str:
     machine = result.get("machine", {})
     kind = "a quick run (`--quick`): fewer rounds, wider intervals" if result.get("quick") \
         else "a full run"
+    before, after = machine.get("load_before"), machine.get("load_after")
+    load = (f"load average {_figure(before)} before and {_figure(after)} after"
+            if before else f"load average (1, 5, 15 min) {_figure(after)} at the end")
     lines = [f"*Measured {result.get('date', '?')}* on {machine.get('cpu', '?')}, "
-             f"{machine.get('cores', '?')} cores, load average "
-             f"{_figure(machine.get('load_before'))} before and "
-             f"{_figure(machine.get('load_after'))} after; Python {machine.get('python', '?')}, "
+             f"{machine.get('cores', '?')} cores, {load}; Python {machine.get('python', '?')}, "
              f"torch {machine.get('torch', '?')}; {kind}. Command: "
              f"`{result.get('command', '?')}`.", ""]
-    rows = result.get("rows") or []
+    rows = [_flat(row) for row in result.get("rows") or []]
     if rows:
         columns = list(dict.fromkeys(k for row in rows for k in row))
-        lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-        lines += ["| " + " | ".join(_figure(row.get(c, "")) for c in columns) + " |"
-                  for row in rows]
+        if len(columns) <= 8:
+            lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+            lines += ["| " + " | ".join(_figure(row.get(c, "")) for c in columns) + " |"
+                      for row in rows]
+        else:  # many figures per row: one column per row, one line per figure
+            label, *figures_of_row = columns
+            lines += ["| " + " | ".join([_cell(label)] + [_figure(r.get(label, "")) for r in rows])
+                      + " |", "|" + "---|" * (len(rows) + 1)]
+            lines += ["| " + " | ".join([_cell(c)] + [_figure(r.get(c, "")) for r in rows])
+                      + " |" for c in figures_of_row]
         lines.append("")
-    figures = result.get("figures") or {}
+    figures = _flat(result.get("figures") or {})
     if figures:
         lines += ["| figure | value |", "|---|---|"]
         lines += [f"| {_cell(k)} | {_figure(v)} |" for k, v in figures.items()]
