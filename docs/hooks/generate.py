@@ -511,6 +511,8 @@ def finding_index() -> str:
 
 
 def _figure(value: Any) -> str:
+    if value is None:
+        return "—"
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, (list, tuple)):
