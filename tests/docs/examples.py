@@ -5,6 +5,8 @@ its fence say how it is tested:
 
 - ``<!-- test-context: NAME ... -->``: run it with the stand-ins of :mod:`contexts`;
 - ``<!-- slow -->``: it takes more than a few seconds (the ``slow`` marker);
+- ``<!-- test-file: NAME -->``: the block is a file, not a program: it is written as NAME in the
+  folder of the next example of the page, which uses it (a script for ``torchrun``);
 - ``<!-- not-run -->``: not run, and only with a visible note right above the comment, a
   quote that starts ``Not run in the tests:`` and says why (a GPU, a cluster).
 """
@@ -31,6 +33,8 @@ class Example:
     slow: bool = False
     not_run: str | None = None  # the visible note's reason
     problem: str | None = None  # a marker used wrongly
+    files: tuple[tuple[str, str], ...] = ()  # (name, text) written before it runs
+    save_as: str | None = None  # this block is a file for the next example
 
     @property
     def name(self) -> str:
@@ -57,13 +61,26 @@ def examples(path: Path) -> list[Example]:
         if language in ("python", "bash"):
             found.append(_example(path, lines, i, language, "\n".join(lines[i + 1:end])))
         i = end + 1
-    return found
+    examples_: list[Example] = []
+    pending: list[tuple[str, str]] = []
+    for example in found:
+        if example.save_as:
+            pending.append((example.save_as, example.code))
+            continue
+        examples_.append(dataclasses.replace(example, files=tuple(pending)))
+        pending = []
+    if pending:
+        last = found[-1]
+        examples_.append(dataclasses.replace(
+            last, save_as=None, problem="<!-- test-file --> with no example after it to use it"))
+    return examples_
 
 
 def _example(path: Path, lines: list[str], fence: int, language: str, code: str) -> Example:
     contexts: list[str] = []
     slow = False
     not_run = False
+    save_as = None
     above = fence - 1
     while above >= 0 and (match := COMMENT.match(lines[above].strip())):
         kind, value = match.group(1), match.group(2) or ""
@@ -73,6 +90,8 @@ def _example(path: Path, lines: list[str], fence: int, language: str, code: str)
             slow = True
         elif kind == "not-run":
             not_run = True
+        elif kind == "test-file":
+            save_as = value.strip()
         above -= 1
     note: list[str] = []
     while above >= 0 and lines[above].startswith(">"):
@@ -88,7 +107,8 @@ def _example(path: Path, lines: list[str], fence: int, language: str, code: str)
             reason = text[len(NOT_RUN_NOTE) - 2:].strip()
             if not reason:
                 problem = "the note says no reason"
-    return Example(path, fence + 1, language, code, tuple(contexts), slow, reason, problem)
+    return Example(path, fence + 1, language, code, tuple(contexts), slow, reason, problem,
+                   save_as=save_as)
 
 
 def all_examples() -> list[Example]:

@@ -63,6 +63,8 @@ def test_markers_are_used_right(example: Example) -> None:
 
 @pytest.mark.parametrize("example", _params())
 def test_example_runs(example: Example, tmp_path: Path) -> None:
+    for name, text in example.files:
+        (tmp_path / name).write_text(text + "\n")
     for name in example.contexts:
         if name in contexts.SETUPS:
             (tmp_path / f"setup_{name}.py").write_text(contexts.SETUPS[name])
