@@ -118,6 +118,31 @@ def api_reference() -> str:
     return "\n".join(lines)
 
 
+# ---- the Meter's keywords ------------------------------------------------------------------
+
+
+def meter_options() -> str:
+    """``MeterConfig``'s fields (the Meter's keywords): default and docstring of each."""
+    tree = ast.parse((SRC / "trainpace" / "config.py").read_text())
+    config = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MeterConfig")
+    rows = ["| keyword | default | meaning |", "|---|---|---|"]
+    body = config.body
+    for i, node in enumerate(body):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        doc = ""
+        if i + 1 < len(body) and isinstance(body[i + 1], ast.Expr):
+            value = body[i + 1].value  # type: ignore[attr-defined]
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                doc = inspect.cleandoc(value.value)
+        default = ast.unparse(node.value) if node.value is not None else "(required)"
+        if default.startswith("field("):
+            default = "(see meaning)"
+        doc = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", doc).replace("``", "`")
+        rows.append(f"| `{node.target.id}` | `{_cell(default)}` | {_cell(doc)} |")
+    return "\n".join(rows)
+
+
 # ---- metric names --------------------------------------------------------------------------
 
 
@@ -575,6 +600,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "cli": cli_reference,
     "cli_verbs": cli_verbs,
     "api": api_reference,
+    "meter_options": meter_options,
     "metrics": metric_names,
     "summary": summary_schema,
     "thresholds": thresholds,

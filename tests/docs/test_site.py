@@ -85,6 +85,14 @@ def test_the_catalogue_has_every_finding_id_with_its_thresholds() -> None:
         assert f"| `{field.name}` |" in every
 
 
+def test_every_meter_keyword_is_listed() -> None:
+    from trainpace.config import MeterConfig
+
+    page = generate.meter_options()
+    for field in dataclasses.fields(MeterConfig):
+        assert f"| `{field.name}` |" in page
+
+
 def test_every_metric_tag_is_listed() -> None:
     from trainpace.sinks import names
 
