@@ -13,7 +13,7 @@ from docs import contexts
 from docs.examples import ROOT, Example, all_examples
 
 EXAMPLES = all_examples()
-TIMEOUT_S = 300
+TIMEOUT_S = 600  # a slow example on a crowded 2-core machine
 
 
 def _env() -> dict[str, str]:
