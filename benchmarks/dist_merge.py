@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     rates = tree.throughput(), flat.throughput()
     lowest = min(flat.ranks.values(), key=lambda s: s.scores[-1][1])
     tree_lowest = min(tree.tracked, key=lambda r: tree.tracked[r][-1][1])
-    print(json.dumps({
+    result = {
         "bench": "dist_merge", "ranks": world, "nodes": len(nodes), "per_node": per_node,
         "windows": args.windows, "history_windows": HISTORY_WINDOWS,
         "flat": {"merge_ms": med(flat_merge_ms), "publish_ms": med(flat_publish_ms),
@@ -178,7 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         "throughput_equal": rates[0] == rates[1],
         "wait_pct_rel_diff": abs(tree.wait_pct() - flat.wait_pct()) / flat.wait_pct(),
         "slowed_rank": slow, "cpu_count": os.cpu_count(), "load_1min": os.getloadavg()[0],
-    }))
+    }
+    print(json.dumps(result))
+    from results import write_result
+
+    write_result("dist_merge", quick=world < 4096, rows=[
+        {"merge": way, **{k: v for k, v in result[way].items() if k != "leader_heap_kb"}}
+        for way in ("flat", "tree")], figures={
+        f"flat / two levels, {k}": v for k, v in result["ratio_flat_over_tree"].items()})
     return 0
 
 

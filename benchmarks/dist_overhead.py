@@ -95,7 +95,7 @@ def _worker(rank: int, port: int, rounds: int, steps: int, width: int, out: str)
         process_ratios.append(watched_cpu[1] / bare_cpu[1])
     if rank == 0:
         merged = json.loads((Path(out) / "round0" / "summary.json").read_text())
-        print(json.dumps({
+        result = {
             "bench": "dist_overhead", "world_size": 2, "backend": "gloo", "rounds": rounds,
             "steps_per_block": steps, "bare_step_ms_median": statistics.median(bare_ms),
             "ratio_median": statistics.median(ratios), "ratios": ratios,
@@ -105,7 +105,12 @@ def _worker(rank: int, port: int, rounds: int, steps: int, width: int, out: str)
             "merged_world_size": merged["world_size"],
             "merged_ranks": len(merged["ranks"]),
             "cpu_count": os.cpu_count(), "load_1min": os.getloadavg()[0],
-        }))
+        }
+        print(json.dumps(result))
+        from results import write_result
+
+        write_result("dist_overhead", quick=rounds < 10, figures={
+            k: v for k, v in result.items() if k not in ("bench", "ratios", "cpu_count")})
     dist.destroy_process_group()
 
 

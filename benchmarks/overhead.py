@@ -464,6 +464,11 @@ def main() -> int:
         report["steps"][f"{ms:g}ms"] = rows
     if missing:
         print(f"not measured: {', '.join(missing)} (pip install lightning traceml-ai)")
+    from results import write_result
+
+    write_result("overhead", quick=args.quick, rows=[
+        {"step, tool": f"{step} {tool}", **row}
+        for step, by_tool in report["steps"].items() for tool, row in by_tool.items()])
     if args.json:
         print(json.dumps(report, indent=2))
     return 0

@@ -203,6 +203,17 @@ def main() -> None:
             peak = statistics.median(p[name][2] for p in parts)
             print(f"  {name:<16}{seconds:>7.2f} s wall{cpu:>7.2f} s CPU ({cpu / bare_cpu:.2f}× "
                   f"the bare parse){peak:>8.0f} MB")
+        from results import write_result
+
+        med = statistics.median
+        write_result("report", quick=args.steps < 1_000_000, load_before=load_before, rows=[
+            {"command": name, "CPU × bare parse": med(r["cpu_s"] for r in runs)
+             / ((2 if name == "compare" else 1) * bare_cpu),
+             "wall × bare parse": med(r["s"] for r in runs)
+             / ((2 if name == "compare" else 1) * bare_s),
+             "peak RSS above imports, MB": med(r["peak_mb"] - r["base_mb"] for r in runs)}
+            for name, runs in results.items() if name != "bare"],
+            figures={"steps": args.steps, "bare parse, CPU s": bare_cpu})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -272,6 +272,9 @@ def main() -> int:
             result = measure(workload, rounds, Path(tmp))
             show(result)
             results.append(result)
+    from results import write_result
+
+    write_result("run_overhead", quick=args.quick, rows=results)
     if args.json:
         print(json.dumps(results))
     return 0

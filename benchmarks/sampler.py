@@ -129,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         "ok": cost <= 0.5,
     }
     print(json.dumps(result, indent=2))
+    from results import write_result
+
+    write_result("sampler", quick=args.quick, figures={
+        k: v for k, v in result.items() if not isinstance(v, dict)})
     return 0
 
 

@@ -340,6 +340,16 @@ def main(argv: list[str] | None = None) -> int:
             _print_row(row)
     print(f"load average at the end: {_load()}")
     _print_summary(rows, floor)
+    from results import write_result
+
+    write_result("trace", quick=args.quick, rows=[
+        {"trace": r["trace"], "JSON MB": r["json_mb"],
+         **{f"{k} s (wall / CPU)": [v["s"], v["cpu_s"]] for k, v in r.items()
+            if isinstance(v, dict) and "s" in v},
+         "library call vs HTA": r["hta"]["s"] / r["trainpace"]["s"] if "hta" in r else None,
+         "vs gunzip": r["trainpace"]["s"] / r["gunzip"]["s"]} for r in rows],
+        figures={f"before any work: {k} s": v["s"] for k, v in floor.items()
+                 if isinstance(v, dict) and "s" in v})
     if args.json:
         Path(args.json).write_text(json.dumps({"before_work": floor, "traces": rows}, indent=2))
     return 0

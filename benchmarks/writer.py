@@ -178,6 +178,15 @@ def main() -> int:
               f"{row['on_disk']:.4f} of the steps")
     speed = slow["steps_per_s"] / none["steps_per_s"]
     print(f"loop speed with the 1 s sink / with no sink: {speed:.3f}")
+    from results import write_result
+
+    write_result("writer", quick=args.quick, figures={
+        "kills": len(killed), "recovered / done, min": min(recovered),
+        "recovered / done, median": statistics.median(recovered),
+        "lost windows, max (promise <= 2)": max(lost),
+        "lost windows, median": statistics.median(lost),
+        "RSS growth, 1 s sink / no sink": growth_ratio, "loop speed, 1 s sink / no sink": speed,
+        "finish() s, no sink": none["finish_s"], "finish() s, 1 s sink": slow["finish_s"]})
     if args.json:
         print(json.dumps({"kills": killed, "memory": mem, "rss_growth_ratio": growth_ratio,
                           "speed_ratio": speed}, indent=2))
