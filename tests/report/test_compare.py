@@ -4,10 +4,10 @@ import pytest
 import torch
 
 import trainpace
+from conftest import ManualClock
 from trainpace.compare import compare_runs
 from trainpace.report.compare import comparison_renderable
 from trainpace.runlog import read_run
-from conftest import ManualClock
 
 
 def step_s(batch_size):
