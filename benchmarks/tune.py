@@ -5,9 +5,11 @@ depends on the machine's load is a defect; the tests run the search on a manual 
 Sleeping samples stand for I/O: 16 samples of 10 ms make a batch of 160 ms in a worker, so
 a 60 ms step needs 3 workers (53 ms a batch), perhaps 4 on a busy machine, never 2. Spinning
 samples stand for CPU work: a step that asks for more cores than the machine has cannot be
-fed, and the tuner must say so.
+fed, and the tuner must say so. The third case follows the data_wait finding's advice in a
+loop under the Meter (samples of 60 ms, steps of ~200 ms of matmuls) and runs it again: the
+wait must fall under 10% (tests/diagnose/test_loading.py checks only that it falls).
 
-    python benchmarks/tune.py            # both cases, 40 s and 20 s budgets
+    python benchmarks/tune.py            # all three cases, 40 s and 20 s budgets
     python benchmarks/tune.py --quick    # the I/O case only, 20 s budget
 
 Prints one JSON object: per case the figures and whether each expectation held.
@@ -18,13 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+import trainpace
+from trainpace.diagnose import diagnose
+from trainpace.runlog import read_run
 from trainpace.tune import TARGET_WAIT_PCT, tune_loader
 
 
@@ -112,6 +119,42 @@ def cpu_case(budget_s: float) -> dict[str, Any]:
     }
 
 
+def metered_wait(out: Path, **loader_settings: Any) -> tuple[float | None, Any]:
+    """(wait %, the data_wait finding) of 40 steps of ~200 ms of matmuls over slow samples."""
+    torch.set_num_threads(1)
+    a = torch.randn(256, 256)
+    with warnings.catch_warnings():  # more workers than cores is what may be advised
+        warnings.simplefilter("ignore", UserWarning)
+        loader = DataLoader(Sleepy(0.06), batch_size=4, sampler=range(160), **loader_settings)
+        meter = trainpace.Meter(out, window=50, console=False, report=False, count_flops=False)
+        for batch in meter.loader(loader):
+            with meter.step(batch):
+                for _ in range(128):
+                    a @ a
+        meter.finish()
+    run = read_run(out)
+    diagnosis = diagnose(run.summary, steps=run.steps, system=run.system, meta=run.meta)
+    finding = next((f for f in diagnosis.findings if f.id == "data_wait"), None)
+    return run.summary.data.wait_pct, finding
+
+
+def advice_case() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        before_pct, finding = metered_wait(Path(folder) / "first")
+        if finding is None:
+            return {"before_wait_pct": before_pct, "checks": {"finding": False}}
+        recommended = finding.evidence["recommended"]
+        after_pct, after_finding = metered_wait(Path(folder) / "second", **recommended)
+    return {
+        "before_wait_pct": before_pct, "recommended": recommended, "after_wait_pct": after_pct,
+        "checks": {
+            "finding": True,
+            "wait_gone": after_pct is not None and after_pct < TARGET_WAIT_PCT,
+            "no_finding_after": after_finding is None,
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the I/O case only, 20 s budget")
@@ -119,6 +162,7 @@ def main() -> None:
     out: dict[str, Any] = {"io": io_case(20.0 if args.quick else 40.0)}
     if not args.quick:
         out["cpu"] = cpu_case(20.0)
+        out["advice"] = advice_case()
     out["ok"] = all(all(case["checks"].values()) for case in out.values()
                     if isinstance(case, dict))
     print(json.dumps(out, indent=2))
