@@ -49,8 +49,8 @@ def test_bad_run_folders_are_clear_errors(tmp_path, setup, message):
 @pytest.mark.slow
 def test_a_run_killed_with_sigkill_keeps_a_readable_folder(tmp_path):
     # The child stops after 65 steps (6 windows of 10 and 5 open) and is killed once the
-    # sixth window is on disk: waited for, not slept for, so a loaded machine only makes it
-    # slower. What SIGKILL may lose is the open window, and nothing may be torn.
+    # sixth window is on disk with a summary: waited for, not slept for, so a loaded machine
+    # only makes it slower. What SIGKILL may lose is the open window; nothing may be torn.
     out = tmp_path / "killed"
     script = textwrap.dedent(f"""
         import sys, time, torch, trainpace
@@ -64,12 +64,17 @@ def test_a_run_killed_with_sigkill_keeps_a_readable_folder(tmp_path):
                 time.sleep(3600)  # stopped mid-run: the test kills it
     """)
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    steps_file = out / "steps.jsonl"
+    def sixth_window_written():  # its steps, and a summary (refreshed less often)
+        try:
+            json.loads((out / "summary.json").read_text())
+            return (out / "steps.jsonl").read_text().count("\n") >= 60
+        except (OSError, ValueError):
+            return False
+
     try:
         assert child.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (
-                not steps_file.exists() or steps_file.read_text().count("\n") < 60):
+        while time.monotonic() < deadline and not sixth_window_written():
             time.sleep(0.02)
         os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=30)
