@@ -10,6 +10,7 @@ they are always shut down before the trial returns.
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from typing import Any
 
@@ -62,6 +63,17 @@ def _memory(procs: list[psutil.Process]) -> tuple[float | None, float | None]:
     return rss / 1e9, uss / 1e9
 
 
+def _dead_soon(loader: Any, wait_s: float = 2.0) -> bool:
+    """Whether a worker died. A killed process closes its pipes before it shows as dead (a
+    zombie), and a loaded machine widens that gap: a broken pipe waits a moment for it."""
+    deadline = time.monotonic() + wait_s
+    while not dead_workers(loader):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def _fault(source: LoaderSource, setting: Setting, loader: Any, exc: Exception) -> DatasetError:
     where = f"with {setting.label()}"
     item = failed_item(exc)
@@ -72,7 +84,7 @@ def _fault(source: LoaderSource, setting: Setting, loader: Any, exc: Exception) 
     # A worker killed while handing over a batch can also surface as a broken pipe (EOFError,
     # ConnectionResetError) in this process, before torch notices the death.
     if ("exited unexpectedly" in text or "killed by signal" in text
-            or (isinstance(exc, (EOFError, ConnectionError)) and dead_workers(loader))):
+            or (isinstance(exc, (EOFError, ConnectionError)) and _dead_soon(loader))):
         index = killed_item(loader, exc)
         on = f" while loading item {index}" if index is not None else ""
         return DatasetError(f"{source.name}: a DataLoader worker died{on} ({where}): {text}; "
