@@ -123,7 +123,7 @@ def tune_loader(
     return search(source, probe, trial_runner, step_s=step_s, budget_s=budget_s,
                   budget_gb=budget_gb, cores=_usable_cpus(),
                   pin_memory=torch.cuda.is_available(), clock=clock, started_s=started_s,
-                  progress=say, step_source=step_source)
+                  say=say, step_source=step_source)
 
 
 def search(
@@ -138,7 +138,7 @@ def search(
     pin_memory: bool,
     clock: TuneClock,
     started_s: float,
-    progress: Progress,
+    say: Progress,
     step_source: str | None,
 ) -> TuneResult:
     """The search itself, from the probe on: which settings to try, and which to recommend.
@@ -146,7 +146,6 @@ def search(
     ``started_s`` is when the budget began on ``clock`` (the probe is part of it);
     ``pin_memory`` is whether the batches go to a CUDA device (pinning only pays then).
     """
-    say = progress
 
     def spent() -> float:
         return clock.wall() - started_s
