@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -300,12 +301,15 @@ def test_work_after_the_optimizer_step_is_in_the_step_the_evaluation_outside(tmp
         assert len(rows) == epochs * steps
         # A sleep lasts at least its time: every step holds its tail.
         assert min(r["step_s"] for r in rows) >= tail_s, folder
-        outside = sum(r["outside_s"] for r in rows)
-        # The evaluation after epoch 1 is outside (the last one comes after the last step);
-        # the tails are not: they would add epochs * steps * tail_s = 0.6 s.
-        assert eval_s <= outside < eval_s + 0.5 * epochs * steps * tail_s, folder
+        # The evaluation after epoch 1 is outside (the last one comes after the last step),
+        # before the first step of epoch 2.
         (first_of_epoch_2,) = [r for r in rows if r["step"] == steps + 1]
         assert first_of_epoch_2["outside_s"] >= eval_s
+        # The tails are not outside: were they, every gap between steps would hold one; as it
+        # is, the gaps are the loop's own overhead, and a loaded machine preempting some of
+        # them leaves the median far below a tail (a sum of the gaps would collect them all).
+        gaps = [r["outside_s"] for r in rows if r["step"] != steps + 1]
+        assert statistics.median(gaps) < tail_s / 2, folder
     summary = json.loads(done.stdout)
     hand = json.loads((tmp_path / "hand" / "summary.json").read_text())
     # The same loop, the same ways of counting: the machine's load is all that differs.

@@ -4,6 +4,7 @@ and no worker process left behind whatever happens."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -21,9 +22,12 @@ def test_json_is_one_object_with_the_contract(capsys):
     assert code == 0
     data = json.loads(captured.out)
     assert set(data) >= KEYS
-    assert data["recommended"] == {"num_workers": 0, "prefetch_factor": None,
-                                   "pin_memory": False, "persistent_workers": False}
-    assert data["reachable"] is True
+    # which setting wins is the machine's (the search is tested on a manual clock in
+    # tests/tune/); the command's contract is checked here
+    assert set(data["recommended"]) == {"num_workers", "prefetch_factor", "pin_memory",
+                                        "persistent_workers"}
+    assert data["recommended"] in [t["setting"] for t in data["trials"]]
+    assert data["trials"][0]["setting"]["num_workers"] == 0
     assert data["step_s"] == pytest.approx(0.030)
     assert data["step_source"] == "--step-ms"
     assert data["batch_size"] == 4
@@ -47,7 +51,7 @@ def test_text_output_has_the_table_and_the_line_to_paste(capsys):
     assert main(["tune-loader", "tune.loaders:free", "--step-ms", "30", "--budget-s", "5"]) == 0
     out = capsys.readouterr().out
     assert "workers  prefetch  pin  batches/s" in out
-    assert "DataLoader(dataset, batch_size=1, num_workers=0, pin_memory=False)" in out
+    assert re.search(r"DataLoader\(dataset, batch_size=1, num_workers=\d+, ", out), out
 
 
 @pytest.mark.parametrize(("spec", "message"), [

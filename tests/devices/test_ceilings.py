@@ -246,7 +246,26 @@ def test_the_first_run_never_raises(tmp_path):
     assert "RuntimeError: no memory" in failed.note
 
 
-def test_the_first_run_measures_for_real_within_its_budget(tmp_path):
+def test_the_first_run_splits_its_budget_and_says_how_long_it_took(tmp_path):
+    # each figure gets a sixth of the budget; the measurement "takes" 1.7 s on the clock
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    clock = ManualClock()
+
+    class Timed(Counting):
+        def __call__(self, device, **kwargs):
+            clock.now += 1.7
+            return super().__call__(device, **kwargs)
+
+    measure = Timed()
+    found = ensure_ceilings("cpu", threads=1, budget_s=3.0, env=env, clock=clock,
+                            measure=measure)
+    assert found.status == "measured", found.note
+    assert measure.calls[0]["budget_s"] == pytest.approx(0.5)
+    assert found.seconds == pytest.approx(1.7)
+
+
+def test_the_first_run_measures_for_real(tmp_path):
+    # the real measurement; how long it takes is the machine's (benchmarks measure speed)
     env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
     started = time.perf_counter()
     found = ensure_ceilings("cpu", threads=1, env=env)
@@ -254,9 +273,7 @@ def test_the_first_run_measures_for_real_within_its_budget(tmp_path):
     assert found.status == "measured", found.note
     assert found.ceilings.matmul_tflops["float32"] > 0
     assert found.ceilings.bandwidth_gb_s > 0
-    assert found.seconds == pytest.approx(elapsed, abs=0.05)
-    # about 2 s; a loaded 2-core machine stretches it, but not by an order of magnitude
-    assert elapsed < 10.0
+    assert 0 < found.seconds <= elapsed  # timed inside the call
 
 
 def test_a_first_run_never_overwrites_a_full_measurement_and_says_so(tmp_path):

@@ -1,7 +1,6 @@
 """Step-time anomaly rules: stalls, periodic slow steps, drift."""
 
 import random
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -97,12 +96,20 @@ def test_a_period_must_fill_most_of_its_places_in_the_run():
     assert periodic([10, 20, 30, 40, 60, 70, 80, 90, 100], last=100) == (10, [10, 20, 30, 40, 60, 70, 80, 90, 100])
 
 
-def test_period_search_is_bounded_on_a_noisy_run():
+def test_period_search_is_bounded_on_a_noisy_run(monkeypatch):
+    # the work is bounded by the number of candidate periods tried, whatever the spikes
+    tried = []
+    best_residue = anomalies._best_residue
+
+    def counted(spikes, period, tolerance):
+        tried.append(period)
+        return best_residue(spikes, period, tolerance)
+
+    monkeypatch.setattr(anomalies, "_best_residue", counted)
     rng = random.Random(0)
     steps = sorted(rng.sample(range(1, 100_000), 3000))
-    start = time.perf_counter()
     assert periodic(steps, last=100_000) is None
-    assert time.perf_counter() - start < 5.0  # about 0.1 s; the bound is on the work, not speed
+    assert 0 < len(tried) <= anomalies.PERIOD_CANDIDATES * (1 + len(anomalies.BIG_SHARES))
 
 
 def test_an_unrelated_stall_beside_a_periodic_one_is_its_own_finding():
@@ -216,7 +223,5 @@ def test_a_long_run_as_columns_is_never_turned_into_records(monkeypatch):
     series = StepSeries.from_records({"step": i, "t_s": i * 0.01, "step_s": 0.01,
                                       "wait_s": 0.0} for i in range(1, n + 1))
     monkeypatch.setattr(StepSeries, "records", lambda self: pytest.fail("turned into records"))
-    started = time.perf_counter()
     d = diagnose(Summary(steps=Steps(total=n, warmup=0, measured=n)), steps=series)
-    assert time.perf_counter() - started < 10.0  # about 0.1 s; bounded work, not speed
     assert [f.id for f in d.findings] == ["checks"]

@@ -1,7 +1,5 @@
 """The data_wait finding and the DataLoader tuner: its command named, or its measurement."""
 
-import time
-
 import pytest
 import torch
 
@@ -21,23 +19,30 @@ def test_the_data_wait_finding_names_the_tuner_command_with_the_step_to_hide():
     assert any("tune-loader" in line for line in finding.advice)
 
 
-class _Sleepy(torch.utils.data.Dataset):
+class _Clocked(torch.utils.data.Dataset):
+    """Each sample takes 4 ms on the Meter's clock (the tuner, on real time, finds it free)."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
     def __len__(self):
         return 256
 
     def __getitem__(self, i):
-        time.sleep(0.004)
+        self.clock.advance(0.004)
         return torch.ones(4)
 
 
 @pytest.mark.slow
-def test_the_meter_tunes_its_own_loader_when_asked(tmp_path):
-    loader = torch.utils.data.DataLoader(_Sleepy(), batch_size=8)  # 32 ms a batch
+def test_the_meter_tunes_its_own_loader_when_asked(tmp_path, clock):
+    # 32 ms of loading before each 30 ms step: the wait is over half of it
+    loader = torch.utils.data.DataLoader(_Clocked(clock), batch_size=8)
     meter = trainpace.Meter(tmp_path / "run", window=10, console=False, report=False,
-                            count_flops=False, tune_loader_s=8)
+                            count_flops=False, tune_loader_s=8, clock=clock)
     for batch in meter.loader(loader):
         with meter.step(batch):
-            time.sleep(0.03)
+            clock.advance(0.03)
     summary = meter.finish()
+    assert summary.data.wait_pct == pytest.approx(100 * 0.032 / 0.062)
     finding = next(f for f in summary.diagnosis.findings if f.id == "data_wait")
     assert finding.advice[0].startswith("measured: "), finding.advice

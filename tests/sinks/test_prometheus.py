@@ -28,7 +28,7 @@ def scrape(port: int) -> dict[tuple[str, str], float]:
             for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
-def scrape_until(port: int, name: str, value: float, timeout_s: float = 10.0) -> dict:
+def scrape_until(port: int, name: str, value: float, timeout_s: float = 60.0) -> dict:
     """The window is published by the Meter's writer thread: scrape until it is there."""
     deadline = time.monotonic() + timeout_s
     while True:

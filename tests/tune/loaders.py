@@ -1,9 +1,6 @@
-"""Datasets of known per-sample cost for the tuner's tests, and factories for the CLI.
-
-Sleeping samples stand for I/O (a worker that sleeps leaves its core free, as one waiting on
-a disk or the network does); spinning ones for CPU work (``thread_time`` counts only the CPU
-time this thread got, so a sample costs the same CPU on a busy machine, only more wall time).
-"""
+"""Real datasets for the tuner's tests of real DataLoaders (faults, worker processes) and
+factories for the CLI. Sleeping samples stand for I/O; no verdict depends on how long they
+take (the search's figures are tested on a manual clock: tune/fakes.py)."""
 
 from __future__ import annotations
 
@@ -27,16 +24,6 @@ class Sleepy(Dataset):
     def __getitem__(self, index: int) -> torch.Tensor:
         if self.sample_s:
             time.sleep(self.sample_s)
-        return torch.full((8,), float(index))
-
-
-class Busy(Sleepy):
-    """Each sample spins ``sample_s`` of this thread's CPU time (CPU-bound)."""
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        end = time.thread_time() + self.sample_s
-        while time.thread_time() < end:
-            pass
         return torch.full((8,), float(index))
 
 
@@ -100,15 +87,3 @@ def sleepy_loader() -> DataLoader:
     """A DataLoader whose own settings (batch 16, drop_last, a sampler) the tuner keeps."""
     data = Sleepy(n=4096, sample_s=0.001)
     return DataLoader(data, batch_size=16, sampler=SequentialSampler(data), drop_last=True)
-
-
-class Stream(torch.utils.data.IterableDataset):
-    """An iterable dataset of sleeping samples (each worker streams all of it)."""
-
-    def __init__(self, n: int = 100_000, sample_s: float = 0.002) -> None:
-        self.n, self.sample_s = n, sample_s
-
-    def __iter__(self):
-        for i in range(self.n):
-            time.sleep(self.sample_s)
-            yield torch.full((8,), float(i))

@@ -8,37 +8,84 @@ import torch
 from trainpace.tune import DatasetError
 from trainpace.tune.probe import probe, tensor_bytes
 from trainpace.tune.source import as_source
-from tune.loaders import Busy, Huge, Sleepy
+from tune.fakes import ManualHost, Timed
+from tune.loaders import Huge, Sleepy
 
 
-def _probe(dataset, batch=8, max_s=5.0, budget=1e12, collate_fn=None):
-    return probe(as_source(dataset, batch_size=batch, collate_fn=collate_fn), max_s=max_s,
-                 memory_budget_bytes=budget)
+def _probe(dataset, batch=8, max_s=5.0, budget=1e12, collate_fn=None, clock=None):
+    source = as_source(dataset, batch_size=batch, collate_fn=collate_fn)
+    if clock is None:
+        return probe(source, max_s=max_s, memory_budget_bytes=budget)
+    return probe(source, max_s=max_s, memory_budget_bytes=budget, clock=clock)
 
 
 def test_sleeping_samples_are_waiting_not_cpu():
-    p = _probe(Sleepy(sample_s=0.004))
+    host = ManualHost()
+    p = _probe(Timed(host, 0.004), clock=host.clock)
     assert p.samples == 8
-    assert p.sample_s >= 0.004
-    assert p.sample_wait_s >= 0.0035
-    assert p.cpu_share < 0.5
-    assert p.batch_s == pytest.approx(8 * p.sample_s + p.collate_s)
+    assert p.sample_s == pytest.approx(0.004)
+    assert p.sample_cpu_s == 0.0
+    assert p.sample_wait_s == pytest.approx(0.004)
+    assert p.cpu_share == 0.0
+    assert p.collate_s == 0.0  # collate takes no time on this clock
+    assert p.batch_s == pytest.approx(8 * 0.004)
     assert p.sample_bytes == 8 * 4          # torch.full((8,), float): 8 float32
     assert p.batch_bytes == 8 * 8 * 4
 
 
 def test_spinning_samples_are_cpu():
-    p = _probe(Busy(sample_s=0.003))
-    assert p.sample_cpu_s >= 0.0029
-    assert p.cpu_share > 0.5
+    host = ManualHost()
+    p = _probe(Timed(host, 0.003, cpu_s=0.003), clock=host.clock)
+    assert p.sample_cpu_s == pytest.approx(0.003)
+    assert p.sample_wait_s == pytest.approx(0.0, abs=1e-12)
+    assert p.cpu_share == pytest.approx(1.0)
+
+
+def test_time_waiting_for_a_core_is_neither_cpu_nor_waiting():
+    # 4 ms a sample: 1 ms on the CPU, 1 ms ready but without a core (a busy machine), 2 ms I/O
+    host = ManualHost()
+    p = _probe(Timed(host, 0.004, cpu_s=0.001, runq_s=0.001), clock=host.clock)
+    assert p.sample_runq_s == pytest.approx(0.001)
+    assert p.sample_wait_s == pytest.approx(0.002)
+    assert p.cpu_share == pytest.approx(1 / 3)
+
+
+def test_the_first_sample_is_left_out_once_there_are_others():
+    host = ManualHost()
+
+    class ColdStart(Timed):
+        def __getitem__(self, index):
+            if index == 0:
+                host.sleep(1.0)  # opens its files
+            return super().__getitem__(index)
+
+    p = _probe(ColdStart(host, 0.002), clock=host.clock)
+    assert p.samples == 8
+    assert p.sample_s == pytest.approx(0.002)
 
 
 def test_the_time_limit_stops_the_probe_after_one_sample_at_least():
-    p = _probe(Sleepy(sample_s=0.05), batch=64, max_s=0.01)
+    host = ManualHost()
+    p = _probe(Timed(host, 0.05), batch=64, max_s=0.01, clock=host.clock)
     assert p.samples == 1
     # collate of one sample is scaled to the batch: the cost of one batch stays estimated
-    assert p.batch_s >= 64 * 0.05
+    assert p.batch_s == pytest.approx(64 * 0.05)
     assert p.batch_bytes == 64 * 32
+
+
+def test_the_time_limit_stops_after_the_sample_that_passes_it():
+    host = ManualHost()
+    p = _probe(Timed(host, 0.03), batch=16, max_s=0.16, clock=host.clock)
+    assert p.samples == 6  # 0.18 s > 0.16 s after the sixth
+    assert p.batch_s == pytest.approx(16 * 0.03)
+
+
+def test_real_samples_are_timed_on_the_host_clocks():
+    # the real clocks, and only what holds at any load: a sleep lasts at least its time
+    p = _probe(Sleepy(sample_s=0.004))
+    assert p.samples == 8
+    assert p.sample_s >= 0.004
+    assert p.batch_s == pytest.approx(8 * p.sample_s + p.collate_s)
 
 
 def test_tensor_bytes_looks_into_containers():

@@ -4,12 +4,12 @@ collate. This is what one worker does for each batch, without the worker around 
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from trainpace.tune.clock import HOST_CLOCK, TuneClock
 from trainpace.tune.result import Probe
 from trainpace.tune.source import DatasetError, LoaderSource
 
@@ -39,20 +39,12 @@ def _indices(source: LoaderSource) -> Iterator[Any]:
     return iter(range(len(source.dataset)))
 
 
-def _runq_s() -> float:
-    """Time this thread has spent ready to run but waiting for a core (Linux schedstat)."""
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as handle:
-            return int(handle.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0  # not Linux, or no schedstats: contention is then counted as waiting
-
-
 def gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.2f} GB"
 
 
-def probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float) -> Probe:
+def probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float,
+          clock: TuneClock = HOST_CLOCK) -> Probe:
     """Load up to one batch of samples in this process (stopping after ``max_s``, at least
     one sample), time each, and collate them.
 
@@ -64,39 +56,40 @@ def probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float) -> 
     # __getitem__ can be several times slower on a busy machine than they will be in a worker.
     torch.set_num_threads(1)
     try:
-        return _probe(source, max_s=max_s, memory_budget_bytes=memory_budget_bytes)
+        return _probe(source, max_s=max_s, memory_budget_bytes=memory_budget_bytes, clock=clock)
     finally:
         torch.set_num_threads(threads)
 
 
-def _probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float) -> Probe:
+def _probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float,
+           clock: TuneClock) -> Probe:
     batch = source.batch_size or 1
     wall: list[float] = []
     cpu: list[float] = []
     runq: list[float] = []
     samples: list[Any] = []
     sample_bytes = 0
-    started = time.perf_counter()
+    started = clock.wall()
     iterator: Iterator[Any] = (
         iter(source.dataset) if source.iterable else _indices(source))
     for position in range(batch):
         index: Any = position
-        t0, c0, q0 = time.perf_counter(), time.process_time(), _runq_s()
+        t0, c0, q0 = clock.wall(), clock.cpu(), clock.runq()
         try:
             if source.iterable:
                 item = next(iterator)
             else:
                 index = next(iterator)
-                t0, c0, q0 = time.perf_counter(), time.process_time(), _runq_s()
+                t0, c0, q0 = clock.wall(), clock.cpu(), clock.runq()
                 item = source.dataset[index]
         except StopIteration:
             break
         except Exception as exc:
             raise DatasetError(f"{source.name}: item {index!r} raised {type(exc).__name__}: "
                                f"{exc}") from exc
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-        runq.append(_runq_s() - q0)
+        wall.append(clock.wall() - t0)
+        cpu.append(clock.cpu() - c0)
+        runq.append(clock.runq() - q0)
         size = tensor_bytes(item)
         if size * batch > memory_budget_bytes:
             raise DatasetError(
@@ -105,17 +98,17 @@ def _probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float) ->
                 f"{gb(memory_budget_bytes)}; use a smaller batch_size or raise memory_budget_gb")
         sample_bytes = max(sample_bytes, size)
         samples.append(item)
-        if time.perf_counter() - started > max_s:
+        if clock.wall() - started > max_s:
             break
     if not samples:
         raise DatasetError(f"{source.name}: the dataset is empty; nothing to load")
-    t0 = time.perf_counter()
+    t0 = clock.wall()
     try:
         collated = source.collate_fn(samples)
     except Exception as exc:
         raise DatasetError(f"{source.name}: collate_fn raised {type(exc).__name__} on a batch of "
                            f"{len(samples)} samples: {exc}") from exc
-    collate_s = (time.perf_counter() - t0) * batch / len(samples)
+    collate_s = (clock.wall() - t0) * batch / len(samples)
     batch_bytes = round(tensor_bytes(collated) * batch / len(samples))
     # The first sample often opens files or builds caches: left out once there are others.
     steady = slice(1, None) if len(wall) >= 3 else slice(None)

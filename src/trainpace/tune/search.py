@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 import torch
 
 from trainpace.errors import ConfigError
 from trainpace.tune import advice as adv
+from trainpace.tune.clock import HOST_CLOCK, TuneClock
 from trainpace.tune.probe import probe as run_probe
-from trainpace.tune.result import TARGET_WAIT_PCT, Bound, Setting, Trial, TuneResult
-from trainpace.tune.source import as_source
+from trainpace.tune.result import TARGET_WAIT_PCT, Bound, Probe, Setting, Trial, TuneResult
+from trainpace.tune.source import LoaderSource, as_source
 from trainpace.tune.trial import run_trial
 
 # (message, seconds spent, budget): what a progress bar shows.
@@ -74,6 +74,12 @@ def _choose(trials: list[Trial], step_s: float | None) -> tuple[Trial, bool | No
     return min((t for t in trials if t.wait_s_per_batch <= least * 1.1), key=_cost), False
 
 
+class TrialRunner(Protocol):
+    """Runs one setting against the simulated step (:func:`run_trial`, or a test's fake)."""
+
+    def __call__(self, setting: Setting, *, max_s: float, min_batches: int) -> Trial: ...
+
+
 def tune_loader(
     dataset_or_loader: Any,
     *,
@@ -85,6 +91,8 @@ def tune_loader(
     progress: Progress | None = None,
     name: str | None = None,
     step_source: str | None = None,
+    clock: TuneClock = HOST_CLOCK,
+    trial_runner: TrialRunner | None = None,
 ) -> TuneResult:
     """Find the cheapest DataLoader settings that keep the data wait under 10% of a step.
 
@@ -92,32 +100,64 @@ def tune_loader(
     spends outside ``next()``); the tuner sleeps that long between fetches, as a host does
     while the device computes. Without it the tuner looks for the fastest loading instead.
     A DataLoader given here keeps its sampler, collate_fn, drop_last and batch size.
-    ``memory_budget_gb`` defaults to half of the memory available now.
+    ``memory_budget_gb`` defaults to half of the memory available now. ``clock`` and
+    ``trial_runner`` are for tests: a manual clock, and a fake in place of real DataLoaders.
     """
     _validate(budget_s, step_s, memory_budget_gb)
-    started = time.perf_counter()
+    started_s = clock.wall()
     source = as_source(dataset_or_loader, batch_size=batch_size, collate_fn=collate_fn, name=name)
     budget_gb = memory_budget_gb if memory_budget_gb is not None else \
         psutil.virtual_memory().available / 2e9
     say: Progress = progress or (lambda _message, _spent, _budget: None)
-
-    def spent() -> float:
-        return time.perf_counter() - started
-
     say("timing samples in this process", 0.0, budget_s)
     probe = run_probe(source, max_s=min(0.15 * budget_s, 10.0),
-                      memory_budget_bytes=budget_gb * 1e9)
+                      memory_budget_bytes=budget_gb * 1e9, clock=clock)
+    if trial_runner is None:
+        timeout_s = max(30.0, 20 * probe.batch_s)
+
+        def trial_runner(setting: Setting, *, max_s: float, min_batches: int) -> Trial:
+            return run_trial(source, setting, step_s=step_s, max_s=max_s,
+                             min_batches=min_batches, timeout_s=timeout_s,
+                             batch_bytes=probe.batch_bytes, clock=clock)
+
+    return search(source, probe, trial_runner, step_s=step_s, budget_s=budget_s,
+                  budget_gb=budget_gb, cores=_usable_cpus(),
+                  pin_memory=torch.cuda.is_available(), clock=clock, started_s=started_s,
+                  say=say, step_source=step_source)
+
+
+def search(
+    source: LoaderSource,
+    probe: Probe,
+    trial_runner: TrialRunner,
+    *,
+    step_s: float | None,
+    budget_s: float,
+    budget_gb: float,
+    cores: int | None,
+    pin_memory: bool,
+    clock: TuneClock,
+    started_s: float,
+    say: Progress,
+    step_source: str | None,
+) -> TuneResult:
+    """The search itself, from the probe on: which settings to try, and which to recommend.
+
+    ``started_s`` is when the budget began on ``clock`` (the probe is part of it);
+    ``pin_memory`` is whether the batches go to a CUDA device (pinning only pays then).
+    """
+
+    def spent() -> float:
+        return clock.wall() - started_s
+
     if spent() + 2 * probe.batch_s > budget_s:
         raise ConfigError(
             "budget_s", budget_s,
             f"must leave time to load a few batches: one takes {probe.batch_s:.3g} s in one "
             f"process ({probe.sample_s:.3g} s a sample); give at least "
             f"{math.ceil(spent() + 6 * probe.batch_s)} s, or a smaller batch_size")
-    cores = _usable_cpus()
-    pin = torch.cuda.is_available()  # pinned memory only pays for copies to a CUDA device
     trials: list[Trial] = []
     trial_cap_s = max(1.0, budget_s / 8)
-    timeout_s = max(30.0, 20 * probe.batch_s)
 
     def target_met(trial: Trial, target_pct: float = _SAFE_PCT) -> bool:
         return trial.wait_pct is not None and trial.wait_pct < target_pct
@@ -130,14 +170,13 @@ def tune_loader(
 
     def trial_for(workers: int, prefetch: int = 2) -> Trial:
         setting = Setting(num_workers=workers, prefetch_factor=prefetch if workers else None,
-                          pin_memory=pin, persistent_workers=workers > 0)
+                          pin_memory=pin_memory, persistent_workers=workers > 0)
         say(f"trying {setting.label()}", spent(), budget_s)
         left = budget_s - spent()
         # no workers: the wait is the batch itself, a few batches tell it
         batches = max(30, 3 * workers) if workers else 10
-        trial = run_trial(source, setting, step_s=step_s, max_s=max(0.5, min(trial_cap_s, left)),
-                          min_batches=batches, timeout_s=timeout_s,
-                          batch_bytes=probe.batch_bytes)
+        trial = trial_runner(setting, max_s=max(0.5, min(trial_cap_s, left)),
+                             min_batches=batches)
         trials.append(trial)
         return trial
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from trainpace.tune.clock import HOST_CLOCK, TuneClock
 from trainpace.tune.result import Setting, Trial
 from trainpace.tune.source import (
     DatasetError,
@@ -62,6 +63,17 @@ def _memory(procs: list[psutil.Process]) -> tuple[float | None, float | None]:
     return rss / 1e9, uss / 1e9
 
 
+def _dead_soon(loader: Any, wait_s: float = 2.0) -> bool:
+    """Whether a worker died. A killed process closes its pipes before it shows as dead (a
+    zombie), and a loaded machine widens that gap: a broken pipe waits a moment for it."""
+    deadline = time.monotonic() + wait_s
+    while not dead_workers(loader):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def _fault(source: LoaderSource, setting: Setting, loader: Any, exc: Exception) -> DatasetError:
     where = f"with {setting.label()}"
     item = failed_item(exc)
@@ -72,7 +84,7 @@ def _fault(source: LoaderSource, setting: Setting, loader: Any, exc: Exception) 
     # A worker killed while handing over a batch can also surface as a broken pipe (EOFError,
     # ConnectionResetError) in this process, before torch notices the death.
     if ("exited unexpectedly" in text or "killed by signal" in text
-            or (isinstance(exc, (EOFError, ConnectionError)) and dead_workers(loader))):
+            or (isinstance(exc, (EOFError, ConnectionError)) and _dead_soon(loader))):
         index = killed_item(loader, exc)
         on = f" while loading item {index}" if index is not None else ""
         return DatasetError(f"{source.name}: a DataLoader worker died{on} ({where}): {text}; "
@@ -108,6 +120,7 @@ def run_trial(
     min_batches: int,
     timeout_s: float,
     batch_bytes: int,
+    clock: TuneClock = HOST_CLOCK,
 ) -> Trial:
     """Iterate a DataLoader with ``setting`` for up to ``max_s`` seconds, sleeping ``step_s``
     between fetches; measure over the batches after the warm-up (the prefetched queue)."""
@@ -125,7 +138,7 @@ def run_trial(
     queue = setting.num_workers * (setting.prefetch_factor or 0)
     blocked_s = max(0.003, 0.1 * (step_s or 0.0))
     warmup = 0
-    started = time.perf_counter()
+    started = clock.wall()
     try:
         try:
             with warnings.catch_warnings():
@@ -135,7 +148,7 @@ def run_trial(
         except StopIteration:
             raise DatasetError(f"{source.name}: the loader yields no batch (is the dataset "
                                "smaller than one batch with drop_last=True?)") from None
-        startup_s = time.perf_counter() - started
+        startup_s = clock.wall() - started
         spawned = {pid: p for pid, p in _children().items() if pid not in before}
         workers = list(spawned.values())
         fetched = 1
@@ -144,20 +157,20 @@ def run_trial(
         cpu0: float | None = None
         window_t0 = 0.0
         while True:
-            now = time.perf_counter()
+            now = clock.wall()
             if window >= min_batches or (now - started > max_s and window >= 3):
                 break
             if now - started > max_s * 1.5:  # a very slow loader: stop with what there is
                 break
             if step_s:
-                time.sleep(step_s)
-            t0 = time.perf_counter()
+                clock.sleep(step_s)
+            t0 = clock.wall()
             try:
                 next(iterator)
             except StopIteration:  # the end of an epoch: the next one's start is part of it
                 iterator = iter(loader)
                 next(iterator)
-            waited = time.perf_counter() - t0
+            waited = clock.wall() - t0
             fetched += 1
             if not warmup and (waited >= blocked_s or fetched > queue + 1):
                 warmup = fetched - 1
@@ -166,7 +179,7 @@ def run_trial(
             if warmup:
                 window += 1
                 wait_s += waited
-        window_s = time.perf_counter() - window_t0 if window else 0.0
+        window_s = clock.wall() - window_t0 if window else 0.0
         cpu1 = _cpu_s(workers) if workers else None
         rss_gb, uss_gb = _memory(workers) if workers else (None, None)
     except DatasetError:
@@ -189,5 +202,5 @@ def run_trial(
         wait_s_per_batch=wait_mean,
         wait_pct=100.0 * wait_mean / (wait_mean + step_s) if step_s and window else None,
         worker_cpu_s_per_batch=cpu_per_batch, worker_rss_gb=rss_gb, worker_uss_gb=uss_gb,
-        memory_gb=memory_gb, duration_s=time.perf_counter() - started,
+        memory_gb=memory_gb, duration_s=clock.wall() - started,
         complete=window >= min_batches)

@@ -1,0 +1,35 @@
+"""Where the tuner reads time and how it waits: the host's clocks, or a test's manual one.
+
+Every figure the tuner reports is a difference of these readings, so a test that advances
+a manual clock by known amounts (a sample "takes" 10 ms, a step "sleeps" 60 ms) gets exact
+figures whatever else the machine is doing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+def thread_runq_s() -> float:
+    """Time this thread has spent ready to run but waiting for a core (Linux schedstat)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0  # not Linux, or no schedstats: contention is then counted as waiting
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneClock:
+    """The tuner's clocks (seconds) and its way to wait."""
+
+    wall: Callable[[], float] = time.perf_counter
+    cpu: Callable[[], float] = time.process_time   # this process, all its threads
+    runq: Callable[[], float] = thread_runq_s       # this thread, ready but not running
+    # the simulated training step: the host waits while the device computes
+    sleep: Callable[[float], None] = time.sleep
+
+
+HOST_CLOCK = TuneClock()
