@@ -331,7 +331,7 @@ def _finished(meter: Any, patch: Any) -> Any:
 
 
 def _rediagnosed(summary: Any, path: Path | None) -> Any:
-    from trainpace.diagnose import diagnose
+    from trainpace.diagnosis import diagnose
     from trainpace.runlog import read_run
 
     if path is None:

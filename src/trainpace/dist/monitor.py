@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainpace.diagnose.distributed import attribute_rank_wait
 from trainpace.dist.comm import CollectiveTimer
 from trainpace.dist.exchange import Exchange, Store, tcp_store
 from trainpace.dist.merge import Merger, window_record
@@ -265,8 +264,6 @@ class RankMonitor:
         merged = merged_summary(merged_of, summary or Summary(run_id=self.run_id), done=done)
         if diagnose is not None:
             merged = diagnose(merged, meta)
-            merged = dataclasses.replace(
-                merged, diagnosis=attribute_rank_wait(merged.diagnosis))
         if self.publish is not None:  # the summary first: a finished meta means a final summary
             self.publish(Record("summary", summary_dict(merged, merged_of, done=done)))
             self.publish(Record("meta", meta))

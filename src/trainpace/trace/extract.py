@@ -7,9 +7,6 @@ ordinal of that key among the distinct keys seen so far (a trace repeats a few h
 Nothing is checked or filtered here beyond the phase: which events are usable (a cat, a
 name, a time) is decided once for all of them when the columns become numpy arrays
 (:func:`.load.finish_columns`).
-
-numpy is not needed (nor imported) until then, so the command can read a trace in a process
-of its own while it is still importing numpy and the analysis (:mod:`.prefetch`).
 """
 
 from __future__ import annotations

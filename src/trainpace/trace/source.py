@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import queue
 import stat
-import sys
 import threading
 import zlib
 from collections.abc import Iterator
@@ -41,31 +40,6 @@ _QUEUE_BLOCKS = 2  # double buffering: 1 MB blocks, the next one inflating while
 # the scheduler, which only pays when there is much to decompress).
 _THREAD_MIN_BYTES = 1 << 19
 _GZIP = 16 + zlib.MAX_WBITS  # zlib's window bits for a gzip header and trailer
-_SWITCH_INTERVAL_S = 0.0002  # the GIL's switch interval while a gunzip thread runs
-
-
-class _QuickSwitch:
-    """The interpreter's switch interval lowered while any gunzip thread runs (counted, so
-    that traces read at the same time restore the interval once, after the last)."""
-
-    lock = threading.Lock()
-    users = 0
-    saved = 0.0
-
-    @classmethod
-    def enter(cls) -> None:
-        with cls.lock:
-            if cls.users == 0:
-                cls.saved = sys.getswitchinterval()
-                sys.setswitchinterval(min(cls.saved, _SWITCH_INTERVAL_S))
-            cls.users += 1
-
-    @classmethod
-    def leave(cls) -> None:
-        with cls.lock:
-            cls.users -= 1
-            if cls.users == 0:
-                sys.setswitchinterval(cls.saved)
 
 
 class _DamagedError(Exception):
@@ -160,13 +134,11 @@ class Source:
                 self._inline = _inflated(head, self._raw, _INLINE_OUT_BYTES)
             else:
                 self._gunzip = _Gunzip(_inflated(head, self._raw, _OUT_BYTES))
-                _QuickSwitch.enter()
                 self._gunzip.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._gunzip is not None:
-            _QuickSwitch.leave()
             self._gunzip.stop.set()
             self._gunzip.join(timeout=1.0)
             if self._gunzip.is_alive():

@@ -7,8 +7,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from trainpace.diagnose import _context, diagnose, phases
-from trainpace.diagnose._context import Steps, known_or, selection
+from trainpace.diagnosis import _context, diagnose, phases
+from trainpace.diagnosis._context import Steps, known_or, selection
 from trainpace.measure.summarize import summarize
 from trainpace.series import StepSeries
 from trainpace.summary import Steps as Counts

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from trainpace.diagnose import advice as adv
-from trainpace.diagnose._context import Context, Outcome, Verdict, banded, verdict
-from trainpace.diagnose.phases import HostSigns, host_signs
-from trainpace.diagnose.thresholds import Thresholds
+from trainpace.diagnosis import advice as adv
+from trainpace.diagnosis._context import Context, Outcome, Verdict, banded, verdict
+from trainpace.diagnosis.phases import HostSigns, find_phases, host_signs
+from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.stats import median
 from trainpace.summary import Bottleneck
 from trainpace.units import format_duration as duration
@@ -217,7 +217,7 @@ def step_outliers(ctx: Context) -> Outcome:
     med = median(times.step_s) or 0.0
     spikes = np.flatnonzero(times.step_s > t.spike_factor * med)
     in_phase = np.zeros(len(times), dtype=bool)
-    for phase in ctx.phases:  # a stall inside a named slow phase is reported with it
+    for phase in find_phases(ctx):  # a stall inside a named slow phase is reported with it
         in_phase |= (times.step >= phase.start_step) & (times.step <= phase.stop_step)
     found = None
     if len(spikes) >= t.spike_min_count:

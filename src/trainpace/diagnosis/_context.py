@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from trainpace.diagnose.thresholds import Thresholds
+from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.records import STEP_FIELDS
 from trainpace.series import StepSeries
 from trainpace.stats import median
@@ -285,14 +285,6 @@ class Context:
         if not known.any():
             return None
         return float((values[known] * weights[known]).sum() / weights[known].sum())
-
-    @cached_property
-    def phases(self) -> list[Any]:
-        """The run's slow phases (:func:`trainpace.diagnose.phases.find_phases`), found once
-        for every rule that needs them."""
-        from trainpace.diagnose.phases import find_phases  # phases builds on this module
-
-        return find_phases(self)
 
     @property
     def samples_per_step(self) -> float | None:

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from trainpace.diagnose import advice as adv
-from trainpace.diagnose._context import Context, Outcome, Verdict, banded, known_or, selection
-from trainpace.diagnose.thresholds import Thresholds
+from trainpace.diagnosis import advice as adv
+from trainpace.diagnosis._context import Context, Outcome, Verdict, banded, known_or, selection
+from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.stats import median
 from trainpace.summary import Bottleneck, Finding
 from trainpace.units import format_duration as duration
@@ -302,7 +302,7 @@ def slow_phases(ctx: Context) -> Outcome:
     if line is None:
         return Outcome(skipped=f"fewer than {ctx.t.outlier_min_steps} timed steps for the "
                        "slow-phase check")
-    phases = ctx.phases
+    phases = find_phases(ctx)
     verdicts = []
     if phases:
         verdicts.append(_phase_verdict(ctx, line, phases))

@@ -16,9 +16,9 @@ import datetime as _dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainpace.diagnose import advice as adv
-from trainpace.diagnose._context import Context, Outcome, Verdict, banded, verdict
-from trainpace.diagnose.thresholds import Thresholds
+from trainpace.diagnosis import advice as adv
+from trainpace.diagnosis._context import Context, Outcome, Verdict, banded, verdict
+from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.stats import median
 from trainpace.summary import Diagnosis
 
