@@ -33,7 +33,7 @@ from trainpace.dist.tree import (
 from trainpace.runlog import Record
 from trainpace.summary import Summary
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 TIMEOUT_ENV = "TRAINPACE_DIST_TIMEOUT_S"
 FLAT_MAX_ENV = "TRAINPACE_DIST_FLAT_MAX_RANKS"  # more ranks than this: node leaders merge first

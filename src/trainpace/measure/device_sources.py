@@ -21,7 +21,7 @@ from trainpace.sampling.nvml import READING_KEYS, THROTTLE_NAMES, GpuInfo, Nvml,
 from trainpace.sampling.rapl import RaplReader
 from trainpace.sampling.sampler import Reading
 
-logger = logging.getLogger("trainpace.measure.vitals")  # one logger for the device vitals
+logger = logging.getLogger(__name__)
 
 # Sampled bandwidth sources, best first (series name, summary source name).
 BANDWIDTH_SOURCES: tuple[tuple[str, str], ...] = (

@@ -10,14 +10,15 @@ import importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
+    from trainpace.errors import DatasetError
     from trainpace.tune.hint import advice_lines, tune_advice
     from trainpace.tune.result import TARGET_WAIT_PCT, Probe, Setting, Trial, TuneResult
     from trainpace.tune.search import tune_loader
-    from trainpace.tune.source import DatasetError, load_factory
+    from trainpace.tune.source import load_factory
 
 _WHERE = {
     "TARGET_WAIT_PCT": "trainpace.tune.result",
-    "DatasetError": "trainpace.tune.source",
+    "DatasetError": "trainpace.errors",
     "Probe": "trainpace.tune.result",
     "Setting": "trainpace.tune.result",
     "Trial": "trainpace.tune.result",

@@ -10,8 +10,9 @@ from typing import Any
 
 import torch
 
+from trainpace.errors import DatasetError
 from trainpace.tune.result import Probe
-from trainpace.tune.source import DatasetError, LoaderSource
+from trainpace.tune.source import LoaderSource
 
 
 def tensor_bytes(obj: Any, depth: int = 6) -> int:

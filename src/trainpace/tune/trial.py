@@ -16,9 +16,9 @@ from typing import Any
 
 import psutil
 
+from trainpace.errors import DatasetError
 from trainpace.tune.result import Setting, Trial
 from trainpace.tune.source import (
-    DatasetError,
     LoaderSource,
     dead_workers,
     failed_item,
