@@ -9,6 +9,8 @@ import inspect
 import pkgutil
 from pathlib import Path
 
+import pytest
+
 import trainpace
 from trainpace import errors
 
@@ -41,12 +43,9 @@ def test_the_errors_users_catch_are_the_hierarchy() -> None:
     from trainpace.tune import DatasetError
 
     assert DatasetError is errors.DatasetError
-    try:
+    with pytest.raises(errors.TrainpaceError) as caught:
         check_target(Target(path="/nonexistent/script.py"))
-    except errors.TrainpaceError as exc:
-        assert isinstance(exc, errors.TargetError) and exc.usage
-    else:
-        raise AssertionError("a missing script is a TargetError")
+    assert isinstance(caught.value, errors.TargetError) and caught.value.usage
 
 
 def test_loggers_are_named_by_their_module() -> None:

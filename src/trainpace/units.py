@@ -36,8 +36,12 @@ def format_number(value: float | None, unit: str = "", digits: int = 3) -> str:
 
 
 def number_or_none(value: object) -> float | None:
-    """``value`` as a finite float, or None when it is not a finite number (a bool is not)."""
+    """``value`` as a finite float, or None when it is not a finite number (a bool is not, nor
+    an integer too large for a float)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
     return number if math.isfinite(number) else None
