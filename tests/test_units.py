@@ -23,3 +23,34 @@ def test_numbers_read_with_units_and_unknown_is_a_dash():
                           (float("nan"), None), (float("inf"), None)])
 def test_number_or_none_takes_finite_numbers_only(value, number):
     assert number_or_none(value) == number
+
+
+def test_byte_sizes_read_with_three_digits() -> None:
+    from trainpace.units import format_bytes
+
+    assert [format_bytes(n) for n in (512, 1_500, 67_108_864, 2_147_483_648, 1e9)] == [
+        "512 B", "1.5 kB", "67.1 MB", "2.15 GB", "1 GB"]
+
+
+def test_unknown_is_spelled_once() -> None:
+    # every output says "unknown" with units.UNKNOWN; no module writes a dash of its own
+    import ast
+    from pathlib import Path
+
+    import trainpace
+    from trainpace.units import UNKNOWN, format_number, format_seconds
+
+    assert format_number(None) == format_seconds(None) == format_seconds(float("nan")) == UNKNOWN
+    root = Path(trainpace.__file__).parent
+    own = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "units.py" and path.parent == root:
+            continue
+        tree = ast.parse(path.read_text())
+        in_text = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+                   for part in node.values}  # a dash inside a sentence ("steps 3–9") is prose
+        own.extend(f"{path.relative_to(root)}:{node.lineno} {node.value!r}"
+                   for node in ast.walk(tree)
+                   if isinstance(node, ast.Constant) and node.value in ("—", "–")
+                   and id(node) not in in_text)
+    assert own == []

@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         thread_count,
     )
     from trainpace.errors import ConfigError, DeviceError
+    from trainpace.units import UNKNOWN
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.threads is not None and args.threads < 1:
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
               f"({ceilings.method.get('bandwidth')})")
     sizes = ceilings.method.get("matmul_n") or {}
     for dtype, tflops in ceilings.matmul_tflops.items():
-        print(f"  matmul {dtype:<10} {tflops:10.4g} TFLOP/s   (n={sizes.get(dtype, '?')})")
+        print(f"  matmul {dtype:<10} {tflops:10.4g} TFLOP/s   (n={sizes.get(dtype, UNKNOWN)})")
     for dtype, why in ceilings.skipped.items():
         print(f"  matmul {dtype:<10} not measured: {why}")
     if saved and not warnings:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainpace.summary import SEVERITIES, Diagnosis, Finding, Summary
-from trainpace.units import format_number, format_seconds
+from trainpace.units import UNKNOWN, format_number, format_seconds
 
-DASH = "—"
+DASH = UNKNOWN
 num = format_number  # a figure with its unit, or DASH
 
 # The findings each sign answers for (ids from trainpace.diagnosis.rules).

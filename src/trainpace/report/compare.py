@@ -11,6 +11,7 @@ from rich.text import Text
 
 from trainpace.compare import Comparison
 from trainpace.report._signs import money, num, secs
+from trainpace.units import UNKNOWN
 
 
 def comparison_renderable(comparison: Comparison) -> Group:
@@ -30,7 +31,7 @@ def comparison_renderable(comparison: Comparison) -> Group:
         rows += [
             ("steps to target", [num(r.steps_to_target) if r.reached_target else "not reached"
                                  for r in comparison.runs]),
-            ("samples to target", [num(r.samples_to_target) if r.reached_target else "—"
+            ("samples to target", [num(r.samples_to_target) if r.reached_target else UNKNOWN
                                    for r in comparison.runs]),
             ("time to target", [secs(r.time_to_target_s) if r.reached_target else "not reached"
                                 for r in comparison.runs]),
@@ -43,7 +44,7 @@ def comparison_renderable(comparison: Comparison) -> Group:
             ("power", [num(r.power_w_mean, "W") for r in comparison.runs]),
         ]
     for name, values in rows:
-        if any(value != "—" for value in values):
+        if any(value != UNKNOWN for value in values):
             table.add_row(name, *values)
     by = comparison.by.replace("_", " ")
     verdict = Text.assemble(
