@@ -50,7 +50,7 @@ import orjson
 if mode != "bare":
     import trainpace.cli, trainpace.cli._report, trainpace.cli._compare
     import trainpace.diagnosis, trainpace.measure.summarize, trainpace.report.run_html
-    import trainpace.compare, trainpace.report.console, trainpace.runlog
+    import trainpace.comparison, trainpace.report.console, trainpace.runlog
 base = status_mb("VmRSS")
 start, cpu_start = time.perf_counter(), time.process_time()
 phases = {}

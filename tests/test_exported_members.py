@@ -28,7 +28,7 @@ def test_the_readme_api_is_exported(name):
 
 
 def test_each_name_is_the_object_its_module_defines():
-    from trainpace.compare import compare_runs
+    from trainpace.comparison import compare_runs
     from trainpace.diagnosis import diagnose, threshold_table
     from trainpace.runlog import read_run
     from trainpace.trace import analyze_traces
@@ -61,6 +61,6 @@ def test_unknown_names_are_attribute_errors():
 def test_import_trainpace_loads_neither_torch_nor_the_analysis():
     code = ("import sys, trainpace; "
             "print(sorted(m for m in ('torch', 'trainpace.meter', 'trainpace.diagnosis', "
-            "'trainpace.trace', 'trainpace.compare', 'rich') if m in sys.modules))")
+            "'trainpace.trace', 'trainpace.comparison', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

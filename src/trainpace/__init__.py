@@ -21,7 +21,7 @@ from trainpace.errors import (
 )
 
 if _typing.TYPE_CHECKING:
-    from trainpace.compare import Comparison, compare_runs
+    from trainpace.comparison import Comparison, compare_runs
     from trainpace.diagnosis import Thresholds, diagnose, threshold_table
     from trainpace.meter import Meter
     from trainpace.runlog import RunData, read_run
@@ -37,8 +37,8 @@ _LAZY: dict[str, str] = {
     "RunData": "trainpace.runlog",
     "StepSeries": "trainpace.series",
     "Summary": "trainpace.summary",
-    "compare_runs": "trainpace.compare",
-    "Comparison": "trainpace.compare",
+    "compare_runs": "trainpace.comparison",
+    "Comparison": "trainpace.comparison",
     "diagnose": "trainpace.diagnosis",
     "threshold_table": "trainpace.diagnosis",
     "Thresholds": "trainpace.diagnosis",

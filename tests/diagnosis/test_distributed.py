@@ -133,9 +133,9 @@ def test_the_straggler_is_the_bottleneck_when_it_dominates():
 def _merged_diagnosis(others_wait_s):
     from dist.fakes import record
     from trainpace.diagnosis import diagnose
+    from trainpace.dist.job_summary import merged_meta, merged_summary
     from trainpace.dist.merge import Merger
     from trainpace.dist.ranks import RankInfo
-    from trainpace.dist.summary import merged_meta, merged_summary
     from trainpace.summary import Steps
 
     m = Merger(2)

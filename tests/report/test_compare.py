@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import trainpace
-from trainpace.compare import compare_runs
+from trainpace.comparison import compare_runs
 from trainpace.report.compare import comparison_renderable
 from trainpace.runlog import read_run
 

@@ -42,7 +42,7 @@ def selection(mask: np.ndarray) -> slice | np.ndarray:
     return np.flatnonzero(mask)
 
 
-def known_or(values: np.ndarray, fill: float) -> np.ndarray:
+def finite_or(values: np.ndarray, fill: float) -> np.ndarray:
     """``values`` with NaN and inf replaced by ``fill``: ``values`` itself (no copy) when they
     are all finite."""
     known = np.isfinite(values)
@@ -113,7 +113,7 @@ def verdict(
     return Outcome(verdicts=(Verdict(finding, bottleneck, lost_pct),))
 
 
-def banded(value: float, warning: float, critical: float) -> Severity:
+def severity_for(value: float, warning: float, critical: float) -> Severity:
     """The severity of a value against its warning and critical thresholds."""
     return "critical" if value >= critical else "warning" if value >= warning else "info"
 
@@ -210,7 +210,7 @@ class Context:
         return StepTimes(
             step=steps.step[keep],
             step_s=step_s[keep],
-            wait_s=known_or(steps.column("wait_s")[keep], 0.0),
+            wait_s=finite_or(steps.column("wait_s")[keep], 0.0),
             t_s=steps.column("t_s")[keep],
             index=keep,
         )

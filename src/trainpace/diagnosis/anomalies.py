@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from trainpace.diagnosis import advice as adv
-from trainpace.diagnosis._context import Context, Outcome, Verdict, banded, verdict
+from trainpace.diagnosis._context import Context, Outcome, Verdict, severity_for, verdict
 from trainpace.diagnosis.phases import HostSigns, find_phases, host_signs
 from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.stats import median
@@ -129,7 +129,7 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
     lost_pct = 100.0 * lost_s / float(times.step_s.sum())
     in_wait_s = float(np.maximum(0.0, times.wait_s[ix] - wait_med).sum())
     in_loader = in_wait_s >= 0.5 * lost_s
-    severity = banded(lost_pct, t.outlier_warning_pct, t.outlier_critical_pct)
+    severity = severity_for(lost_pct, t.outlier_warning_pct, t.outlier_critical_pct)
     worst = int(ix[int(np.argmax(slow))])
     evidence: dict[str, Any] = {
         "measured_steps": len(times),

@@ -17,7 +17,7 @@ from typing import Any
 
 from trainpace.dist.merge import Merger, WindowRecord, window_record
 from trainpace.dist.ranks import RankInfo, rank_folders
-from trainpace.dist.summary import merged_meta, merged_summary
+from trainpace.dist.job_summary import merged_meta, merged_summary
 from trainpace.errors import RunFolderError
 from trainpace.runlog import RunData, read_run
 from trainpace.summary import Summary

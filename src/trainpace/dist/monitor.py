@@ -21,7 +21,7 @@ from trainpace.dist.comm import CollectiveTimer
 from trainpace.dist.exchange import Exchange, Store, tcp_store
 from trainpace.dist.merge import Merger, window_record
 from trainpace.dist.ranks import RankInfo, rank_folder
-from trainpace.dist.summary import Merged, merged_meta, merged_summary, summary_dict
+from trainpace.dist.job_summary import Merged, merged_meta, merged_summary, summary_dict
 from trainpace.dist.tree import (
     FLAT_MAX_RANKS,
     VIEW_EVERY,

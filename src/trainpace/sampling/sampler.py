@@ -1,7 +1,7 @@
 """The background sampler: a daemon thread that takes a reading every ``interval_s``.
 
 Each reading gives two things: a row for ``system.jsonl`` (``t_s`` added here, on the meter's
-clock) and flat numbers that feed a :class:`~trainpace.sampling.series.SeriesSet`, from which
+clock) and flat numbers that feed a :class:`~trainpace.sampling.aggregates.SeriesSet`, from which
 any window's time-weighted aggregates are computed. Tests call :meth:`Sampler.sample_once`
 with a manual clock and no thread. Between readings the thread waits in ``poll`` on a pipe
 that :meth:`Sampler.stop` writes to (a lock with a timeout where there is no ``poll``): a
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainpace.errors import ConfigError
-from trainpace.sampling.series import Aggregate, SeriesSet
+from trainpace.sampling.aggregates import Aggregate, SeriesSet
 
 logger = logging.getLogger(__name__)
 

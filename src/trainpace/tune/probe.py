@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from trainpace.errors import DatasetError
+from trainpace.tune.loader_source import LoaderSource
 from trainpace.tune.result import Probe
-from trainpace.tune.source import LoaderSource
 from trainpace.units import format_bytes
 
 
