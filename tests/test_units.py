@@ -54,3 +54,10 @@ def test_unknown_is_spelled_once() -> None:
                    if isinstance(node, ast.Constant) and node.value in ("—", "–")
                    and id(node) not in in_text)
     assert own == []
+
+
+def test_compact_counts() -> None:
+    from trainpace.units import format_compact
+
+    assert [format_compact(v) for v in (0.25, 12.0, 999.0, 3400.0, 45_612.0, 1.2e6, 2e9, -5e3)] \
+        == ["0.25", "12", "999", "3.4k", "45.6k", "1.2M", "2G", "-5k"]

@@ -38,6 +38,14 @@ def format_number(value: float | None, unit: str = "", digits: int = 3) -> str:
     return f"{text} {unit}" if unit else text
 
 
+def format_compact(value: float) -> str:
+    """A count or rate in few characters: ``0.25``, ``12``, ``3.4k``, ``45.6k``, ``1.2M``."""
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
 def format_bytes(n: float) -> str:
     """``512 B``, ``67.1 MB``, ``2.15 GB``: three significant digits, decimal units."""
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
