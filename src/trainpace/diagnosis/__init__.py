@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainpace.diagnosis._context import Context, StepColumns, Verdict
+from trainpace.diagnosis._context import Context, StepColumnSource, Verdict
 from trainpace.diagnosis.distributed import attribute_rank_wait
 from trainpace.diagnosis.rules import RULES
 from trainpace.diagnosis.thresholds import SOURCES, Thresholds, threshold_table
@@ -41,7 +41,7 @@ def _bottleneck(verdicts: Sequence[Verdict]) -> Verdict | None:
 def diagnose(
     summary: Summary,
     *,
-    steps: Sequence[Mapping[str, Any]] | StepColumns | None = None,
+    steps: Sequence[Mapping[str, Any]] | StepColumnSource | None = None,
     system: Sequence[Mapping[str, Any]] | None = None,
     meta: Mapping[str, Any] | None = None,
     thresholds: Thresholds | None = None,

@@ -65,7 +65,7 @@ def _step_numbers(step: np.ndarray) -> np.ndarray:
     return out
 
 
-class StepColumns(Protocol):
+class StepColumnSource(Protocol):
     """Anything that gives a step field as a float64 column (NaN for null): a StepSeries."""
 
     def column(self, name: str) -> np.ndarray: ...
@@ -73,7 +73,7 @@ class StepColumns(Protocol):
     def __len__(self) -> int: ...
 
 
-StepsInput = Sequence[Mapping[str, Any]] | StepColumns | None
+StepsInput = Sequence[Mapping[str, Any]] | StepColumnSource | None
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def _record_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarra
 class Steps:
     """Every step record as columns (warm-up included), and which were warm-up."""
 
-    def __init__(self, steps: Sequence[Mapping[str, Any]] | StepColumns, warmup: int) -> None:
+    def __init__(self, steps: Sequence[Mapping[str, Any]] | StepColumnSource, warmup: int) -> None:
         flags: np.ndarray | None = None
         if isinstance(steps, Sequence):
             self._columns = _record_columns(steps)
