@@ -6,11 +6,9 @@ the next block is decompressed while the parser works on this one, and the parse
 time of the slower of the two rather than of both. The blocks go through a small bounded
 queue, so memory stays a few MB whatever the file's size. A small one is decompressed inline.
 
-zlib gives the GIL back several times per block (once per piece of its output buffer), and a
-thread waiting for the GIL gets it only when the holder's switch interval ends (5 ms by
-default): behind a busy parser the thread then inflated a block per several intervals and
-became the slower of the two (measured on a 90 MB trace: 0.15 s of the parser's 0.85 s spent
-waiting for blocks). While the thread runs, the interval is 0.2 ms; it is restored after.
+Behind a busy parser the thread may wait up to a GIL switch interval (5 ms by default) each
+time zlib gives the GIL back; the interval is the caller's (its training's threads feel it), so
+it is left as it is.
 """
 
 from __future__ import annotations
