@@ -7,7 +7,7 @@ finding that points at one (ties: the larger share of time lost, then the earlie
 ``none`` when nothing does. The last finding, ``checks``, always says what was checked and
 what could not be (which source was missing), so a healthy run says why it is healthy. A data
 wait that one straggling rank explains is said on the ``data_wait`` finding
-(:func:`~trainpace.diagnosis.distributed.attribute_rank_wait`).
+(:func:`~trainpace.diagnosis.communication.attribute_rank_wait`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trainpace.diagnosis._context import Context, StepColumnSource, Verdict
-from trainpace.diagnosis.distributed import attribute_rank_wait
+from trainpace.diagnosis.communication import attribute_rank_wait
 from trainpace.diagnosis.rules import RULES
 from trainpace.diagnosis.thresholds import SOURCES, Thresholds, threshold_table
 from trainpace.summary import SEVERITIES, Diagnosis, Finding, Summary

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from trainpace.diagnosis import advice as adv
 from trainpace.diagnosis._context import Context, Outcome, Verdict, verdict
 from trainpace.diagnosis.anomalies import drift, loss_finite, step_outliers
-from trainpace.diagnosis.distributed import communication, ranks
+from trainpace.diagnosis.communication import communication, ranks
 from trainpace.diagnosis.loading import data_wait
 from trainpace.diagnosis.phases import outside_steps, slow_phases
 from trainpace.summary import Finding
