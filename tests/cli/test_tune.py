@@ -56,7 +56,7 @@ def test_text_output_has_the_table_and_the_line_to_paste(capsys):
     ("tune.loaders:not_a_dataset", "not_a_dataset() returned builtins.int, not a Dataset"),
     ("tune.loaders:faulty", "item 37 raised ValueError: corrupt record 37 in a DataLoader worker"),
     ("tune.loaders:killed", "a DataLoader worker died while loading item 40"),
-    ("tune.loaders:huge", "tune.loaders:huge: item 0 holds 67.1 MB of tensors"),
+    ("tune.loaders:huge", "tune.loaders:huge: item 0 holds 0.07 GB of tensors"),
 ])
 def test_errors_name_the_factory_and_the_item_and_leave_no_worker(spec, message, capsys):
     code = main(["tune-loader", spec, "--step-ms", "1", "--budget-s", "10", "--batch-size", "16",

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from trainpace.tune import DatasetError
-from trainpace.tune.loader_source import as_source
 from trainpace.tune.probe import probe, tensor_bytes
+from trainpace.tune.source import as_source
 from tune.loaders import Busy, Huge, Sleepy
 
 
@@ -64,8 +64,8 @@ def test_a_sample_too_big_for_the_memory_budget_is_named():
     with pytest.raises(DatasetError) as caught:
         _probe(Huge(), batch=32, budget=1e9)
     text = str(caught.value)
-    assert "tune.loaders.Huge: item 0 holds 67.1 MB of tensors" in text
-    assert "a batch of 32 is 2.15 GB, over the memory budget of 1 GB" in text
+    assert "tune.loaders.Huge: item 0 holds 0.07 GB of tensors" in text
+    assert "a batch of 32 is 2.15 GB, over the memory budget of 1.00 GB" in text
 
 
 def test_a_collate_that_raises_is_named():

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from trainpace.tune import DatasetError, Setting
-from trainpace.tune.loader_source import as_source
+from trainpace.tune.source import as_source
 from trainpace.tune.trial import run_trial
 from tune.helpers import children
 from tune.loaders import Faulty, Killed, Sleepy

@@ -12,9 +12,9 @@ import typing as _typing
 if _typing.TYPE_CHECKING:
     from trainpace.errors import DatasetError
     from trainpace.tune.hint import advice_lines, tune_advice
-    from trainpace.tune.loader_source import load_factory
     from trainpace.tune.result import TARGET_WAIT_PCT, Probe, Setting, Trial, TuneResult
     from trainpace.tune.search import tune_loader
+    from trainpace.tune.source import load_factory
 
 _WHERE = {
     "TARGET_WAIT_PCT": "trainpace.tune.result",
@@ -24,7 +24,7 @@ _WHERE = {
     "Trial": "trainpace.tune.result",
     "TuneResult": "trainpace.tune.result",
     "advice_lines": "trainpace.tune.hint",
-    "load_factory": "trainpace.tune.loader_source",
+    "load_factory": "trainpace.tune.source",
     "tune_advice": "trainpace.tune.hint",
     "tune_loader": "trainpace.tune.search",
 }

@@ -10,10 +10,8 @@ from typing import Any
 
 import torch
 
-from trainpace.errors import DatasetError
-from trainpace.tune.loader_source import LoaderSource
 from trainpace.tune.result import Probe
-from trainpace.units import format_bytes
+from trainpace.tune.source import DatasetError, LoaderSource
 
 
 def tensor_bytes(obj: Any, depth: int = 6) -> int:
@@ -48,6 +46,10 @@ def _runq_s() -> float:
             return int(handle.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return 0.0  # not Linux, or no schedstats: contention is then counted as waiting
+
+
+def gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.2f} GB"
 
 
 def probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float) -> Probe:
@@ -98,10 +100,9 @@ def _probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float) ->
         size = tensor_bytes(item)
         if size * batch > memory_budget_bytes:
             raise DatasetError(
-                f"{source.name}: item {index!r} holds {format_bytes(size)} of tensors, so a "
-                f"batch of {batch} is {format_bytes(size * batch)}, over the memory budget of "
-                f"{format_bytes(memory_budget_bytes)}; use a smaller batch_size or raise "
-                "memory_budget_gb")
+                f"{source.name}: item {index!r} holds {gb(size)} of tensors, so a batch of "
+                f"{batch} is {gb(size * batch)}, over the memory budget of "
+                f"{gb(memory_budget_bytes)}; use a smaller batch_size or raise memory_budget_gb")
         sample_bytes = max(sample_bytes, size)
         samples.append(item)
         if time.perf_counter() - started > max_s:

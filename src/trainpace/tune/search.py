@@ -19,10 +19,10 @@ import psutil
 import torch
 
 from trainpace.errors import ConfigError
-from trainpace.tune import verdict as adv
-from trainpace.tune.loader_source import as_source
+from trainpace.tune import advice as adv
 from trainpace.tune.probe import probe as run_probe
 from trainpace.tune.result import TARGET_WAIT_PCT, Bound, Setting, Trial, TuneResult
+from trainpace.tune.source import as_source
 from trainpace.tune.trial import run_trial
 
 # (message, seconds spent, budget): what a progress bar shows.
@@ -99,12 +99,12 @@ def tune_loader(
     source = as_source(dataset_or_loader, batch_size=batch_size, collate_fn=collate_fn, name=name)
     budget_gb = memory_budget_gb if memory_budget_gb is not None else \
         psutil.virtual_memory().available / 2e9
-    report_progress: Progress = progress or (lambda _message, _spent, _budget: None)
+    say: Progress = progress or (lambda _message, _spent, _budget: None)
 
     def spent() -> float:
         return time.perf_counter() - started
 
-    report_progress("timing samples in this process", 0.0, budget_s)
+    say("timing samples in this process", 0.0, budget_s)
     probe = run_probe(source, max_s=min(0.15 * budget_s, 10.0),
                       memory_budget_bytes=budget_gb * 1e9)
     if spent() + 2 * probe.batch_s > budget_s:
@@ -131,7 +131,7 @@ def tune_loader(
     def trial_for(workers: int, prefetch: int = 2) -> Trial:
         setting = Setting(num_workers=workers, prefetch_factor=prefetch if workers else None,
                           pin_memory=pin, persistent_workers=workers > 0)
-        report_progress(f"trying {setting.label()}", spent(), budget_s)
+        say(f"trying {setting.label()}", spent(), budget_s)
         left = budget_s - spent()
         # no workers: the wait is the batch itself, a few batches tell it
         batches = max(30, 3 * workers) if workers else 10
@@ -232,7 +232,7 @@ def tune_loader(
             f"the machine is busy: a sample waited {100 * probe.sample_runq_s / probe.sample_s:.0f}"
             "% of its time for a core (other processes); the figures hold for this load — "
             "tune again when the machine is as it will be in training")
-    report_progress("done", spent(), budget_s)
+    say("done", spent(), budget_s)
     return TuneResult(
         recommended=recommended, wait_pct=chosen.wait_pct, reachable=reachable, step_s=step_s,
         step_source=step_source or ("given" if step_s is not None else None),

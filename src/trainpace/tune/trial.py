@@ -16,14 +16,14 @@ from typing import Any
 
 import psutil
 
-from trainpace.errors import DatasetError
-from trainpace.tune.loader_source import (
+from trainpace.tune.result import Setting, Trial
+from trainpace.tune.source import (
+    DatasetError,
     LoaderSource,
     dead_workers,
     failed_item,
     killed_item,
 )
-from trainpace.tune.result import Setting, Trial
 
 
 def _children() -> dict[int, psutil.Process]:
