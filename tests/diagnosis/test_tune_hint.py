@@ -21,6 +21,28 @@ def test_the_data_wait_finding_names_the_tuner_command_with_the_step_to_hide():
     assert any("tune-loader" in line for line in finding.advice)
 
 
+class _Sleepy(torch.utils.data.Dataset):
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return torch.ones(4)
+
+
+@pytest.mark.slow
+def test_the_meter_tunes_its_own_loader_when_asked(tmp_path):
+    loader = torch.utils.data.DataLoader(_Sleepy(), batch_size=8)  # 32 ms a batch
+    meter = trainpace.Meter(tmp_path / "run", window=10, console=False, report=False,
+                            count_flops=False, tune_loader_s=8)
+    for batch in meter.loader(loader):
+        with meter.step(batch):
+            time.sleep(0.03)
+    summary = meter.finish()
+    finding = next(f for f in summary.diagnosis.findings if f.id == "data_wait")
+    assert finding.advice[0].startswith("measured: "), finding.advice
+
+
 def test_the_tuner_command_names_what_the_user_must_supply():
     from trainpace.diagnosis.loading import tune_command
 
@@ -44,25 +66,3 @@ def test_the_diagnosis_loads_neither_torch_nor_the_tuner():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
-
-
-class _Sleepy(torch.utils.data.Dataset):
-    def __len__(self):
-        return 256
-
-    def __getitem__(self, i):
-        time.sleep(0.004)
-        return torch.ones(4)
-
-
-@pytest.mark.slow
-def test_the_meter_tunes_its_own_loader_when_asked(tmp_path):
-    loader = torch.utils.data.DataLoader(_Sleepy(), batch_size=8)  # 32 ms a batch
-    meter = trainpace.Meter(tmp_path / "run", window=10, console=False, report=False,
-                            count_flops=False, tune_loader_s=8)
-    for batch in meter.loader(loader):
-        with meter.step(batch):
-            time.sleep(0.03)
-    summary = meter.finish()
-    finding = next(f for f in summary.diagnosis.findings if f.id == "data_wait")
-    assert finding.advice[0].startswith("measured: "), finding.advice
