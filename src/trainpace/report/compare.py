@@ -11,7 +11,6 @@ from rich.text import Text
 
 from trainpace.comparison import Comparison
 from trainpace.report._signs import money, num, secs
-from trainpace.units import UNKNOWN
 
 
 def comparison_renderable(comparison: Comparison) -> Group:
@@ -31,7 +30,7 @@ def comparison_renderable(comparison: Comparison) -> Group:
         rows += [
             ("steps to target", [num(r.steps_to_target) if r.reached_target else "not reached"
                                  for r in comparison.runs]),
-            ("samples to target", [num(r.samples_to_target) if r.reached_target else UNKNOWN
+            ("samples to target", [num(r.samples_to_target) if r.reached_target else "—"
                                    for r in comparison.runs]),
             ("time to target", [secs(r.time_to_target_s) if r.reached_target else "not reached"
                                 for r in comparison.runs]),
@@ -44,7 +43,7 @@ def comparison_renderable(comparison: Comparison) -> Group:
             ("power", [num(r.power_w_mean, "W") for r in comparison.runs]),
         ]
     for name, values in rows:
-        if any(value != UNKNOWN for value in values):
+        if any(value != "—" for value in values):
             table.add_row(name, *values)
     by = comparison.by.replace("_", " ")
     verdict = Text.assemble(
