@@ -6,8 +6,6 @@ import argparse
 import contextlib
 import sys
 
-from trainpace.units import UNKNOWN
-
 HELP = "measure this machine's real memory bandwidth and matmul TFLOP/s per dtype, and cache them"
 
 
@@ -84,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     if ceilings.bandwidth_gb_s is not None:
         print(f"  memory bandwidth  {ceilings.bandwidth_gb_s:10.1f} GB/s      "
               f"({ceilings.method.get('bandwidth')})")
+    from trainpace.units import UNKNOWN
+
     sizes = ceilings.method.get("matmul_n") or {}
     for dtype, tflops in ceilings.matmul_tflops.items():
         print(f"  matmul {dtype:<10} {tflops:10.4g} TFLOP/s   (n={sizes.get(dtype, UNKNOWN)})")
