@@ -30,7 +30,7 @@ from trainpace.measure.steprow import StepRow, host_batch
 from trainpace.records import StepRecord
 from trainpace.stepcolumns import StepBatch
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("trainpace")
 Clock = Callable[[], float]
 _TENSOR = torch.Tensor
 
