@@ -34,9 +34,9 @@ from typing import Any
 import orjson
 
 from trainpace.dist.exchange import Exchange
+from trainpace.dist.job_summary import merged_meta, merged_summary, summary_dict
 from trainpace.dist.merge import HISTORY_WINDOWS, Merger, WindowRecord
 from trainpace.dist.ranks import RankInfo
-from trainpace.dist.summary import merged_meta, merged_summary, summary_dict
 from trainpace.dist.tree import VIEW_EVERY, TreeMerger, node_ranks, node_record
 from trainpace.summary import Summary
 

@@ -52,8 +52,8 @@ def status_mb(key):  # VmRSS now, VmHWM the peak of this process (its own, reset
 import orjson
 if mode != "bare":
     import trainpace.cli, trainpace.cli._report, trainpace.cli._compare
-    import trainpace.diagnose, trainpace.measure.summarize, trainpace.report.run_html
-    import trainpace.compare, trainpace.report.console, trainpace.runlog
+    import trainpace.diagnosis, trainpace.measure.summarize, trainpace.report.run_html
+    import trainpace.comparison, trainpace.report.console, trainpace.runlog
 base = status_mb("VmRSS")
 start, cpu_start = time.perf_counter(), time.process_time()
 phases = {}
@@ -64,7 +64,7 @@ if mode == "bare":
                 orjson.loads(line)
 elif mode == "phases":  # report --html's parts, one after the other
     import dataclasses
-    from trainpace.diagnose import diagnose
+    from trainpace.diagnosis import diagnose
     from trainpace.measure.summarize import summary_for_run
     from trainpace.report.run_html import run_page
     def phase(name, fn):

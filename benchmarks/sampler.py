@@ -51,7 +51,7 @@ def measure(device: str, nvml: object, hz: float, seconds: float, *,
             legacy: bool) -> dict[str, object]:
     """One sampler's CPU share; ``legacy`` reads as before (psutil, a table row per reading)."""
     from trainpace.measure.vitals import DeviceVitals
-    from trainpace.sampling import series
+    from trainpace.sampling import aggregates as series
     from trainpace.sampling.host import HostSource
 
     pending = series.PENDING_MAX

@@ -155,9 +155,8 @@ HTA_COMMAND = "import json, sys\npaths = sys.argv[1:]\n" + _HTA_IMPORTS + _HTA_C
 # What each command costs before any work: the interpreter's start and exit, then each side's
 # imports alone (trainpace: what `analyze --json` loads; HTA: its script's imports).
 BARE_COMMAND = "pass"
-NUMPY_IMPORT = "import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; import numpy"
+NUMPY_IMPORT = "import numpy"
 TRAINPACE_IMPORTS = ("from trainpace.cli import main, _analyze; "
-                     "_analyze.import_numpy_without_blas_threads(); "
                      "import trainpace.trace, trainpace.cli._output")
 HTA_IMPORTS_COMMAND = "paths = []\n" + _HTA_IMPORTS
 

@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import trainpace
-from trainpace.diagnose import diagnose
+from trainpace.diagnosis import diagnose
 from trainpace.runlog import read_run
 from trainpace.tune import TARGET_WAIT_PCT, tune_loader
 

@@ -28,8 +28,8 @@ def test_the_documented_api_is_exported(name):
 
 
 def test_each_name_is_the_object_its_module_defines():
-    from trainpace.compare import compare_runs
-    from trainpace.diagnose import diagnose, threshold_table
+    from trainpace.comparison import compare_runs
+    from trainpace.diagnosis import diagnose, threshold_table
     from trainpace.runlog import read_run
     from trainpace.trace import analyze_traces
 
@@ -37,12 +37,20 @@ def test_each_name_is_the_object_its_module_defines():
     assert trainpace.read_run is read_run
     assert trainpace.threshold_table is threshold_table
     assert trainpace.analyze_traces is analyze_traces
-    # the subpackage trainpace.diagnose is imported by now; the name is still the function
+    # the function and the subpackage that defines it have different names: importing
+    # trainpace.diagnosis (done above) leaves trainpace.diagnose the function
     assert trainpace.diagnose is diagnose
     assert callable(trainpace.diagnose)
     from trainpace import diagnose as imported
 
     assert imported is diagnose
+
+
+def test_the_package_is_a_plain_module():
+    # no class swapped in to keep a name: the public names are plain attributes
+    import types
+
+    assert type(trainpace) is types.ModuleType
 
 
 def test_unknown_names_are_attribute_errors():
@@ -52,7 +60,7 @@ def test_unknown_names_are_attribute_errors():
 
 def test_import_trainpace_loads_neither_torch_nor_the_analysis():
     code = ("import sys, trainpace; "
-            "print(sorted(m for m in ('torch', 'trainpace.meter', 'trainpace.diagnose', "
-            "'trainpace.trace', 'trainpace.compare', 'rich') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'trainpace.meter', 'trainpace.diagnosis', "
+            "'trainpace.trace', 'trainpace.comparison', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

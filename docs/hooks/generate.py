@@ -107,7 +107,7 @@ def api_reference() -> str:
             continue
         module = trainpace._LAZY.get(name, "trainpace.errors")
         if name == "diagnose":
-            module = "trainpace.diagnose"
+            module = "trainpace.diagnosis"
         lines += [f"::: {module}.{name}", ""]
     lines += ["## Integrations", ""]
     for module_name in ("trainpace.integrations.lightning", "trainpace.integrations.huggingface"):
@@ -234,7 +234,7 @@ def rule_order() -> str:
     """The rules in the order the diagnosis runs them, each with the first line of its doc."""
     import inspect as _inspect
 
-    from trainpace.diagnose.rules import RULES
+    from trainpace.diagnosis.rules import RULES
 
     lines = []
     for number, (name, rule) in enumerate(RULES, start=1):
@@ -245,7 +245,7 @@ def rule_order() -> str:
 
 def thresholds() -> str:
     """Every threshold of the rules, its default and its source."""
-    from trainpace.diagnose import threshold_table
+    from trainpace.diagnosis import threshold_table
 
     lines = ["| threshold | default | source |", "|---|---|---|"]
     lines += [f"| `{row['name']}` | {row['default']:g} | {_cell(row['source'])} |"
@@ -422,11 +422,11 @@ def finding_catalogue() -> list[FindingEntry]:
     for each ``Finding``/``verdict`` made there: its id(s), severities, the evidence keys of
     its dict, the advice texts, and the thresholds read by the function and its callees.
     """
-    from trainpace.diagnose import Thresholds
-    from trainpace.diagnose.rules import RULES
+    from trainpace.diagnosis import Thresholds
+    from trainpace.diagnosis.rules import RULES
 
     threshold_names = {f.name for f in dataclasses.fields(Thresholds)}
-    package = SRC / "trainpace" / "diagnose"
+    package = SRC / "trainpace" / "diagnosis"
     modules = [_Module(p) for p in sorted(package.glob("*.py"))]
     functions = {name: fn for m in modules for name, fn in m.functions.items()}
 
@@ -494,7 +494,7 @@ def finding_catalogue() -> list[FindingEntry]:
 
 def findings() -> str:
     """The catalogue as Markdown: one section per finding id, in the rules' order."""
-    from trainpace.diagnose import SOURCES, Thresholds
+    from trainpace.diagnosis import SOURCES, Thresholds
 
     defaults = Thresholds()
     lines = []

@@ -7,8 +7,6 @@ trainpace`` stays cheap.
 """
 
 import importlib as _importlib
-import sys as _sys
-import types as _types
 import typing as _typing
 
 from trainpace._version import __version__
@@ -23,8 +21,8 @@ from trainpace.errors import (
 )
 
 if _typing.TYPE_CHECKING:
-    from trainpace.compare import Comparison, compare_runs
-    from trainpace.diagnose import Thresholds, diagnose, threshold_table
+    from trainpace.comparison import Comparison, compare_runs
+    from trainpace.diagnosis import Thresholds, diagnose, threshold_table
     from trainpace.meter import Meter
     from trainpace.runlog import RunData, read_run
     from trainpace.series import StepSeries
@@ -39,10 +37,11 @@ _LAZY: dict[str, str] = {
     "RunData": "trainpace.runlog",
     "StepSeries": "trainpace.series",
     "Summary": "trainpace.summary",
-    "compare_runs": "trainpace.compare",
-    "Comparison": "trainpace.compare",
-    "threshold_table": "trainpace.diagnose",
-    "Thresholds": "trainpace.diagnose",
+    "compare_runs": "trainpace.comparison",
+    "Comparison": "trainpace.comparison",
+    "diagnose": "trainpace.diagnosis",
+    "threshold_table": "trainpace.diagnosis",
+    "Thresholds": "trainpace.diagnosis",
     "analyze_traces": "trainpace.trace",
     "TraceAnalysis": "trainpace.trace",
     "tune_loader": "trainpace.tune",
@@ -83,22 +82,4 @@ def __getattr__(name: str) -> _typing.Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | {"diagnose"})
-
-
-class _Package(_types.ModuleType):
-    """``trainpace`` itself: keeps ``trainpace.diagnose`` the function. The subpackage of the
-    same name would otherwise replace it the moment anything imports it (the import system
-    sets each loaded submodule as an attribute of its package); ``from trainpace.diagnose
-    import ...`` still finds the subpackage in ``sys.modules``."""
-
-    @property
-    def diagnose(self) -> _typing.Any:
-        return _importlib.import_module("trainpace.diagnose").diagnose
-
-    @diagnose.setter
-    def diagnose(self, value: _typing.Any) -> None:
-        """The import system setting the subpackage: kept out, the function stays."""
-
-
-_sys.modules[__name__].__class__ = _Package
+    return sorted(set(globals()) | set(_LAZY))

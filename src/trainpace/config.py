@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainpace.errors import ConfigError
+from trainpace.jsonsafe import json_safe
 
 WarmupSetting = int | Literal["auto"]
 
@@ -140,7 +141,7 @@ class MeterConfig:
 
     def meta(self) -> dict[str, Any]:
         """The settings as ``meta.json`` records them (JSON values; a callable by its name)."""
-        return {field.name: _json_value(getattr(self, field.name))
+        return {field.name: json_safe(getattr(self, field.name))
                 for field in dataclasses.fields(self)}
 
 
@@ -156,20 +157,6 @@ def _normalize(config: MeterConfig) -> None:
         object.__setattr__(config, "profile_steps", tuple(config.profile_steps))
     if config.device is not None and not isinstance(config.device, str):
         object.__setattr__(config, "device", str(config.device))  # a torch.device
-
-
-def _json_value(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, tuple):
-        return list(value)
-    if isinstance(value, Mapping):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    if callable(value):
-        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}"
-    return repr(value)
 
 
 def is_int_at_least(value: object, low: int) -> bool:

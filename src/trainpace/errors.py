@@ -8,22 +8,28 @@
      ├── TraceFormatError          a profiler trace that cannot be read (names the file)
      ├── MissingDependencyError    an optional extra is not installed (names the pip command)
      ├── DeviceError               a device that cannot be used for the asked measurement
-     └── OutputError               a file trainpace was asked to write cannot be written
+     ├── OutputError               a file trainpace was asked to write cannot be written
+     ├── DatasetError              the user's dataset or loader failed while the tuner ran it
+     └── TargetError               a script or module ``trainpace run`` cannot run
 
 Messages name the input, what is wrong with it, and the fix. The CLI prints them on one line
 and exits 1; it prints a traceback only for errors that are not a ``TrainpaceError`` (our bugs).
 
 An *unavailable metric* is never an exception: it is ``None`` in the figures, logged once.
+Every error class of the package lives here (a test walks the package to check it), except
+private ones that carry control flow inside one module and never reach a caller.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "DatasetError",
     "DeviceError",
     "MissingDependencyError",
     "OutputError",
     "RunFolderError",
+    "TargetError",
     "TraceFormatError",
     "TrainpaceError",
 ]
@@ -65,3 +71,16 @@ class DeviceError(TrainpaceError):
 
 class OutputError(TrainpaceError):
     """A file trainpace was asked to write (a report, a page) cannot be written."""
+
+
+class DatasetError(TrainpaceError):
+    """The dataset (or the loader around it) failed while the tuner ran it: names the item."""
+
+
+class TargetError(TrainpaceError):
+    """A script or module that cannot be run. ``usage``: the command line named something that
+    does not exist (exit 2); else its content is at fault (a syntax error; exit 1)."""
+
+    def __init__(self, message: str, *, usage: bool) -> None:
+        super().__init__(message)
+        self.usage = usage

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+# How every output says "unknown": a figure that was not measured, a setting not given.
+UNKNOWN = "—"
+
 
 def format_duration(seconds: float) -> str:
     """``850 µs``, ``12.3 ms``, ``1.2 s``, ``5m00s``, ``2h05m``: three significant digits up
@@ -22,22 +25,42 @@ def format_duration(seconds: float) -> str:
 
 
 def format_seconds(value: float | None) -> str:
-    """:func:`format_duration`, or ``—`` when unknown."""
-    return "—" if value is None else format_duration(value)
+    """:func:`format_duration`, or :data:`UNKNOWN` (also for NaN)."""
+    return UNKNOWN if value is None or math.isnan(value) else format_duration(value)
 
 
 def format_number(value: float | None, unit: str = "", digits: int = 3) -> str:
     """A figure with its unit and thousands separators (``12,345 samples/s``, ``0.25``);
-    ``—`` when unknown."""
+    :data:`UNKNOWN` when unknown."""
     if value is None:
-        return "—"
+        return UNKNOWN
     text = f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
     return f"{text} {unit}" if unit else text
 
 
+def format_compact(value: float) -> str:
+    """A count or rate in few characters: ``0.25``, ``12``, ``3.4k``, ``45.6k``, ``1.2M``."""
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def format_bytes(n: float) -> str:
+    """``512 B``, ``67.1 MB``, ``2.15 GB``: three significant digits, decimal units."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 def number_or_none(value: object) -> float | None:
-    """``value`` as a finite float, or None when it is not a finite number (a bool is not)."""
+    """``value`` as a finite float, or None when it is not a finite number (a bool is not, nor
+    an integer too large for a float)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
     return number if math.isfinite(number) else None

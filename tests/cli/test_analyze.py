@@ -185,27 +185,3 @@ def test_a_verb_first_command_line_parses_as_before(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "tune-loader" in capsys.readouterr().out  # the full parser lists every verb
-
-
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads counted in /proc")
-def test_analyze_loads_numpy_without_a_blas_thread_pool() -> None:
-    # the pool's threads spin after loading: ~0.15 s of CPU on two cores, for no BLAS call
-    import os
-    import subprocess
-    import sys
-
-    code = ("import os; from trainpace.cli._analyze import import_numpy_without_blas_threads; "
-            "before = dict(os.environ); import_numpy_without_blas_threads(); "
-            "print(len(os.listdir('/proc/self/task')), dict(os.environ) == before)")
-
-    def threads(**env: str) -> tuple[int, bool]:
-        clean = {k: v for k, v in os.environ.items() if "NUM_THREADS" not in k}
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             check=True, env={**clean, **env}).stdout.split()
-        return int(out[0]), out[1] == "True"
-
-    user = threads(OPENBLAS_NUM_THREADS="2")
-    if user[0] < 2:
-        pytest.skip("this numpy's BLAS starts no thread pool")
-    assert user == (2, True)  # what the user set wins
-    assert threads() == (1, True)  # by default one thread, and the environment as it was

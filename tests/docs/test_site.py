@@ -51,7 +51,7 @@ def test_every_verb_and_option_is_in_the_cli_reference() -> None:
 
 def _finding_ids_in_source() -> set[str]:
     ids = set()
-    for path in [*(ROOT / "src/trainpace/diagnose").glob("*.py"),
+    for path in [*(ROOT / "src/trainpace/diagnosis").glob("*.py"),
                  ROOT / "src/trainpace/integrations/autopatch.py"]:
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
@@ -67,7 +67,7 @@ def _finding_ids_in_source() -> set[str]:
 
 
 def test_the_catalogue_has_every_finding_id_with_its_thresholds() -> None:
-    from trainpace.diagnose import Thresholds
+    from trainpace.diagnosis import Thresholds
 
     catalogue = {entry.id: entry for entry in generate.finding_catalogue()}
     in_source = _finding_ids_in_source()

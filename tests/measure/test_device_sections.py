@@ -5,7 +5,7 @@ import torch
 from trainpace.devices.specs import Peaks, override_peaks
 from trainpace.measure.device_peaks import peaks_meta, resolve_peaks
 from trainpace.measure.device_sections import Facts, sections, window_figures
-from trainpace.sampling.series import Aggregate
+from trainpace.sampling.aggregates import Aggregate
 
 
 def agg(mean, lo=None, hi=None, n=10):

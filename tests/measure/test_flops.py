@@ -1,8 +1,9 @@
 import pytest
 import torch
 
+from measure.counting import count_step
 from trainpace.measure import flops as flops_module
-from trainpace.measure.flops import FAMILIES, StepCounter, count_step, op_family, tensor_bytes
+from trainpace.measure.flops import FAMILIES, StepCounter, op_family, tensor_bytes
 
 B, IN, OUT = 8, 32, 16
 F32 = 4

@@ -1,8 +1,9 @@
 import pytest
 import torch
 
+from measure.counting import count_step
 from trainpace.devices.specs import Peak, Peaks
-from trainpace.measure.flops import FamilyCount, StepCount, count_step
+from trainpace.measure.flops import FamilyCount, StepCount
 from trainpace.measure.roofline import ridge_flop_per_byte, roofline_verdict, step_figures
 
 # A CPU-like machine: 20 GB/s, 0.5 TFLOP/s float32 -> ridge 25 FLOP/byte.

@@ -292,7 +292,7 @@ def test_a_missing_nvml_binding_names_the_extra(monkeypatch, caplog):
 
 
 def test_unknown_peaks_are_named_in_meta(tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger="trainpace.measure.vitals")
+    caplog.set_level(logging.INFO, logger="trainpace.measure")
     monkeypatch.setenv("TRAINPACE_CACHE_DIR", str(tmp_path))  # no cached ceilings
     vitals = _cpu_vitals(Clock(), ScriptedHost())
     meta = vitals.meta()

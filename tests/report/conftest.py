@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trainpace.diagnose import diagnose
+from trainpace.diagnosis import diagnose
 from trainpace.summary import Data, Device, Steps, Summary, Target, Throughput, Time
 
 

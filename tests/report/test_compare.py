@@ -5,7 +5,7 @@ import torch
 
 import trainpace
 from conftest import ManualClock
-from trainpace.compare import compare_runs
+from trainpace.comparison import compare_runs
 from trainpace.report.compare import comparison_renderable
 from trainpace.runlog import read_run
 

@@ -3,7 +3,7 @@
 import dataclasses
 import io
 
-from trainpace.diagnose import diagnose
+from trainpace.diagnosis import diagnose
 from trainpace.report._signs import num, pct, signs
 from trainpace.report.console import print_report
 from trainpace.summary import Data, Device, Flops, Steps, Summary, Throughput

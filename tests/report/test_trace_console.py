@@ -25,7 +25,7 @@ def test_cpu_trace_gets_the_host_view_and_no_device_figures() -> None:
     assert ("host time (the ProfilerStep spans, 200 µs): data loading 80 µs (40.0%) · operators "
             "57 µs (28.5%) · Python between operators 63 µs (31.5%)") in text
     assert "Top 6 operators by self time (of 10 operator events, 2 thread(s))" in text
-    assert "│ aten::pin_memory │ 1 │ 40 µs │ 20.0% │ 40 µs │ – │" in text
+    assert "│ aten::pin_memory │ 1 │ 40 µs │ 20.0% │ 40 µs │ — │" in text
     assert "│ aten::stack │ 2 │ 24 µs │ 12.0% │ 30 µs │ 24 µs │" in text
     for device_word in ("GPU", "device window", "idle causes", "Kernels by category",
                         "launch lag", "HTA"):
@@ -41,4 +41,4 @@ def test_device_trace_keeps_the_device_view() -> None:
 
 
 def test_time_units() -> None:
-    assert [us_text(v) for v in (None, 12.4, 1500, 2.5e6)] == ["–", "12 µs", "1.5 ms", "2.50 s"]
+    assert [us_text(v) for v in (None, 12.4, 1500, 2.5e6)] == ["—", "12 µs", "1.5 ms", "2.5 s"]

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from tracekit import HANDMADE, RESNET_NW0, RESNET_NW4
 
-from trainpace.diagnose import diagnose
+from trainpace.diagnosis import diagnose
 from trainpace.summary import Diagnosis
 from trainpace.trace import analyze_traces
 from trainpace.trace.evidence import build_summary, step_records

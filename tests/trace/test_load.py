@@ -314,7 +314,7 @@ def test_folder_expands_to_its_traces(tmp_path: Path) -> None:
 def test_trace_larger_than_memory_is_refused_before_reading() -> None:
     message = _error(RESNET_NW0, memory_available=10_000_000)
     assert "too large for the memory available" in message
-    assert "its 35 MB of JSON need about" in message and "10 MB is free" in message
+    assert "its 35.2 MB of JSON need about" in message and "10 MB is free" in message
 
 
 def test_json_size_of_gzip_comes_from_its_trailer() -> None:

@@ -1,28 +1,10 @@
-"""The tuner's command, for a diagnosis that cannot re-create the dataset."""
+"""The tuner's advice for the Meter's data_wait finding, and the package's names."""
 
 from __future__ import annotations
 
-from trainpace.tune import advice_lines, command_hint, tune_loader
+from trainpace.tune import advice_lines, tune_loader
 from tune.fakes import ManualHost, ModelTrials, Timed
 from tune.loaders import Sleepy
-
-
-def test_with_the_run_folder_the_step_comes_from_it():
-    meta = {"loader": {"class": "torch.utils.data.dataloader.DataLoader", "num_workers": 0}}
-    assert command_hint(meta, "runs/my exp") == (
-        "trainpace tune-loader MODULE:FACTORY --run 'runs/my exp'  (FACTORY: a function in "
-        "MODULE that returns your DataLoader; it finds the fewest workers that hide the wait)")
-
-
-def test_without_a_folder_or_a_loader():
-    assert command_hint(None) == (
-        "trainpace tune-loader MODULE:FACTORY --step-ms STEP_MS  (FACTORY: a function in "
-        "MODULE that returns your dataset or DataLoader; it finds the fewest workers that "
-        "hide the wait)")
-
-
-def test_a_known_step_is_written_out():
-    assert "--step-ms 45 " in command_hint({}, step_s=0.045)
 
 
 def test_advice_lines_from_a_tuning():
@@ -50,17 +32,6 @@ def test_tune_advice_runs_the_loader_and_never_raises():
                       budget_s=5)
     assert bad[0].startswith("the DataLoader tuner could not run this loader: ")
     assert "item 0 raised ValueError" in bad[0]
-
-
-def test_the_hint_does_not_load_torch():
-    import subprocess
-    import sys
-
-    code = ("import sys; from trainpace.tune.hint import command_hint; command_hint({}); "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
-    assert out.stdout.strip() == "False"
 
 
 def test_the_package_names_are_all_there():

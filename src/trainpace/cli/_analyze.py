@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from trainpace.cli._args import number
@@ -29,41 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "CPUs and the memory available)")
 
 
-# numpy's OpenBLAS starts a thread per core when it is loaded, and those threads spin for a
-# while: on two cores that cost ~0.15 s of CPU, more than a small trace's whole analysis, for
-# a library the analysis never calls (it uses no BLAS routine). The variables are read once, at
-# load; what the user set wins.
-_BLAS_THREADS = ("OPENBLAS_NUM_THREADS",)
-
-
-def import_numpy_without_blas_threads() -> None:
-    """Import numpy (if not yet imported) with a one-thread BLAS; the environment as it was."""
-    if "numpy" in sys.modules:
-        return
-    unset = [name for name in _BLAS_THREADS if name not in os.environ]
-    for name in unset:
-        os.environ[name] = "1"
-    try:
-        import numpy  # noqa: F401 - loaded here, with the variables above
-    finally:
-        for name in unset:
-            os.environ.pop(name, None)
-
-
 def run(args: argparse.Namespace) -> int:
     """Analyze, then render the JSON, the console report and/or the HTML page."""
-    from trainpace.trace import prefetch
+    from trainpace.trace import analyze_traces
 
-    # the trace is read in a child process while this one imports numpy and the analysis
-    prefetch.start(args.traces)
-    try:
-        import_numpy_without_blas_threads()
-        from trainpace.trace import analyze_traces
-
-        analysis = analyze_traces(args.traces, gap_threshold_us=args.gap_us, top=args.top,
-                                  workers=args.workers)
-    finally:
-        prefetch.cancel_all()
+    analysis = analyze_traces(args.traces, gap_threshold_us=args.gap_us, top=args.top,
+                              workers=args.workers)
     if args.html:
         from trainpace.report.html import write_page
         from trainpace.report.trace_html import trace_page

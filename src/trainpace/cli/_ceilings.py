@@ -83,9 +83,11 @@ def run(args: argparse.Namespace) -> int:
     if ceilings.bandwidth_gb_s is not None:
         print(f"  memory bandwidth  {ceilings.bandwidth_gb_s:10.1f} GB/s      "
               f"({ceilings.method.get('bandwidth')})")
+    from trainpace.units import UNKNOWN
+
     sizes = ceilings.method.get("matmul_n") or {}
     for dtype, tflops in ceilings.matmul_tflops.items():
-        print(f"  matmul {dtype:<10} {tflops:10.4g} TFLOP/s   (n={sizes.get(dtype, '?')})")
+        print(f"  matmul {dtype:<10} {tflops:10.4g} TFLOP/s   (n={sizes.get(dtype, UNKNOWN)})")
     for dtype, why in ceilings.skipped.items():
         print(f"  matmul {dtype:<10} not measured: {why}")
     if saved and not warnings:

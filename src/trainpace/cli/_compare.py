@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Read both runs, compare, render."""
     from trainpace.cli._output import print_json
-    from trainpace.compare import compare_runs
+    from trainpace.comparison import compare_runs
     from trainpace.report.compare import print_comparison
     from trainpace.runlog import read_run
 

@@ -46,8 +46,7 @@ def run(args: argparse.Namespace) -> int:
     ``--json`` holds stdout).
     """
     from trainpace.cli._output import print_json
-    from trainpace.diagnose import Thresholds, diagnose
-    from trainpace.diagnose.distributed import attribute_rank_wait
+    from trainpace.diagnosis import Thresholds, diagnose
     from trainpace.dist.folders import read_distributed
     from trainpace.measure.cost import cost_of_run
     from trainpace.measure.summarize import summary_for_run
@@ -84,8 +83,6 @@ def run(args: argparse.Namespace) -> int:
         summary = dataclasses.replace(summary, cost=cost_of_run(
             summary, series.column("t_s"), system, **prices))
     diagnosis = diagnose(summary, steps=steps, system=system, meta=meta, thresholds=thresholds)
-    if ranks is not None:  # a straggler's data wait is said on the data_wait finding
-        diagnosis = attribute_rank_wait(diagnosis, thresholds)
     summary = dataclasses.replace(summary, diagnosis=diagnosis)
     if args.html:
         page = run_page(summary, series=series, system=system, meta=meta, source=source,

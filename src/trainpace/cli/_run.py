@@ -161,7 +161,8 @@ def _target(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Check the script, run it metered, print the report, return the script's exit code."""
-    from trainpace.integrations._script import TargetError, check_target
+    from trainpace.errors import TargetError
+    from trainpace.integrations._script import check_target
 
     target = _target(args)
     if target is None:
@@ -331,7 +332,7 @@ def _finished(meter: Any, patch: Any) -> Any:
 
 
 def _rediagnosed(summary: Any, path: Path | None) -> Any:
-    from trainpace.diagnose import diagnose
+    from trainpace.diagnosis import diagnose
     from trainpace.runlog import read_run
 
     if path is None:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 
 class CollectiveTimer:

@@ -22,7 +22,7 @@ import numpy as np
 
 from trainpace.dist.merge import Merger, WindowRecord, window_record
 from trainpace.dist.ranks import RankInfo, rank_folders
-from trainpace.dist.summary import merged_meta, merged_summary
+from trainpace.dist.job_summary import merged_meta, merged_summary
 from trainpace.errors import RunFolderError
 from trainpace.measure.summarize import summary_for_run
 from trainpace.runlog import RunData, read_run

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from trainpace.stats import median
+from trainpace.units import number_or_none
 
 HISTORY_WINDOWS = 16  # scores kept per rank for the persistence check of the diagnosis
 STALE_WINDOWS = 2  # a window is scored without the ranks this many windows behind the newest
@@ -94,19 +95,13 @@ def window_record(
         step_s_median=median(step_s),
         wait_s=sum(float(r.get("wait_s") or 0.0) for r in measured),
         pre_s=pre_s, comm_s=comm_s, t_unix=t_unix,
-        util_pct=_num(figures.get("util_pct")),
-        temperature_c=_num(figures.get("temperature_c")),
-        throttle_pct=_num(figures.get("throttle_pct")),
-        process_cpu_pct=_num(figures.get("process_cpu_pct")),
-        system_cpu_pct=_num(figures.get("system_cpu_pct")),
+        util_pct=number_or_none(figures.get("util_pct")),
+        temperature_c=number_or_none(figures.get("temperature_c")),
+        throttle_pct=number_or_none(figures.get("throttle_pct")),
+        process_cpu_pct=number_or_none(figures.get("process_cpu_pct")),
+        system_cpu_pct=number_or_none(figures.get("system_cpu_pct")),
         final=final,
     )
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 class ScoredWindow(TypedDict):

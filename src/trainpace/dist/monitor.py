@@ -17,12 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainpace.diagnose.distributed import attribute_rank_wait
 from trainpace.dist.comm import CollectiveTimer
 from trainpace.dist.exchange import Exchange, Store, tcp_store
 from trainpace.dist.merge import Merger, window_record
 from trainpace.dist.ranks import RankInfo, rank_folder
-from trainpace.dist.summary import Merged, merged_meta, merged_summary, summary_dict
+from trainpace.dist.job_summary import Merged, merged_meta, merged_summary, summary_dict
 from trainpace.dist.tree import (
     FLAT_MAX_RANKS,
     VIEW_EVERY,
@@ -34,7 +33,7 @@ from trainpace.dist.tree import (
 from trainpace.runlog import Record
 from trainpace.summary import Summary
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 TIMEOUT_ENV = "TRAINPACE_DIST_TIMEOUT_S"
 FLAT_MAX_ENV = "TRAINPACE_DIST_FLAT_MAX_RANKS"  # more ranks than this: node leaders merge first
@@ -265,8 +264,6 @@ class RankMonitor:
         merged = merged_summary(merged_of, summary or Summary(run_id=self.run_id), done=done)
         if diagnose is not None:
             merged = diagnose(merged, meta)
-            merged = dataclasses.replace(
-                merged, diagnosis=attribute_rank_wait(merged.diagnosis))
         if self.publish is not None:  # the summary first: a finished meta means a final summary
             self.publish(Record("summary", summary_dict(merged, merged_of, done=done)))
             self.publish(Record("meta", meta))

@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from types import TracebackType
 
+from trainpace.errors import TargetError
+
 
 @dataclass(frozen=True)
 class Target:
@@ -27,15 +29,6 @@ class Target:
     def name(self) -> str:
         """The script's file name, or the module's name."""
         return os.path.basename(self.path) if self.path is not None else str(self.module)
-
-
-class TargetError(Exception):
-    """A script or module that cannot be run. ``usage``: the command line named something that
-    does not exist (exit 2); else its content is at fault (a syntax error; exit 1)."""
-
-    def __init__(self, message: str, *, usage: bool) -> None:
-        super().__init__(message)
-        self.usage = usage
 
 
 def check_target(target: Target) -> None:

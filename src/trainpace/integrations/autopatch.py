@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = ["STEP_MARKER", "AutoPatch", "PerStep"]
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 
 class _StepMarker:

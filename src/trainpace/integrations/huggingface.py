@@ -40,7 +40,7 @@ try:
 except ImportError as exc:
     raise MissingDependencyError("trainpace.integrations.huggingface", "huggingface") from exc
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 __all__ = ["TrainpaceCallback", "TrainpaceTrainer"]
 

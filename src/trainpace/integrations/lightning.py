@@ -42,7 +42,7 @@ except ImportError:
     except ImportError as exc:
         raise MissingDependencyError("trainpace.integrations.lightning", "lightning") from exc
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 __all__ = ["TrainpaceCallback"]
 

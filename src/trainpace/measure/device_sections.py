@@ -15,8 +15,8 @@ from trainpace.devices.specs import Peaks
 from trainpace.measure.device_sources import BANDWIDTH_SOURCES
 from trainpace.measure.flops import StepCount
 from trainpace.measure.roofline import step_figures
+from trainpace.sampling.aggregates import Aggregate
 from trainpace.sampling.nvml import THROTTLE_NAMES, GpuInfo
-from trainpace.sampling.series import Aggregate
 from trainpace.summary import Bandwidth, Device, Flops, Host
 
 Window = Mapping[str, Aggregate]

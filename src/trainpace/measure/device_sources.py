@@ -20,8 +20,9 @@ from trainpace.sampling.host import HOST_KEYS, HostSource
 from trainpace.sampling.nvml import READING_KEYS, THROTTLE_NAMES, GpuInfo, Nvml, target_for
 from trainpace.sampling.rapl import RaplReader
 from trainpace.sampling.sampler import Reading
+from trainpace.units import number_or_none
 
-logger = logging.getLogger("trainpace.measure.vitals")  # one logger for the device vitals
+logger = logging.getLogger(__name__)
 
 # Sampled bandwidth sources, best first (series name, summary source name).
 BANDWIDTH_SOURCES: tuple[tuple[str, str], ...] = (
@@ -123,7 +124,7 @@ class DeviceSources:
                 gpu.update(fields.get(gpu["index"]) or dict.fromkeys(_DCGM_KEYS))
         flat: dict[str, float | None] = {"sampler.reading": 1.0}
         for key in HOST_KEYS:
-            flat[f"host.{key}"] = _number((host or {}).get(key))
+            flat[f"host.{key}"] = number_or_none((host or {}).get(key))
         if self.device.type == "cuda":
             row = self._gpu_row(gpus[0] if gpus else {}, flat)
         else:
@@ -140,7 +141,7 @@ class DeviceSources:
                 "bandwidth_source": None,
             }
         for key in ("device_util_pct", "memory_used_pct", "temperature_c"):
-            flat[key] = _number(row[key])
+            flat[key] = number_or_none(row[key])
         row["host"] = host
         row["gpus"] = gpus
         if self.rapl is not None:
@@ -153,7 +154,7 @@ class DeviceSources:
         bandwidth = next(((k, gpu[k]) for k in _ROW_BANDWIDTH if gpu.get(k) is not None),
                          (None, None))
         for key in (*_GPU_NUMBERS, *_DCGM_KEYS):
-            flat[f"gpu.{key}"] = _number(gpu.get(key))
+            flat[f"gpu.{key}"] = number_or_none(gpu.get(key))
         throttled, reasons = gpu.get("throttled"), gpu.get("throttle_reasons")
         flat["gpu.throttled"] = None if throttled is None else 100.0 * bool(throttled)
         for name in THROTTLE_NAMES:
@@ -185,12 +186,3 @@ class DeviceSources:
         if self.nvml is not None:
             contained("closing NVML", self.nvml.close)
             self.nvml = None
-
-
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None

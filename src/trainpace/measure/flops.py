@@ -314,12 +314,3 @@ class StepCounter:
                 mode.__exit__(None, None, None)
             except Exception as exc:  # noqa: BLE001 - leaving a mode must not break the step
                 self.error = self.error or f"cannot stop counting ({type(exc).__name__}: {exc})"
-
-
-def count_step(fn: Callable[..., object], *args: Any, samples: int | None = None,
-               **kwargs: Any) -> StepCount | None:
-    """Run ``fn(*args, **kwargs)`` once under a :class:`StepCounter`; its count (or None)."""
-    with StepCounter(samples=samples) as counter:
-        fn(*args, **kwargs)
-    return counter.result
-

@@ -30,7 +30,7 @@ from trainpace.measure.steprow import StepRow, host_batch
 from trainpace.records import StepRecord
 from trainpace.stepcolumns import StepBatch
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
 _TENSOR = torch.Tensor
 

@@ -16,7 +16,7 @@ import torch
 
 from trainpace.devices.ceilings import FirstRun, ensure_ceilings
 from trainpace.devices.specs import canonical_dtype
-from trainpace.diagnose import diagnose
+from trainpace.diagnosis import diagnose
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.captures import Captures

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainpace.dist.job_summary import rank_summary
 from trainpace.dist.monitor import RankMonitor, vitals_signs
 from trainpace.dist.ranks import RankInfo, rank_info
-from trainpace.dist.summary import rank_summary
 from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder
 from trainpace.summary import Summary
 

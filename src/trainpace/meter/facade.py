@@ -65,7 +65,7 @@ from trainpace.sinks.base import Sink
 from trainpace.sinks.runfolder import RunFolderSink, release_run_folder
 from trainpace.summary import Summary
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 # The longest the end of the run (or the interpreter's exit) waits for the run folder.
 WRITER_CLOSE_S = 30.0

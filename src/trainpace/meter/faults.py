@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 
 class Faults:

@@ -2,5 +2,5 @@
 
 ``console.print_report(summary)`` prints a run's report; ``run_html.run_page(...)`` builds its
 HTML page from the shell of ``html`` and the charts of ``plots``; ``compare.print_comparison``
-renders what :func:`trainpace.compare.compare_runs` computed.
+renders what :func:`trainpace.comparison.compare_runs` computed.
 """

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainpace.summary import SEVERITIES, Diagnosis, Finding, Summary
-from trainpace.units import format_number, format_seconds
+from trainpace.units import UNKNOWN, format_number, format_seconds
 
-DASH = "—"
+DASH = UNKNOWN
 num = format_number  # a figure with its unit, or DASH
 
-# The findings each sign answers for (ids from trainpace.diagnose.rules).
+# The findings each sign answers for (ids from trainpace.diagnosis.rules).
 SIGN_FINDINGS: dict[str, tuple[str, ...]] = {
     "throughput": ("launch_bound", "host_cpu", "communication", "straggler"),
     "training time": ("stalls", "periodic_stall", "drift", "slow_phase"),

@@ -1,4 +1,4 @@
-"""Render a comparison of two runs (:func:`trainpace.compare.compare_runs` computes it)."""
+"""Render a comparison of two runs (:func:`trainpace.comparison.compare_runs` computes it)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from trainpace.compare import Comparison
+from trainpace.comparison import Comparison
 from trainpace.report._signs import money, num, secs
 from trainpace.report._text import cleaned
 

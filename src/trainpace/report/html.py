@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainpace.errors import OutputError
+from trainpace.units import format_compact
 
 PALETTE = ("#3b6fd4", "#e08a1e", "#3a9b5c", "#c8423b", "#8a5cc2", "#5aa6b8", "#9c7a48")
 SEVERITY_COLOR = {"ok": "#3a9b5c", "info": "#3b82c4", "warning": "#d68a00",
@@ -97,11 +98,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]],
 
 def tick_label(value: float) -> str:
     """A short axis label: ``0.25``, ``12``, ``3.4k``, ``1.2M``."""
-    magnitude = abs(value)
-    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if magnitude >= limit:
-            return f"{value / limit:.3g}{suffix}"
-    return f"{value:.3g}"
+    return format_compact(value)
 
 
 def empty_chart(title: str, reason: str, *, width: int = 720, height: int = 120) -> str:

@@ -24,7 +24,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from trainpace.diagnose import diagnose
+from trainpace.diagnosis import diagnose
 from trainpace.report._signs import headline
 from trainpace.report._text import cleaned, safe_text
 from trainpace.report.console import signs_table

@@ -17,23 +17,18 @@ from rich.text import Text
 from trainpace.report._text import cleaned
 from trainpace.report.console import diagnosis_renderable
 from trainpace.trace.result import HostBreakdown, RankAnalysis, TraceAnalysis
+from trainpace.units import UNKNOWN, format_duration
 
 NAME_WIDTH = 60
 
 
 def us_text(value: float | None) -> str:
     """A time in µs, in the unit that reads best."""
-    if value is None:
-        return "–"
-    if value >= 1e6:
-        return f"{value / 1e6:.2f} s"
-    if value >= 1e3:
-        return f"{value / 1e3:.1f} ms"
-    return f"{value:.0f} µs"
+    return UNKNOWN if value is None else format_duration(value / 1e6)
 
 
 def pct_text(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f}%"
+    return UNKNOWN if value is None else f"{value:.1f}%"
 
 
 def _short(name: str) -> str:
@@ -59,7 +54,7 @@ def device_ranks_table(ranks: list[RankAnalysis]) -> Table:
         s = r.steps
         table.add_row(
             str(r.rank), us_text(r.window_us), pct_text(r.idle_pct), pct_text(r.compute_pct),
-            pct_text(r.non_compute_pct), pct_text(r.comm_comp_overlap_pct), str(s.count or "–"),
+            pct_text(r.non_compute_pct), pct_text(r.comm_comp_overlap_pct), str(s.count or UNKNOWN),
             us_text(s.duration_us_median), pct_text(s.dataloader_pct), pct_text(s.gpu_util_pct),
         )
     return table
@@ -80,8 +75,8 @@ def _device_details(r: RankAnalysis) -> list[RenderableType]:
             for column in gaps.columns[2:]:
                 column.justify = "left"
             for g in i.gaps[:5]:
-                ops = ", ".join(str(o["name"])[:40] for o in g.top_ops[:2]) or "–"
-                gaps.add_row(us_text(g.start_us), us_text(g.duration_us), g.step or "–",
+                ops = ", ".join(str(o["name"])[:40] for o in g.top_ops[:2]) or UNKNOWN
+                gaps.add_row(us_text(g.start_us), us_text(g.duration_us), g.step or UNKNOWN,
                              g.cause.replace("_", " "), ops)
             parts.append(gaps)
     k = r.kernels
@@ -114,7 +109,7 @@ def host_ranks_table(ranks: list[RankAnalysis]) -> Table:
     for r in ranks:
         h = r.host
         table.add_row(
-            str(r.rank), str(r.steps.count or "–"), us_text(r.steps.duration_us_median),
+            str(r.rank), str(r.steps.count or UNKNOWN), us_text(r.steps.duration_us_median),
             us_text(h.window_us if h else None), pct_text(h.dataloader_pct if h else None),
             pct_text(h.operators_pct if h else None), pct_text(h.python_pct if h else None))
     return table
@@ -128,7 +123,7 @@ def host_operators_table(h: HostBreakdown) -> Table:
     for row in h.top:
         table.add_row(_short(row.name), str(row.count), us_text(row.self_us),
                       pct_text(row.self_pct), us_text(row.total_us),
-                      us_text(row.in_dataloader_us) if row.in_dataloader_us else "–")
+                      us_text(row.in_dataloader_us) if row.in_dataloader_us else UNKNOWN)
     return table
 
 

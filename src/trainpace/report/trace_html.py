@@ -9,16 +9,17 @@ from __future__ import annotations
 from trainpace.report.html import bar_chart, bullets, page, paragraph, section, table
 from trainpace.report.run_html import diagnosis_html
 from trainpace.trace.result import ROLES, RankAnalysis, TraceAnalysis
+from trainpace.units import UNKNOWN
 
 MAX_STEP_ROWS = 30
 
 
 def _num(value: float | None, digits: int = 1, unit: str = "") -> str:
-    return "–" if value is None else f"{value:,.{digits}f}{unit}"
+    return UNKNOWN if value is None else f"{value:,.{digits}f}{unit}"
 
 
 def _ms(us: float | None) -> str:
-    return "–" if us is None else f"{us / 1e3:,.2f} ms"
+    return UNKNOWN if us is None else f"{us / 1e3:,.2f} ms"
 
 
 def ranks_html(analysis: TraceAnalysis) -> str:
@@ -123,7 +124,8 @@ def _idle_html(r: RankAnalysis) -> str:
                       title=f"Device-idle gaps ≥ {i.gap_threshold_us:g} µs: what the host was "
                       "doing (ms)", unit=" ms")
     gaps = table(("at", "length", "step", "host was in", "top host ops"),
-                 [(_ms(g.start_us), _ms(g.duration_us), g.step or "–", g.cause.replace("_", " "),
+                 [(_ms(g.start_us), _ms(g.duration_us), g.step or UNKNOWN,
+                   g.cause.replace("_", " "),
                    ", ".join(str(o["name"]) for o in g.top_ops)) for g in i.gaps],
                  numeric=(0, 1))
     return causes + chart + gaps

@@ -15,26 +15,15 @@ from rich.text import Text
 
 from trainpace.tune.result import TARGET_WAIT_PCT, Trial, TuneResult
 from trainpace.tune.search import Progress as ProgressCallback
-from trainpace.units import format_duration
+from trainpace.units import UNKNOWN, format_bytes, format_duration, format_seconds
 
 
 def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1f}%"
+    return UNKNOWN if value is None else f"{value:.1f}%"
 
 
 def _gb(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}"
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None or value != value else format_duration(value)
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n} B"
+    return UNKNOWN if value is None else f"{value:.2f}"
 
 
 def trials_table(result: TuneResult) -> Table:
@@ -49,10 +38,12 @@ def trials_table(result: TuneResult) -> Table:
         mark, style = _mark(trial, result)
         s = trial.setting
         table.add_row(
-            mark, str(s.num_workers), "—" if s.prefetch_factor is None else str(s.prefetch_factor),
+            mark, str(s.num_workers),
+            UNKNOWN if s.prefetch_factor is None else str(s.prefetch_factor),
             "yes" if s.pin_memory else "no", f"{trial.batches_per_s:.1f}",
-            _ms(trial.wait_s_per_batch), _pct(trial.wait_pct), _ms(trial.worker_cpu_s_per_batch),
-            _gb(trial.memory_gb), _ms(trial.startup_s),
+            format_seconds(trial.wait_s_per_batch), _pct(trial.wait_pct),
+            format_seconds(trial.worker_cpu_s_per_batch),
+            _gb(trial.memory_gb), format_seconds(trial.startup_s),
             f"{trial.batches}" + ("" if trial.complete else " (cut)"), style=style)
     return table
 
@@ -77,7 +68,7 @@ def tune_renderable(result: TuneResult) -> RenderableType:
         f"one sample {format_duration(p.sample_s)} in this process "
         f"(CPU {format_duration(p.sample_cpu_s)}, waiting {format_duration(p.sample_wait_s)}); "
         f"collate {format_duration(p.collate_s)}; one batch {format_duration(p.batch_s)}, "
-        f"{_bytes(p.batch_bytes)}")
+        f"{format_bytes(p.batch_bytes)}")
     colour = {True: "green", False: "yellow", None: "cyan"}[result.reachable]
     parts: list[RenderableType] = [head, Text(""), trials_table(result), Text(""),
                                    Text(result.verdict, style=colour)]

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 POWERCAP = Path("/sys/class/powercap")
 

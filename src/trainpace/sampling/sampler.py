@@ -1,7 +1,7 @@
 """The background sampler: a daemon thread that takes a reading every ``interval_s``.
 
 Each reading gives two things: a row for ``system.jsonl`` (``t_s`` added here, on the meter's
-clock) and flat numbers that feed a :class:`~trainpace.sampling.series.SeriesSet`, from which
+clock) and flat numbers that feed a :class:`~trainpace.sampling.aggregates.SeriesSet`, from which
 any window's time-weighted aggregates are computed. Tests call :meth:`Sampler.sample_once`
 with a manual clock and no thread. Between readings the thread waits in ``poll`` on a pipe
 that :meth:`Sampler.stop` writes to (a lock with a timeout where there is no ``poll``): a
@@ -15,7 +15,6 @@ depend on it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -27,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainpace.errors import ConfigError
-from trainpace.sampling.series import Aggregate, SeriesSet
+from trainpace.sampling.aggregates import Aggregate, SeriesSet
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +70,6 @@ class Sampler:
         self._failed = False
         self.readings = 0
         self.busy_s = 0.0  # wall time spent reading
-        self._outside_cpu_s = 0.0  # CPU time of the readings taken outside the thread
-        self._thread_cpu_s = 0.0  # the thread's CPU time, once it has ended
-        self._thread_clock: int | None = None  # its CPU clock while it runs (where there is one)
 
     def set_t0(self, t0: float) -> None:
         """Move the zero of ``t_s`` (before the first reading: the run's start is known late)."""
@@ -85,24 +81,7 @@ class Sampler:
 
     def sample_once(self) -> dict[str, Any] | None:
         """Take one reading now; returns its row (None if the reading failed)."""
-        cpu_started = time.thread_time()
-        try:
-            return self._take()
-        finally:
-            self._outside_cpu_s += time.thread_time() - cpu_started
-
-    @property
-    def busy_cpu_s(self) -> float:
-        """The CPU time of sampling (its own cost): the thread's, waking up included, and that
-        of readings taken outside it. The thread's is read from its CPU clock, not timed around
-        each reading, which would cost as much as a tenth of a reading."""
-        thread_s, clock_id = self._thread_cpu_s, self._thread_clock
-        if clock_id is not None:
-            try:
-                thread_s = time.clock_gettime(clock_id)
-            except OSError:  # ended meanwhile: it has left its total
-                thread_s = self._thread_cpu_s
-        return thread_s + self._outside_cpu_s
+        return self._take()
 
     def _take(self) -> dict[str, Any] | None:
         started = time.perf_counter()
@@ -127,13 +106,6 @@ class Sampler:
         return row
 
     def _loop(self) -> None:
-        try:
-            self._wait_and_take()
-        finally:
-            self._thread_cpu_s = time.thread_time()
-            self._thread_clock = None
-
-    def _wait_and_take(self) -> None:
         take, pipe = self._take, self._pipe
         if pipe is not None:
             poll = select.poll()
@@ -156,9 +128,6 @@ class Sampler:
             self._wake.acquire()
         self._thread = threading.Thread(target=self._loop, name="trainpace-sampler", daemon=True)
         self._thread.start()
-        if hasattr(time, "pthread_getcpuclockid") and self._thread.ident is not None:
-            with contextlib.suppress(OSError):
-                self._thread_clock = time.pthread_getcpuclockid(self._thread.ident)
 
     def stop(self, *, final_reading: bool = True) -> None:
         """Stop and join the thread; then one last reading (the run's end is covered)."""

@@ -11,7 +11,7 @@ import logging
 
 from trainpace.runlog import Record
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 
 class DroppingSink:

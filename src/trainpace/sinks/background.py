@@ -28,7 +28,7 @@ from typing import Any
 from trainpace.runlog import Record
 from trainpace.sinks.base import Sink
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 _STOP = object()
 _WINDOW = object()  # a job that takes every window handed over so far

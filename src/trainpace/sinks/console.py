@@ -8,7 +8,7 @@ import sys
 from typing import Any, TextIO
 
 from trainpace.runlog import Record
-from trainpace.units import format_duration
+from trainpace.units import format_compact, format_duration
 
 
 def format_window(figures: dict[str, Any]) -> str:
@@ -21,7 +21,7 @@ def format_window(figures: dict[str, Any]) -> str:
         parts.append(f"{samples:,.0f} samples/s" if samples >= 10 else f"{samples:.2f} samples/s")
     tokens = figures.get("tokens_per_s")
     if tokens is not None:
-        parts.append(f"{_compact(tokens)} tok/s")
+        parts.append(f"{format_compact(tokens)} tok/s")
     median, p90 = figures.get("step_s_median"), figures.get("step_s_p90")
     if median is not None and p90 is not None:
         parts.append(f"step {format_duration(median)} (p90 {format_duration(p90)})")
@@ -40,13 +40,6 @@ def format_window(figures: dict[str, Any]) -> str:
     elif eta is not None:
         parts.append(f"target in ~{format_duration(eta)}")
     return " | ".join(parts)
-
-
-def _compact(value: float) -> str:
-    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= limit:
-            return f"{value / limit:.1f}{suffix}"
-    return f"{value:.0f}"
 
 
 class ConsoleSink:

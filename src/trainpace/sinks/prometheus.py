@@ -25,7 +25,7 @@ from trainpace.sinks.names import (
     window_step,
 )
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 

@@ -33,7 +33,7 @@ from trainpace.runlog import (
     Record,
 )
 
-logger = logging.getLogger("trainpace")
+logger = logging.getLogger(__name__)
 
 _LINES = msgspec.json.Encoder()
 

@@ -8,7 +8,7 @@
 Loading streams the file into numpy columns (:mod:`.load`); the temporal breakdown and the
 comm/compute overlap follow Holistic Trace Analysis 0.5, the step breakdown follows
 torch-tb-profiler (:mod:`.breakdown`); idle causes (:mod:`.idle`), kernel categories and
-launch-bound signs (:mod:`.kernels`); the findings come from ``trainpace.diagnose`` over a
+launch-bound signs (:mod:`.kernels`); the findings come from ``trainpace.diagnosis`` over a
 Summary built from the trace (:mod:`.evidence`). :mod:`.capture` records a trace for the Meter.
 """
 
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from trainpace.trace.load import TraceColumns, load_trace
     from trainpace.trace.result import RankAnalysis, TraceAnalysis
 
-# The package's names are loaded on first use (PEP 562): its reading modules import no numpy,
-# and `trainpace analyze` starts reading a trace with them before it imports numpy (.prefetch).
+# The package's names are loaded on first use (PEP 562): the Meter's trace capture
+# (.capture) loads none of the analysis.
 _HOMES = {
     "RankAnalysis": "trainpace.trace.result",
     "TraceAnalysis": "trainpace.trace.result",

@@ -15,7 +15,7 @@ from trainpace.errors import ConfigError
 from trainpace.stats import median
 from trainpace.trace import breakdown as bd
 from trainpace.trace.evidence import build_summary
-from trainpace.trace.host import host_breakdown
+from trainpace.trace.host_breakdown import host_breakdown
 from trainpace.trace.idle import GAP_THRESHOLD_US, TOP_GAPS, idle_breakdown
 from trainpace.trace.kernels import TOP_KERNELS, hta_steps, kernel_breakdown
 from trainpace.trace.load import TraceColumns, read_trace, trace_files

@@ -11,7 +11,6 @@ Two kernel classifications live here, on purpose:
 from __future__ import annotations
 
 import bisect
-import functools
 import re
 from collections.abc import Callable, Sequence
 from itertools import compress, count, repeat
@@ -168,7 +167,6 @@ def _rank(text: str) -> int:
     return _OTHER
 
 
-@functools.lru_cache(maxsize=8192)  # the ranks of one job share their kernels' names
 def kernel_category(name: str) -> str:
     """The category of a device kernel or copy, by its name."""
     low = name.lower()

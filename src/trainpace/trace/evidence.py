@@ -1,6 +1,6 @@
 """Trace figures as a ``trainpace.summary/1`` Summary, diagnosed by the live run's rules.
 
-The same rules (``trainpace.diagnose``) judge a live run and a trace, so a trace gives the same
+The same rules (``trainpace.diagnosis``) judge a live run and a trace, so a trace gives the same
 findings (``data_wait``, ``launch_bound``, ``communication``, ``straggler``, ...) for the same
 evidence. What a trace cannot tell (samples, tokens, FLOPs, temperature, bandwidth) stays
 None, and the diagnosis says those checks did not run.
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from trainpace.diagnose import diagnose
+from trainpace.diagnosis import diagnose
 from trainpace.stats import mean_known, median
 from trainpace.summary import (
     Communication,

@@ -7,9 +7,6 @@ ordinal of that key among the distinct keys seen so far (a trace repeats a few h
 Nothing is checked or filtered here beyond the phase: which events are usable (a cat, a
 name, a time) is decided once for all of them when the columns become numpy arrays
 (:func:`.load.finish_columns`).
-
-numpy is not needed (nor imported) until then, so the command can read a trace in a process
-of its own while it is still importing numpy and the analysis (:mod:`.prefetch`).
 """
 
 from __future__ import annotations
@@ -65,7 +62,7 @@ def _as_int(value: Any) -> int:
     return number if -(2**63) <= number < 2**63 else -1
 
 
-def _number(value: Any) -> float:
+def _time_us(value: Any) -> float:
     """A finite time in µs, or NaN (the column's mark of a time that is not one)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return _MISSING
@@ -155,8 +152,8 @@ class EventColumns:
             ext = args.get("External id")
             key = (_text(e.get("cat")), _text(e.get("name")), _tid(e.get("tid")))
             self.key.append(self.keys[key])
-            self.ts.append(_number(e.get("ts")))
-            self.dur.append(_number(e.get("dur")))
+            self.ts.append(_time_us(e.get("ts")))
+            self.dur.append(_time_us(e.get("dur")))
             self.ids.extend((_as_int(args.get("stream", -1)),
                              _as_int(args.get("correlation", -1)),
                              _as_int(args.get("external id", -1) if ext is None else ext),

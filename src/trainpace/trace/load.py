@@ -19,7 +19,6 @@ import msgspec
 import numpy as np
 
 from trainpace.errors import TraceFormatError
-from trainpace.trace import prefetch
 from trainpace.trace.extract import (
     N_IDS,
     NO_CAT,
@@ -90,13 +89,8 @@ def load_trace(
 
 def read_trace(name: str, *, chunk_bytes: int = CHUNK_BYTES) -> TraceColumns:
     """:func:`load_trace` without the memory check (done once, before): the file is opened
-    and read once, so a FIFO works. A trace the command read ahead (:mod:`.prefetch`) is
-    taken from there."""
-    ahead = prefetch.take(name)  # what the command's child read while it was importing
-    if ahead is not None:
-        meta, columns = ahead
-    else:
-        meta, columns = _read(name, chunk_bytes)
+    and read once, so a FIFO works."""
+    meta, columns = _read(name, chunk_bytes)
     loaded = finish_columns(name, meta, columns)
     if not len(loaded):
         raise TraceFormatError(

@@ -11,6 +11,7 @@ import os
 import stat
 
 from trainpace.errors import TraceFormatError
+from trainpace.units import format_bytes
 
 # JSON per piece: 128 KB keeps a piece's objects (~1 MB) small beside a small trace's columns,
 # and large enough that the per-piece work (a few dozen numpy calls) costs nothing.
@@ -84,11 +85,8 @@ def check_memory(path: str, memory_available: int | None = None, *,
     need = memory_needed(path, size=json_size)
     if free is not None and need > free:
         raise TraceFormatError(
-            f"{path}: too large for the memory available: its {_size(json_size)} of JSON "
-            f"need about {_size(need)} to analyze and {_size(free)} is free; analyze it on a "
-            "machine with more memory or record fewer steps (torch.profiler.schedule(active=...))"
+            f"{path}: too large for the memory available: its {format_bytes(json_size)} of "
+            f"JSON need about {format_bytes(need)} to analyze and {format_bytes(free)} is free; "
+            "analyze it on a machine with more memory or record fewer steps "
+            "(torch.profiler.schedule(active=...))"
         )
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"

@@ -6,11 +6,9 @@ the next block is decompressed while the parser works on this one, and the parse
 time of the slower of the two rather than of both. The blocks go through a small bounded
 queue, so memory stays a few MB whatever the file's size. A small one is decompressed inline.
 
-zlib gives the GIL back several times per block (once per piece of its output buffer), and a
-thread waiting for the GIL gets it only when the holder's switch interval ends (5 ms by
-default): behind a busy parser the thread then inflated a block per several intervals and
-became the slower of the two (measured on a 90 MB trace: 0.15 s of the parser's 0.85 s spent
-waiting for blocks). While the thread runs, the interval is 0.2 ms; it is restored after.
+Behind a busy parser the thread may wait up to a GIL switch interval (5 ms by default) each
+time zlib gives the GIL back; the interval is the caller's (its training's threads feel it), so
+it is left as it is.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ from __future__ import annotations
 import os
 import queue
 import stat
-import sys
 import threading
 import zlib
 from collections.abc import Iterator
@@ -42,31 +39,6 @@ _QUEUE_BLOCKS = 2  # double buffering: 1 MB blocks, the next one inflating while
 # the scheduler, which only pays when there is much to decompress).
 _THREAD_MIN_BYTES = 1 << 19
 _GZIP = 16 + zlib.MAX_WBITS  # zlib's window bits for a gzip header and trailer
-_SWITCH_INTERVAL_S = 0.0002  # the GIL's switch interval while a gunzip thread runs
-
-
-class _QuickSwitch:
-    """The interpreter's switch interval lowered while any gunzip thread runs (counted, so
-    that traces read at the same time restore the interval once, after the last)."""
-
-    lock = threading.Lock()
-    users = 0
-    saved = 0.0
-
-    @classmethod
-    def enter(cls) -> None:
-        with cls.lock:
-            if cls.users == 0:
-                cls.saved = sys.getswitchinterval()
-                sys.setswitchinterval(min(cls.saved, _SWITCH_INTERVAL_S))
-            cls.users += 1
-
-    @classmethod
-    def leave(cls) -> None:
-        with cls.lock:
-            cls.users -= 1
-            if cls.users == 0:
-                sys.setswitchinterval(cls.saved)
 
 
 class _DamagedError(Exception):
@@ -162,13 +134,11 @@ class Source:
                 self._inline = _inflated(head, self._raw, _INLINE_OUT_BYTES)
             else:
                 self._gunzip = _Gunzip(_inflated(head, self._raw, _OUT_BYTES))
-                _QuickSwitch.enter()
                 self._gunzip.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._gunzip is not None:
-            _QuickSwitch.leave()
             self._gunzip.stop.set()
             self._gunzip.join(timeout=1.0)
             if self._gunzip.is_alive():

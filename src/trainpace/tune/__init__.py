@@ -1,8 +1,7 @@
 """DataLoader tuning: the cheapest settings that make the data wait disappear, or proof that
 none can (``trainpace.tune_loader``, ``trainpace tune-loader``).
 
-The names are imported on first use, so that the diagnosis can import
-:mod:`trainpace.tune.hint` (for the command to suggest) without loading PyTorch.
+The names are imported on first use: ``import trainpace.tune`` loads no PyTorch.
 """
 
 from __future__ import annotations
@@ -11,20 +10,20 @@ import importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
-    from trainpace.tune.hint import advice_lines, command_hint, tune_advice
+    from trainpace.errors import DatasetError
+    from trainpace.tune.hint import advice_lines, tune_advice
     from trainpace.tune.result import TARGET_WAIT_PCT, Probe, Setting, Trial, TuneResult
     from trainpace.tune.search import tune_loader
-    from trainpace.tune.source import DatasetError, load_factory
+    from trainpace.tune.source import load_factory
 
 _WHERE = {
     "TARGET_WAIT_PCT": "trainpace.tune.result",
-    "DatasetError": "trainpace.tune.source",
+    "DatasetError": "trainpace.errors",
     "Probe": "trainpace.tune.result",
     "Setting": "trainpace.tune.result",
     "Trial": "trainpace.tune.result",
     "TuneResult": "trainpace.tune.result",
     "advice_lines": "trainpace.tune.hint",
-    "command_hint": "trainpace.tune.hint",
     "load_factory": "trainpace.tune.source",
     "tune_advice": "trainpace.tune.hint",
     "tune_loader": "trainpace.tune.search",
@@ -38,7 +37,6 @@ __all__ = [
     "Trial",
     "TuneResult",
     "advice_lines",
-    "command_hint",
     "load_factory",
     "tune_advice",
     "tune_loader",

@@ -1,35 +1,10 @@
-"""The tuner as the diagnosis uses it: advice lines from a tuning, or the command to run."""
+"""The tuner as the Meter uses it at the end of a run: advice lines from tuning its loader."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the diagnosis imports this module: the tuner's results cost 7 ms to load
-    from trainpace.tune.result import TuneResult
-
-
-def command_hint(meta: Mapping[str, Any] | None, run_folder: str | None = None,
-                 step_s: float | None = None) -> str:
-    """The ``trainpace tune-loader`` command for a run, from its ``meta.json``.
-
-    A run folder cannot re-create the dataset, so the command names the one thing the user
-    must supply (a function returning their dataset or DataLoader); the step comes from the
-    run (``--run``), or is written out when only its duration is known.
-    """
-    loader = (meta or {}).get("loader") or {}
-    cls = loader.get("class") if isinstance(loader, Mapping) else None
-    what = "your DataLoader" if cls else "your dataset or DataLoader"
-    if run_folder:
-        import shlex  # only here: the diagnosis, which imports this module, names none
-
-        step = f"--run {shlex.quote(str(run_folder))}"
-    elif step_s is not None and step_s > 0:
-        step = f"--step-ms {step_s * 1000:.3g}"
-    else:
-        step = "--step-ms STEP_MS"
-    return (f"trainpace tune-loader MODULE:FACTORY {step}  (FACTORY: a function in MODULE "
-            f"that returns {what}; it finds the fewest workers that hide the wait)")
+from trainpace.tune.result import TuneResult
 
 
 def advice_lines(result: TuneResult) -> list[str]:

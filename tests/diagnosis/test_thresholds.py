@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from trainpace.diagnose import SOURCES, Thresholds, threshold_table
+from trainpace.diagnosis import SOURCES, Thresholds, threshold_table
 from trainpace.errors import ConfigError
 
 

@@ -3,7 +3,7 @@
 from dist.fakes import record
 from trainpace.dist.merge import Merger
 from trainpace.dist.ranks import RankInfo
-from trainpace.dist.summary import merged_summary, rank_summary, summary_dict
+from trainpace.dist.job_summary import merged_summary, rank_summary, summary_dict
 from trainpace.summary import RankEntry, Summary
 
 

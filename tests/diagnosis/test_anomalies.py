@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.helpers import ctx, only, records
-from trainpace.diagnose import anomalies
-from trainpace.diagnose.thresholds import Thresholds
+from diagnosis.helpers import ctx, only, records
+from trainpace.diagnosis import anomalies
+from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.summary import Steps, Summary
 
 # ---- step-time anomalies -------------------------------------------------------------------
@@ -216,7 +216,7 @@ def test_drift_blames_growing_inputs_only_when_the_work_per_step_grew():
 
 
 def test_a_long_run_as_columns_is_never_turned_into_records(monkeypatch):
-    from trainpace.diagnose import diagnose
+    from trainpace.diagnosis import diagnose
     from trainpace.series import StepSeries
 
     n = 200_000

@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import trainpace
-from trainpace.diagnose import diagnose
+from trainpace.diagnosis import diagnose
 from trainpace.runlog import read_run
 
 

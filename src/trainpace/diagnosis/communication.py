@@ -16,9 +16,9 @@ import datetime as _dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainpace.diagnose import advice as adv
-from trainpace.diagnose._context import Context, Outcome, Verdict, banded, verdict
-from trainpace.diagnose.thresholds import Thresholds
+from trainpace.diagnosis import advice as adv
+from trainpace.diagnosis._context import Context, Outcome, Verdict, severity_for, verdict
+from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.stats import median
 from trainpace.summary import Diagnosis
 
@@ -37,7 +37,7 @@ def communication(ctx: Context) -> Outcome:
         return Outcome(skipped="no communication time measured (needs a profiler trace)")
     if c.share_pct < t.communication_warning_pct:
         return Outcome(checked=f"communication {c.share_pct:.1f}% of the step")
-    severity = banded(c.share_pct, t.communication_warning_pct, t.communication_critical_pct)
+    severity = severity_for(c.share_pct, t.communication_warning_pct, t.communication_critical_pct)
     overlap = c.overlap_pct
     advice = []
     if overlap is not None and overlap < 50:
@@ -127,7 +127,7 @@ def _stragglers(ctx: Context, dist: Mapping[str, Any]) -> Outcome:
     }
     return verdict(
         "straggler",
-        banded(lost, t.straggler_warning_pct, t.straggler_critical_pct),
+        severity_for(lost, t.straggler_warning_pct, t.straggler_critical_pct),
         f"Rank {rank}{' on ' + host if host else ''} holds the others back: {lost:.0f}% of "
         f"the step lost to it in {len(slow)} of {len(scores)} windows ({because})",
         evidence,
@@ -227,7 +227,7 @@ def _step_skew(ctx: Context) -> Outcome:
                  "or pack them)")
     return verdict(
         "straggler",
-        banded(skew_pct, t.straggler_warning_pct, t.straggler_critical_pct),
+        severity_for(skew_pct, t.straggler_warning_pct, t.straggler_critical_pct),
         f"Rank {slow.rank} is {skew_pct:.0f}% slower than the median rank",
         {"slowest_rank": slow.rank, "host": slow.host, "step_s_median": slow.step_s_median,
          "ranks_step_s_median": typical, "skew_pct": skew_pct, "wait_pct": slow.wait_pct,

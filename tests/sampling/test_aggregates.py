@@ -1,6 +1,6 @@
 import pytest
 
-from trainpace.sampling.series import SeriesSet
+from trainpace.sampling.aggregates import SeriesSet
 
 
 def _series(points, start=0.0, **kwargs):
@@ -101,7 +101,7 @@ def test_bad_bucket_count():
 
 
 def test_readings_joining_the_table_in_blocks_give_the_same_figures(monkeypatch):
-    from trainpace.sampling import series as series_module
+    from trainpace.sampling import aggregates as series_module
 
     def fill(pending_max):
         monkeypatch.setattr(series_module, "PENDING_MAX", pending_max)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trainpace.diagnose import advice as adv
-from trainpace.diagnose._context import Context, Outcome, Verdict, verdict
-from trainpace.diagnose.anomalies import drift, loss_finite, step_outliers
-from trainpace.diagnose.distributed import communication, ranks
-from trainpace.diagnose.loading import data_wait
-from trainpace.diagnose.phases import outside_steps, slow_phases
+from trainpace.diagnosis import advice as adv
+from trainpace.diagnosis._context import Context, Outcome, Verdict, verdict
+from trainpace.diagnosis.anomalies import drift, loss_finite, step_outliers
+from trainpace.diagnosis.communication import communication, ranks
+from trainpace.diagnosis.loading import data_wait
+from trainpace.diagnosis.phases import outside_steps, slow_phases
 from trainpace.summary import Finding
 
 Rule = Callable[[Context], Outcome]
@@ -369,5 +369,5 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("communication", communication),
     ("rank imbalance", ranks),
 )
-"""(name, rule) in the expert's order; :func:`trainpace.diagnose.diagnose` runs them all."""
+"""(name, rule) in the expert's order; :func:`trainpace.diagnosis.diagnose` runs them all."""
 

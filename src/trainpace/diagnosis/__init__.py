@@ -1,11 +1,13 @@
 """Diagnosis: pure rules over a summary (and the per-step records) → the bottleneck and findings.
 
 ``diagnose(summary, steps=..., system=..., meta=...)`` runs every rule of
-:data:`~trainpace.diagnose.rules.RULES` in the expert's order and returns a
+:data:`~trainpace.diagnosis.rules.RULES` in the expert's order and returns a
 :class:`~trainpace.summary.Diagnosis`. The bottleneck is the category of the most severe
 finding that points at one (ties: the larger share of time lost, then the earlier rule);
 ``none`` when nothing does. The last finding, ``checks``, always says what was checked and
-what could not be (which source was missing), so a healthy run says why it is healthy.
+what could not be (which source was missing), so a healthy run says why it is healthy. A data
+wait that one straggling rank explains is said on the ``data_wait`` finding
+(:func:`~trainpace.diagnosis.communication.attribute_rank_wait`).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainpace.diagnose._context import Context, StepColumns, Verdict
-from trainpace.diagnose.rules import RULES
-from trainpace.diagnose.thresholds import SOURCES, Thresholds, threshold_table
+from trainpace.diagnosis._context import Context, StepColumnSource, Verdict
+from trainpace.diagnosis.communication import attribute_rank_wait
+from trainpace.diagnosis.rules import RULES
+from trainpace.diagnosis.thresholds import SOURCES, Thresholds, threshold_table
 from trainpace.summary import SEVERITIES, Diagnosis, Finding, Summary
 
 __all__ = ["SOURCES", "Thresholds", "diagnose", "threshold_table"]
@@ -38,7 +41,7 @@ def _bottleneck(verdicts: Sequence[Verdict]) -> Verdict | None:
 def diagnose(
     summary: Summary,
     *,
-    steps: Sequence[Mapping[str, Any]] | StepColumns | None = None,
+    steps: Sequence[Mapping[str, Any]] | StepColumnSource | None = None,
     system: Sequence[Mapping[str, Any]] | None = None,
     meta: Mapping[str, Any] | None = None,
     thresholds: Thresholds | None = None,
@@ -55,7 +58,8 @@ def diagnose(
         meta: ``meta.json`` (DataLoader settings under ``loader``, ``host.cpu_count``), or None.
         thresholds: the rules' thresholds (:class:`Thresholds` defaults when None).
     """
-    ctx = Context(summary, steps, system, meta or {}, thresholds or Thresholds())
+    t = thresholds or Thresholds()
+    ctx = Context(summary, steps, system, meta or {}, t)
     verdicts: list[Verdict] = []
     checked: list[str] = []
     not_checked: list[str] = []
@@ -88,4 +92,5 @@ def diagnose(
         },
         advice=advice,
     )
-    return Diagnosis(bottleneck=bottleneck, findings=[v.finding for v in verdicts] + [checks])
+    return attribute_rank_wait(
+        Diagnosis(bottleneck=bottleneck, findings=[v.finding for v in verdicts] + [checks]), t)

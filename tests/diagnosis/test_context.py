@@ -7,8 +7,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from trainpace.diagnose import _context, diagnose, phases
-from trainpace.diagnose._context import Steps, known_or, selection
+from trainpace.diagnosis import _context, diagnose, phases
+from trainpace.diagnosis._context import Steps, finite_or, selection
 from trainpace.measure.summarize import summarize
 from trainpace.series import StepSeries
 from trainpace.summary import Steps as Counts
@@ -62,9 +62,9 @@ def test_the_diagnosis_on_views_is_exactly_the_one_on_copies(monkeypatch, gaps):
     meta = {"host": {"cpu_count": 4}}
     found = diagnose(summary, steps=series, system=system, meta=meta)
     monkeypatch.setattr(_context, "selection", _copies)
-    monkeypatch.setattr(_context, "known_or", _where)
+    monkeypatch.setattr(_context, "finite_or", _where)
     monkeypatch.setattr(phases, "selection", _copies)
-    monkeypatch.setattr(phases, "known_or", _where)
+    monkeypatch.setattr(phases, "finite_or", _where)
     reference = diagnose(summary, steps=series, system=system, meta=meta)
     assert repr(dataclasses.asdict(found)) == repr(dataclasses.asdict(reference))  # NaN too
     ids = {f.id for f in found.findings}
@@ -89,9 +89,9 @@ def test_selection_and_known_or_against_the_copies():
     split = np.array([True, False, True])
     assert selection(split).tolist() == [0, 2]
     values = np.array([1.0, np.nan, np.inf, 2.0])
-    assert known_or(values, 0.0).tolist() == [1.0, 0.0, 0.0, 2.0]
+    assert finite_or(values, 0.0).tolist() == [1.0, 0.0, 0.0, 2.0]
     clean = np.array([1.0, 2.0])
-    assert known_or(clean, 0.0) is clean
+    assert finite_or(clean, 0.0) is clean
 
 
 def test_step_numbers_are_the_records_or_their_position():

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from trainpace.diagnose import advice as adv
-from trainpace.diagnose._context import Context, Outcome, Verdict, banded, verdict
-from trainpace.diagnose.phases import HostSigns, host_signs
-from trainpace.diagnose.thresholds import Thresholds
+from trainpace.diagnosis import advice as adv
+from trainpace.diagnosis._context import Context, Outcome, Verdict, severity_for, verdict
+from trainpace.diagnosis.phases import HostSigns, find_phases, host_signs
+from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.stats import median
 from trainpace.summary import Bottleneck
 from trainpace.units import format_duration as duration
@@ -129,7 +129,7 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
     lost_pct = 100.0 * lost_s / float(times.step_s.sum())
     in_wait_s = float(np.maximum(0.0, times.wait_s[ix] - wait_med).sum())
     in_loader = in_wait_s >= 0.5 * lost_s
-    severity = banded(lost_pct, t.outlier_warning_pct, t.outlier_critical_pct)
+    severity = severity_for(lost_pct, t.outlier_warning_pct, t.outlier_critical_pct)
     worst = int(ix[int(np.argmax(slow))])
     evidence: dict[str, Any] = {
         "measured_steps": len(times),
@@ -217,7 +217,7 @@ def step_outliers(ctx: Context) -> Outcome:
     med = median(times.step_s) or 0.0
     spikes = np.flatnonzero(times.step_s > t.spike_factor * med)
     in_phase = np.zeros(len(times), dtype=bool)
-    for phase in ctx.phases:  # a stall inside a named slow phase is reported with it
+    for phase in find_phases(ctx):  # a stall inside a named slow phase is reported with it
         in_phase |= (times.step >= phase.start_step) & (times.step <= phase.stop_step)
     found = None
     if len(spikes) >= t.spike_min_count:

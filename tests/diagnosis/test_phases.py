@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import trainpace
-from diagnose.helpers import ctx, records
-from trainpace.diagnose import diagnose, phases
+from diagnosis.helpers import ctx, records
+from trainpace.diagnosis import diagnose, phases
 from trainpace.runlog import read_run
 from trainpace.series import StepSeries
 from trainpace.summary import Steps, Summary, Time
@@ -63,7 +63,7 @@ def test_a_slow_phase_in_the_data_wait_and_one_nothing_explains():
     step_s = [0.02] * 40 + [0.1] * 10 + [0.02] * 40 + [0.08] * 10 + [0.02] * 20
     wait_s = [0.0] * 40 + [0.08] * 10 + [0.0] * 80
     c = ctx(Summary(time=Time(wall_s=sum(step_s))), steps=records(step_s, wait_s))
-    found = c.phases
+    found = phases.find_phases(c)
     assert [(p.start_step, p.stop_step, p.cause) for p in found] == [
         (41, 50, "data_wait"), (91, 100, "unknown")]
     assert found[0].slowdown == pytest.approx(5.0)
@@ -73,7 +73,7 @@ def test_a_slow_phase_in_the_data_wait_and_one_nothing_explains():
 def test_a_few_fast_steps_inside_a_phase_do_not_split_it_and_single_stalls_are_no_phase():
     step_s = [0.02] * 30 + [0.1, 0.1, 0.02, 0.1, 0.1, 0.1, 0.02, 0.1, 0.1, 0.1] + [0.02] * 30
     step_s[5] = step_s[12] = 0.5  # two lone stalls: the stall rule's, not a phase
-    found = ctx(steps=records(step_s)).phases
+    found = phases.find_phases(ctx(steps=records(step_s)))
     assert [(p.start_step, p.stop_step) for p in found] == [(31, 40)]
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from diagnose.helpers import ctx, only
-from trainpace.diagnose import rules
+from diagnosis.helpers import ctx, only
+from trainpace.diagnosis import rules
 from trainpace.summary import (
     Bandwidth,
     Data,
@@ -300,7 +300,7 @@ def test_the_producers_family_figures_reach_the_bandwidth_advice():
 
 
 def test_python_between_operators_is_host_overhead():
-    from trainpace.diagnose import diagnose
+    from trainpace.diagnosis import diagnose
     from trainpace.summary import Host, Summary
 
     summary = Summary(host=Host(python_pct=42.0))

@@ -1,6 +1,6 @@
 import pytest
 
-from trainpace.diagnose.advice import (
+from trainpace.diagnosis.advice import (
     duration,
     gain_if_removed,
     gain_text,

@@ -7,7 +7,7 @@ import trainpace
 
 
 def test_the_data_wait_finding_names_the_tuner_command_with_the_step_to_hide():
-    from trainpace.diagnose import diagnose
+    from trainpace.diagnosis import diagnose
     from trainpace.summary import Data, Steps, Summary, Time
 
     summary = Summary(steps=Steps(total=100, warmup=0, measured=100),
@@ -46,3 +46,28 @@ def test_the_meter_tunes_its_own_loader_when_asked(tmp_path, clock):
     assert summary.data.wait_pct == pytest.approx(100 * 0.032 / 0.062)
     finding = next(f for f in summary.diagnosis.findings if f.id == "data_wait")
     assert finding.advice[0].startswith("measured: "), finding.advice
+
+
+def test_the_tuner_command_names_what_the_user_must_supply():
+    from trainpace.diagnosis.loading import tune_command
+
+    meta = {"loader": {"class": "torch.utils.data.dataloader.DataLoader", "num_workers": 0}}
+    assert tune_command(meta, 0.045) == (
+        "trainpace tune-loader MODULE:FACTORY --step-ms 45  (FACTORY: a function in MODULE "
+        "that returns your DataLoader; it finds the fewest workers that hide the wait)")
+    assert tune_command(None) == (
+        "trainpace tune-loader MODULE:FACTORY --step-ms STEP_MS  (FACTORY: a function in "
+        "MODULE that returns your dataset or DataLoader; it finds the fewest workers that "
+        "hide the wait)")
+    assert "--step-ms STEP_MS " in tune_command({}, 0.0)
+
+
+def test_the_diagnosis_loads_neither_torch_nor_the_tuner():
+    import subprocess
+    import sys
+
+    code = ("import sys; from trainpace.diagnosis import diagnose; "
+            "print(sorted(m for m in ('torch', 'trainpace.tune') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"

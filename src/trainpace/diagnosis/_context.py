@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from trainpace.diagnose.thresholds import Thresholds
+from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.records import STEP_FIELDS
 from trainpace.series import StepSeries
 from trainpace.stats import median
@@ -42,7 +42,7 @@ def selection(mask: np.ndarray) -> slice | np.ndarray:
     return np.flatnonzero(mask)
 
 
-def known_or(values: np.ndarray, fill: float) -> np.ndarray:
+def finite_or(values: np.ndarray, fill: float) -> np.ndarray:
     """``values`` with NaN and inf replaced by ``fill``: ``values`` itself (no copy) when they
     are all finite."""
     known = np.isfinite(values)
@@ -65,7 +65,7 @@ def _step_numbers(step: np.ndarray) -> np.ndarray:
     return out
 
 
-class StepColumns(Protocol):
+class StepColumnSource(Protocol):
     """Anything that gives a step field as a float64 column (NaN for null): a StepSeries."""
 
     def column(self, name: str) -> np.ndarray: ...
@@ -73,7 +73,7 @@ class StepColumns(Protocol):
     def __len__(self) -> int: ...
 
 
-StepsInput = Sequence[Mapping[str, Any]] | StepColumns | None
+StepsInput = Sequence[Mapping[str, Any]] | StepColumnSource | None
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def verdict(
     return Outcome(verdicts=(Verdict(finding, bottleneck, lost_pct),))
 
 
-def banded(value: float, warning: float, critical: float) -> Severity:
+def severity_for(value: float, warning: float, critical: float) -> Severity:
     """The severity of a value against its warning and critical thresholds."""
     return "critical" if value >= critical else "warning" if value >= warning else "info"
 
@@ -135,7 +135,7 @@ def _record_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarra
 class Steps:
     """Every step record as columns (warm-up included), and which were warm-up."""
 
-    def __init__(self, steps: Sequence[Mapping[str, Any]] | StepColumns, warmup: int) -> None:
+    def __init__(self, steps: Sequence[Mapping[str, Any]] | StepColumnSource, warmup: int) -> None:
         flags: np.ndarray | None = None
         if isinstance(steps, Sequence):
             self._columns = _record_columns(steps)
@@ -210,7 +210,7 @@ class Context:
         return StepTimes(
             step=steps.step[keep],
             step_s=step_s[keep],
-            wait_s=known_or(steps.column("wait_s")[keep], 0.0),
+            wait_s=finite_or(steps.column("wait_s")[keep], 0.0),
             t_s=steps.column("t_s")[keep],
             index=keep,
         )
@@ -285,14 +285,6 @@ class Context:
         if not known.any():
             return None
         return float((values[known] * weights[known]).sum() / weights[known].sum())
-
-    @cached_property
-    def phases(self) -> list[Any]:
-        """The run's slow phases (:func:`trainpace.diagnose.phases.find_phases`), found once
-        for every rule that needs them."""
-        from trainpace.diagnose.phases import find_phases  # phases builds on this module
-
-        return find_phases(self)
 
     @property
     def samples_per_step(self) -> float | None:

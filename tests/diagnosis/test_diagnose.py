@@ -2,7 +2,7 @@
 
 import copy
 
-from trainpace.diagnose import Thresholds, diagnose
+from trainpace.diagnosis import Thresholds, diagnose
 from trainpace.summary import (
     BOTTLENECKS,
     Communication,

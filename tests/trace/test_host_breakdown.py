@@ -14,7 +14,7 @@ import pytest
 from tracekit import CPU_RUN_TRACE, HANDMADE, HANDMADE_CPU
 
 from trainpace.trace import analyze_traces
-from trainpace.trace.host import self_times
+from trainpace.trace.host_breakdown import self_times
 
 
 def test_self_time_is_the_span_less_its_direct_children() -> None:

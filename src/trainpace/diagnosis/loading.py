@@ -7,15 +7,31 @@ use as the sampler measured it) and carries the settings to use as data
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from trainpace.diagnose import advice as adv
-from trainpace.diagnose._context import Context, Outcome, Verdict
+from trainpace.diagnosis import advice as adv
+from trainpace.diagnosis._context import Context, Outcome, Verdict
 from trainpace.stats import median
 from trainpace.summary import Finding, Severity
-from trainpace.tune.hint import command_hint
+
+
+def tune_command(meta: Mapping[str, Any] | None, step_s: float | None = None) -> str:
+    """The ``trainpace tune-loader`` command for a run, from its ``meta.json``.
+
+    A run folder cannot re-create the dataset, so the command names the one thing the user
+    must supply (a function returning their dataset or DataLoader); the step is written out
+    when its duration is known.
+    """
+    loader = (meta or {}).get("loader") or {}
+    cls = loader.get("class") if isinstance(loader, Mapping) else None
+    what = "your DataLoader" if cls else "your dataset or DataLoader"
+    step = f"--step-ms {step_s * 1000:.3g}" if step_s is not None and step_s > 0 \
+        else "--step-ms STEP_MS"
+    return (f"trainpace tune-loader MODULE:FACTORY {step}  (FACTORY: a function in MODULE "
+            f"that returns {what}; it finds the fewest workers that hide the wait)")
 
 
 def data_wait(ctx: Context) -> Outcome:
@@ -61,8 +77,7 @@ def data_wait(ctx: Context) -> Outcome:
         else:
             advice = [f"raise DataLoader num_workers — {adv.gain_text(wait_pct)}"]
         compute_s = step_s - wait_s if step_s and wait_s is not None else None
-        command = command_hint(ctx.meta, step_s=compute_s if compute_s and compute_s > 0
-                               else None)
+        command = tune_command(ctx.meta, compute_s)
         evidence["tune_command"] = command
         if not any("tune-loader" in line for line in advice):
             advice = [*advice, f"to measure the settings instead of computing them: {command}"]

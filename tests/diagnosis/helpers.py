@@ -1,7 +1,7 @@
 """Hand-made inputs for the rule tests: step records, a rule context."""
 
-from trainpace.diagnose._context import Context
-from trainpace.diagnose.thresholds import Thresholds
+from trainpace.diagnosis._context import Context
+from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.summary import Summary
 
 

@@ -17,9 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from trainpace.diagnose import advice as adv
-from trainpace.diagnose._context import Context, Outcome, Verdict, banded, known_or, selection
-from trainpace.diagnose.thresholds import Thresholds
+from trainpace.diagnosis import advice as adv
+from trainpace.diagnosis._context import (
+    Context,
+    Outcome,
+    Verdict,
+    finite_or,
+    selection,
+    severity_for,
+)
+from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.stats import median
 from trainpace.summary import Bottleneck, Finding
 from trainpace.units import format_duration as duration
@@ -172,7 +179,7 @@ def timeline(ctx: Context) -> Timeline | None:
     steady = median(reference)
     if not steady or not math.isfinite(steady):
         return None
-    wait = known_or(steps.column("wait_s")[keep], 0.0)
+    wait = finite_or(steps.column("wait_s")[keep], 0.0)
     wall = ctx.summary.time.wall_s or float(np.nanmax(end))
     return Timeline(steps.step[keep], step_s[keep], wait, end[keep], steady,
                     median(ctx.times.wait_s) or 0.0, wall)
@@ -302,7 +309,7 @@ def slow_phases(ctx: Context) -> Outcome:
     if line is None:
         return Outcome(skipped=f"fewer than {ctx.t.outlier_min_steps} timed steps for the "
                        "slow-phase check")
-    phases = ctx.phases
+    phases = find_phases(ctx)
     verdicts = []
     if phases:
         verdicts.append(_phase_verdict(ctx, line, phases))
@@ -319,7 +326,7 @@ def _phase_verdict(ctx: Context, line: Timeline, phases: list[Phase]) -> Verdict
     t = ctx.t
     counted = [p for p in phases if p.cause != "warmup"]
     total_pct = sum(p.wall_pct for p in counted)
-    severity = banded(total_pct, t.slow_phase_warning_pct, t.slow_phase_critical_pct)
+    severity = severity_for(total_pct, t.slow_phase_warning_pct, t.slow_phase_critical_pct)
     worst = max(phases, key=lambda p: p.extra_s)
     lost_pct = 100.0 * sum(max(p.extra_s, 0.0) for p in counted) / line.wall_s
     count = f"{len(phases)} slow phases" if len(phases) > 1 else "A slow phase"

@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from diagnose.loops import CpuDataset, SleepDataset, data_wait, run
+from diagnosis.loops import CpuDataset, SleepDataset, data_wait, run
 
 pytestmark = pytest.mark.slow
 
