@@ -81,8 +81,10 @@ def _claim(folder: Path, *, key_value: Path) -> bool:
         os.write(fd, f"{os.getpid()}\n".encode())
     finally:
         os.close(fd)
-    if (folder / META_FILE).exists() or (folder / SUMMARY_FILE).exists():
-        # a run written before claims existed: leave it as it was
+    if folder.is_symlink() or any(name != CLAIM_FILE for name in os.listdir(folder)):
+        # Something else is there: an earlier run's files, or links planted in a folder that
+        # others can write to (lines appended through them would land in any file). Only an
+        # empty folder becomes a run folder.
         (folder / CLAIM_FILE).unlink(missing_ok=True)
         return False
     return True
@@ -188,8 +190,7 @@ class RunFolderSink:
             return
         fd = self._fds.get(name)
         if fd is None:
-            fd = self._fds[name] = os.open(self.path / name,
-                                           os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = self._fds[name] = _open_own(self.path / name, os.O_APPEND)
             self._sizes[name] = os.fstat(fd).st_size
         # All the lines in one call (a call per row costs several times more on the writer
         # thread, which holds the GIL the training loop needs); NaN and infinities are written
@@ -213,11 +214,19 @@ class RunFolderSink:
         target = self.path / name
         temporary = target.with_suffix(target.suffix + ".tmp")
         try:
-            temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+            fd = _open_own(temporary, os.O_TRUNC)
+            with open(fd, "wb") as handle:
+                handle.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
         except OSError:
             temporary.unlink(missing_ok=True)
             raise
         os.replace(temporary, target)  # atomic: a reader sees the old file or the new one
+
+
+def _open_own(path: Path, mode: int) -> int:
+    """A run-folder file opened for writing (``mode``: O_APPEND or O_TRUNC), never through a
+    symbolic link: one planted there fails the open (ELOOP) instead of redirecting the write."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | mode, 0o644)
 
 
 def _step_of(line: Any) -> int:
