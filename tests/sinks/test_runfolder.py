@@ -140,7 +140,7 @@ def test_files_are_never_written_through_a_symlink(tmp_path, name, caplog):
         sink.log(Record("meta", {"run_id": "x"}, 0))
         sink.log(window(1, 3))
         if name == "summary.json.tmp":
-            with pytest.raises(OSError):
+            with pytest.raises(OSError, match="symbolic links"):
                 sink.log(Record("summary", {"x": 1}, 3))
         else:
             sink.log(Record("summary", {"x": 1}, 3))
