@@ -121,6 +121,7 @@ class AutoPatch:
         self.loaders_metered = 0
         self.loaders_skipped = 0  # iterated under no_grad: taken for evaluation
         self.backward_calls = 0
+        self.trained = False  # a step was opened (the script got as far as training)
 
     @staticmethod
     def counters(samples_per_step: int | None,
@@ -253,6 +254,7 @@ class AutoPatch:
             self._fault("starting a step", exc)
             return
         self._context = context
+        self.trained = True
 
     def _close(self) -> None:
         self._ended = False
