@@ -146,3 +146,12 @@ def test_files_are_never_written_through_a_symlink(tmp_path, name, caplog):
             sink.log(Record("summary", {"x": 1}, 3))
     sink.close()
     assert victim.read_text() == "precious\n"
+
+
+def test_a_full_disk_at_the_claim_is_no_error(tmp_path, monkeypatch):
+    def write(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runfolder.os, "write", write)
+    assert claim_run_folder(tmp_path / "run") == tmp_path / "run"  # the claim file is made
+    assert claim_run_folder(tmp_path / "run") == tmp_path / "run-2"  # and holds the name

@@ -201,17 +201,15 @@ def _check_html(html: str | None) -> None:
     if html is None:
         return
     path = Path(html)
-    folder = path.parent if str(path.parent) else Path(".")
-    problem = None
-    if path.is_dir():
-        problem = "is a folder"
-    elif not folder.is_dir():
-        problem = f"its folder {folder} does not exist"
-    elif not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        problem = "cannot be written (permission denied)"
-    if problem is not None:
-        raise TargetError(f"--html {html}: {problem}; give a file path that can be written",
-                          usage=True)
+    existed = path.exists()
+    try:  # a real attempt: permissions, a read-only mount, a path under a file
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        raise TargetError(f"--html {html}: cannot be written ({exc.strerror or exc}); give "
+                          "a file path that can be written", usage=True) from None
+    if not existed:
+        path.unlink()
 
 
 class _Ending:
@@ -322,7 +320,8 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
 def _die_of(sig: signal.Signals) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
-    signal.signal(sig, signal.SIG_DFL)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(sig, signal.SIG_DFL)  # (the SIGTERM watchdog finds it so already)
     os.kill(os.getpid(), sig)
 
 

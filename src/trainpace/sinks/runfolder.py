@@ -79,6 +79,8 @@ def _claim(folder: Path, *, key_value: Path) -> bool:
                           f"cannot be made into a run folder ({exc.strerror or exc})") from exc
     try:
         os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError:
+        pass  # a full disk: the file made is the claim (the pid in it is only a note)
     finally:
         os.close(fd)
     if folder.is_symlink() or any(name != CLAIM_FILE for name in os.listdir(folder)):
