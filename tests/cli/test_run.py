@@ -395,7 +395,7 @@ def test_sigterm_ends_a_script_that_swallows_it_after_the_report(tmp_path):
         time.sleep(0.05)
     assert flag.exists(), process.communicate()
     process.send_signal(signal.SIGTERM)
-    got, err = process.communicate(timeout=60)
+    _, err = process.communicate(timeout=60)
     assert process.returncode == -signal.SIGTERM  # as plain Python ends
     assert "throughput" in err and f"run folder: {out}" in err
     summary = json.loads((out / "summary.json").read_text())
