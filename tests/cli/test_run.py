@@ -401,3 +401,19 @@ def test_sigterm_ends_a_script_that_swallows_it_after_the_report(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"]["total"] >= 20
     assert json.loads((out / "meta.json").read_text())["finished_at"] is not None
+
+
+def test_a_script_without_an_optimizer_is_counted_for_a_bounded_time_only(tmp_path):
+    """The FLOP counter, switched on at the first forward, would stay on for the whole run
+    (no optimizer step ends the step): it stops after its CPU budget, on its own."""
+    done = trainpace_run("--quiet", "--json", "--out", tmp_path / "hand", "no_optimizer.py")
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("script: ")]
+    match = re.fullmatch(r"script: iterations (\d+) counting off at (\d+|None) modes (\d+)",
+                         line)
+    assert match, line
+    iterations, off_at, modes = (None if g == "None" else int(g) for g in match.groups())
+    assert off_at is not None and modes == 0, line
+    assert iterations == off_at + 20
+    meta = json.loads((tmp_path / "hand" / "meta.json").read_text())
+    assert "counting stopped" in meta["vitals"]["flop_count"]["error"]

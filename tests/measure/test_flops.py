@@ -167,3 +167,84 @@ def test_a_counter_that_cannot_start_counts_nothing(monkeypatch):
     assert value == 6.0
     assert counter.result is None
     assert counter.error.startswith("cannot start counting (RuntimeError: no modes here)")
+
+
+def _modes():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return _get_current_dispatch_mode_stack()
+
+
+class CpuClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_step_that_never_ends_stops_counting_after_its_budget_at_a_module_call():
+    cpu = CpuClock()
+    model = torch.nn.Linear(4, 4)
+    counter = StepCounter(budget_s=2.0, cpu_clock=cpu)
+    counter.__enter__()
+    model(torch.randn(2, 4)).sum().backward()
+    cpu.now = 1.9
+    model(torch.randn(2, 4))
+    assert counter.counting and len(_modes()) == 2  # within the budget
+    cpu.now = 2.5
+    model(torch.randn(2, 4))  # the module call ends it, no step boundary needed
+    assert not counter.counting
+    assert _modes() == []
+    assert "did not end within 2 s of CPU time" in counter.error
+    counter.__exit__(None, None, None)  # the step's end, much later: nothing left to do
+    assert counter.result is None and _modes() == []
+
+
+def test_without_module_calls_counting_stops_at_the_next_op_and_ops_pass_through():
+    cpu = CpuClock()
+    x = torch.randn(8, 8)
+    counter = StepCounter(budget_s=1.0, cpu_clock=cpu)
+    with counter:
+        x @ x
+        cpu.now = 5.0
+        x @ x  # over budget: noticed inside the dispatch, where no mode can leave
+        flop_mode, op_counter = _modes()
+        assert op_counter.spent
+        assert counter._tally.ops["matmul"] == 2
+        total = flop_mode.get_total_flops() if hasattr(flop_mode, "get_total_flops") else None
+        x @ x
+        assert counter._tally.ops["matmul"] == 2  # no longer counted, by either mode
+        if total is not None:
+            assert flop_mode.get_total_flops() == total
+    assert _modes() == []
+    assert counter.result is None and "counting stopped" in counter.error
+
+
+def test_counting_that_runs_out_inside_backward_leaves_every_mode_at_the_next_module_call():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    x = torch.randn(16, 8)
+    for flip in range(2, 40):  # the budget runs out at each op in turn, backward's included
+        calls = {"n": 0}
+
+        def cpu(flip=flip, calls=calls):
+            calls["n"] += 1
+            return 0.0 if calls["n"] < flip else 10.0
+
+        counter = StepCounter(budget_s=1.0, cpu_clock=cpu)
+        counter.__enter__()
+        for _ in range(3):
+            model(x).sum().backward()
+        assert _modes() == [], flip
+        counter.__exit__(None, None, None)
+        assert _modes() == [], flip
+
+
+def test_a_step_within_the_budget_is_counted_as_before():
+    cpu = CpuClock()
+    counter = StepCounter(budget_s=1.0, cpu_clock=cpu)
+    with counter:
+        torch.nn.Linear(4, 3)(torch.randn(2, 4))
+        cpu.now = 0.5
+    assert counter.error is None
+    assert counter.result.flops == 2 * 2 * 4 * 3
