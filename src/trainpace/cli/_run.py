@@ -260,7 +260,13 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
     main_pid = os.getpid()
     terminated = threading.Event()
     outcome: list[BaseException | None] = []
-    ending = _Ending(lambda: _report(args, target, meter, patch, outcome, saved_stdout))
+
+    def end_run() -> None:
+        if live is not None:
+            live.close()  # (the watchdog's end: the panel is still up)
+        _report(args, target, meter, patch, outcome, saved_stdout)
+
+    ending = _Ending(end_run)
 
     def watchdog() -> None:
         # The script swallowed the SIGTERM exception and trains on: end it from here.
@@ -279,7 +285,10 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends us at once
         terminated.set()
         threading.Thread(target=watchdog, name="trainpace-sigterm", daemon=True).start()
-        raise _Terminated
+        if _raising_is_safe(frame):
+            raise _Terminated
+        # Else the watchdog ends the run: an exception raised in a finalizer or inside
+        # multiprocessing (DataLoader workers shutting down) is printed, not raised.
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     failure: BaseException | None = None
@@ -315,6 +324,20 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
             atexit._run_exitfuncs()  # Python runs them before it ends itself with SIGINT
         _die_of(kill_with)
     return code
+
+
+def _raising_is_safe(frame: FrameType | None) -> bool:
+    """Whether an exception raised where ``frame`` was interrupted reaches the script:
+    not in a ``__del__`` (Python prints "Exception ignored" and goes on) nor inside
+    multiprocessing's machinery (a DataLoader's workers and queues, whose threads and
+    finalizers print their own tracebacks)."""
+    marker = f"{os.sep}multiprocessing{os.sep}"
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or marker in code.co_filename:
+            return False
+        frame = frame.f_back
+    return True
 
 
 def _die_of(sig: signal.Signals) -> None:
