@@ -390,12 +390,16 @@ def test_sigterm_ends_a_script_that_swallows_it_after_the_report(tmp_path):
                                        "swallow", "--flag", flag),
                                cwd=SCRIPTS, env=env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 90
-    while not flag.exists() and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.05)
-    assert flag.exists(), process.communicate()
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 90
+        while not flag.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        assert flag.exists()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:  # a script still training (the failure under test) is not left behind
+        process.kill()
+        process.communicate()
     assert process.returncode == -signal.SIGTERM  # as plain Python ends
     assert "throughput" in err and f"run folder: {out}" in err
     summary = json.loads((out / "summary.json").read_text())
@@ -417,3 +421,32 @@ def test_a_script_without_an_optimizer_is_counted_for_a_bounded_time_only(tmp_pa
     assert iterations == off_at + 20
     meta = json.loads((tmp_path / "hand" / "meta.json").read_text())
     assert "counting stopped" in meta["vitals"]["flop_count"]["error"]
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 16 KiB tmpfs filled to the last byte (needs the right to mount: root)."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)],
+                          capture_output=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({made.stderr.decode().strip()})")
+    try:
+        with open(mount / "filler", "wb") as filler, pytest.raises(OSError,
+                                                                    match="No space left"):
+            while True:
+                filler.write(b"\0" * 4096)
+                filler.flush()
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_never_stops_the_script(full_disk):
+    done = trainpace_run("--quiet", "--out", full_disk / "run", "edge.py", "--where", "train",
+                         "--steps", "5")
+    assert done.returncode == 0, done.stderr  # the script's own
+    assert "script: argv0 edge.py" in done.stdout
+    assert f"cannot write {full_disk / 'run' / 'steps.jsonl'} (No space left on device)" in (
+        done.stderr)

@@ -63,6 +63,12 @@ def release_run_folder(folder: Path) -> None:
         folder.rmdir()  # only when empty: never removes anything else
 
 
+def _open_own(path: Path, mode: int) -> int:
+    """A run-folder file opened for writing (``mode``: O_APPEND or O_TRUNC), never through a
+    symbolic link: one planted there fails the open (ELOOP) instead of redirecting the write."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | mode, 0o644)
+
+
 def _claim(folder: Path, *, key_value: Path) -> bool:
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -223,12 +229,6 @@ class RunFolderSink:
             temporary.unlink(missing_ok=True)
             raise
         os.replace(temporary, target)  # atomic: a reader sees the old file or the new one
-
-
-def _open_own(path: Path, mode: int) -> int:
-    """A run-folder file opened for writing (``mode``: O_APPEND or O_TRUNC), never through a
-    symbolic link: one planted there fails the open (ELOOP) instead of redirecting the write."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | mode, 0o644)
 
 
 def _step_of(line: Any) -> int:
