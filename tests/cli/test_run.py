@@ -433,11 +433,13 @@ def full_disk(tmp_path):
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({made.stderr.decode().strip()})")
     try:
-        with open(mount / "filler", "wb") as filler, pytest.raises(OSError,
-                                                                    match="No space left"):
-            while True:
-                filler.write(b"\0" * 4096)
-                filler.flush()
+        filler = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError, match="No space left"):
+                while True:
+                    os.write(filler, b"\0" * 4096)
+        finally:
+            os.close(filler)
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=False)
