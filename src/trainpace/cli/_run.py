@@ -1,5 +1,6 @@
 """``trainpace run [OPTIONS] -- SCRIPT [ARGS...]`` / ``-m MODULE [ARGS...]``: an unmodified
-script, metered.
+script, metered (``-- python SCRIPT`` and ``-- python -m MODULE`` are taken too, as launchers'
+users type them).
 
 The script runs as ``__main__`` (its own ``sys.argv``, ``sys.path[0]``, output and exit code)
 under a :class:`~trainpace.Meter` driven by :class:`~trainpace.integrations.autopatch.AutoPatch`.
@@ -126,7 +127,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
                         help="run a module as `python -m MODULE` does (the rest: its args)")
     parser.add_argument("script", nargs=argparse.REMAINDER, metavar="-- SCRIPT ...",
-                        help="the script and its arguments")
+                        help="the script and its arguments (an interpreter before it, as in "
+                             "-- python train.py, is taken as python would)")
     _one_line_errors(parser)
 
 
