@@ -452,3 +452,5 @@ def test_a_full_disk_never_stops_the_script(full_disk):
     assert "script: argv0 edge.py" in done.stdout
     assert f"cannot write {full_disk / 'run' / 'steps.jsonl'} (No space left on device)" in (
         done.stderr)
+    # every failure says which file (the summary's too)
+    assert f"No space left on device: '{full_disk / 'run' / 'summary.json'}'" in done.stderr

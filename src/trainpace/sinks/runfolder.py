@@ -225,8 +225,10 @@ class RunFolderSink:
             fd = _open_own(temporary, os.O_TRUNC)
             with open(fd, "wb") as handle:
                 handle.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
-        except OSError:
+        except OSError as exc:
             temporary.unlink(missing_ok=True)
+            if exc.filename is None:  # a write that failed (a full disk): name the file
+                raise OSError(exc.errno, exc.strerror, str(target)) from exc
             raise
         os.replace(temporary, target)  # atomic: a reader sees the old file or the new one
 
