@@ -16,11 +16,12 @@ Only ops with a FLOP formula have FLOPs (elementwise ops count 0), which is what
 utilization means. Counting never raises into the step: a failure of ours leaves the
 result ``None``, logged once; an exception from the step itself propagates unchanged.
 
-Counting costs tens of microseconds per op, so it is bounded: a step that has not ended
-after :data:`BUDGET_S` of the counting thread's CPU time (a loop without an optimizer step,
-whose "first step" never ends) stops counting on its own, at the next op or module call,
-and its FLOPs are unknown. CPU time, not wall time: other processes taking the CPU do not
-use up the budget.
+Counting costs tens of microseconds per op, so it is bounded: a step whose ops have taken
+:data:`BUDGET_S` of CPU time under counting without the step ending (a loop without an
+optimizer step, whose "first step" never ends) stops counting on its own, at the next op or
+module call, and its FLOPs are unknown. The CPU time of the ops themselves, not wall time:
+other processes taking the CPU, and what the loop does between ops (compiling a model,
+loading data), do not use up the budget.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from torch.utils._pytree import tree_leaves
 
 logger = logging.getLogger(__name__)
 
-BUDGET_S = 3.0  # CPU seconds of the counting thread before counting stops on its own
+BUDGET_S = 5.0  # CPU seconds of counted ops before counting stops on its own
 
 FAMILIES: tuple[str, ...] = ("matmul", "conv", "attention", "elementwise", "reduction", "other")
 
@@ -244,6 +245,8 @@ class _OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 return func(*args, **kwargs)
             with _pop_mode_temporarily():  # FlopCounterMode, under this one: skipped
                 return func(*args, **kwargs)
+        counter = self._counter
+        started_s = counter.cpu_clock()
         before = self._total_flops()
         out = func(*args, **kwargs)
         if self._tally.error is None:
@@ -251,7 +254,8 @@ class _OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self._tally.record(func, args, kwargs, out, self._total_flops() - before)
             except Exception as exc:  # noqa: BLE001 - counting must never break the step
                 self._tally.error = f"{func}: {type(exc).__name__}: {exc}"
-        if self._counter.over_budget():
+        counter.ops_cpu_s += counter.cpu_clock() - started_s
+        if counter.over_budget():
             # No mode can leave the stack from here (inside backward() the stack is the
             # autograd engine's copy, restored when it ends): from now on ops go past both
             # modes, until the next module call or the step's end takes them off.
@@ -306,8 +310,8 @@ class StepCounter:
         self.result: StepCount | None = None
         self.error: str | None = None
         self.budget_s = budget_s
-        self._cpu_clock = cpu_clock
-        self._started_cpu_s = 0.0
+        self.cpu_clock = cpu_clock
+        self.ops_cpu_s = 0.0  # CPU time of the ops counted so far, counting included
         self._tally = _Tally()
         self._modes: list[Any] = []  # entered, innermost last
         self._hook: Any = None  # the module pre-hook that ends an overrun count
@@ -319,8 +323,8 @@ class StepCounter:
         return bool(self._modes)
 
     def over_budget(self) -> bool:
-        """Whether the counted code has used up :attr:`budget_s` of CPU time."""
-        return self._cpu_clock() - self._started_cpu_s > self.budget_s
+        """Whether the counted ops have taken more than :attr:`budget_s` of CPU time."""
+        return self.ops_cpu_s > self.budget_s
 
     def __enter__(self) -> StepCounter:
         try:
@@ -335,7 +339,6 @@ class StepCounter:
             from torch.nn.modules.module import register_module_forward_pre_hook
             from torch.utils.flop_counter import FlopCounterMode
 
-            self._started_cpu_s = self._cpu_clock()
             flop_mode = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_mapping())
             flop_mode.__enter__()  # type: ignore[no-untyped-call]
             self._modes.append(flop_mode)
@@ -375,8 +378,9 @@ class StepCounter:
         :class:`_OpCounter`); they leave at the next module call or at :meth:`__exit__`.
         """
         if self.error is None:
-            self.error = (f"the counted step did not end within {self.budget_s:g} s of CPU "
-                          "time (no optimizer step?); counting stopped, FLOPs are unknown")
+            self.error = (f"the counted step did not end within {self.budget_s:g} s of its "
+                          "ops' CPU time (no optimizer step?); counting stopped, FLOPs are "
+                          "unknown")
             logger.info("trainpace: %s", self.error)
         if not inside_dispatch:
             self._exit_modes()
