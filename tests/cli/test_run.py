@@ -1,5 +1,6 @@
 """``trainpace run`` as a user runs it: real subprocesses on the ordinary scripts in scripts/."""
 
+import contextlib
 import json
 import os
 import re
@@ -384,22 +385,27 @@ def test_output_paths_with_markup_or_unwritable_are_never_the_scripts_problem(tm
 
 
 @pytest.mark.slow
-def test_sigterm_ends_a_script_that_swallows_it_after_the_report(tmp_path):
-    out, flag = tmp_path / "swallow", tmp_path / "flag"
+@pytest.mark.parametrize("where", ["swallow", "workers"])
+def test_sigterm_ends_the_script_after_the_report(tmp_path, where):
+    """A retry loop's bare except swallows the exception; a DataLoader's workers get the
+    scheduler's SIGTERM too (sent to the process group): -15 and the report, no traceback."""
+    out, flag = tmp_path / where, tmp_path / "flag"
     process = subprocess.Popen(command("--window", "5", "--out", out, "edge.py", "--where",
-                                       "swallow", "--flag", flag),
+                                       where, "--flag", flag),
                                cwd=SCRIPTS, env=env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         while not flag.exists() and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.05)
         assert flag.exists()
-        process.send_signal(signal.SIGTERM)
+        os.killpg(process.pid, signal.SIGTERM)
         _, err = process.communicate(timeout=60)
     finally:  # a script still training (the failure under test) is not left behind
-        process.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
+    assert "Traceback" not in err, err
     assert process.returncode == -signal.SIGTERM  # as plain Python ends
     assert "throughput" in err and f"run folder: {out}" in err
     summary = json.loads((out / "summary.json").read_text())

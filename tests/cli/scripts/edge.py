@@ -5,7 +5,9 @@
 - backward: an error raised inside backward();
 - dataset: an error raised in a Dataset's __getitem__;
 - swallow: trains in a retry loop whose bare ``except:`` swallows everything (SIGTERM
-  included), writing the file named by --flag after 20 steps.
+  included), writing the file named by --flag after 20 steps;
+- workers: trains for good from a DataLoader with 2 worker processes, writing the file named
+  by --flag after 20 steps.
 """
 
 import argparse
@@ -17,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--where", required=True, choices=["train", "backward", "dataset", "swallow"])
+parser.add_argument("--where", required=True, choices=["train", "backward", "dataset", "swallow", "workers"])
 parser.add_argument("--flag")
 parser.add_argument("--api-key")
 parser.add_argument("--steps", type=int, default=0)
@@ -81,5 +83,16 @@ elif args.where == "swallow":
                     Path(args.flag).write_text("20 steps")
         except:  # noqa: E722 - the pattern under test: a retry loop that swallows everything
             print("script: retrying", flush=True)
+elif args.where == "workers":
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=4, num_workers=2)
+    step = 0
+    while True:
+        for (x,) in loader:
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+            if step == 20:
+                Path(args.flag).write_text("20 steps")
 else:
     train(DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=4), steps=args.steps)
