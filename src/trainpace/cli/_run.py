@@ -286,6 +286,12 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
             return
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends us at once
         terminated.set()
+        # Python without trainpace would be dead by now, silently. The DataLoader workers,
+        # sent the same SIGTERM by a scheduler, are dying: PyTorch's SIGCHLD handler would
+        # raise for each in the finalizer that joins them, which prints "Exception ignored".
+        if hasattr(signal, "SIGCHLD"):
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sys.unraisablehook = lambda unraisable: None
         threading.Thread(target=watchdog, name="trainpace-sigterm", daemon=True).start()
         if _raising_is_safe(frame):
             raise _Terminated
