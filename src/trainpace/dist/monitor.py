@@ -285,7 +285,6 @@ class RankMonitor:
                        "written, the merge goes without it", where, type(exc).__name__, exc)
 
 
-
 def _plain_run_name(name: str, given: str) -> bool:
     """Whether ``name`` is a run folder's name that rank 0 could have picked for ``out``
     named ``given``: ``given`` itself or ``given-N``, one path component."""
