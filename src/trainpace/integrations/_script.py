@@ -50,7 +50,7 @@ _INTERPRETER = re.compile(r"python(\d+(\.\d+)?)?(\.exe)?")
 
 def is_interpreter(word: str) -> bool:
     """Whether ``word`` names a Python interpreter rather than a script."""
-    if os.path.basename(word) and _INTERPRETER.fullmatch(os.path.basename(word)):
+    if _INTERPRETER.fullmatch(os.path.basename(word)):
         return True
     try:
         return os.path.samefile(word, sys.executable)
@@ -66,7 +66,7 @@ def target_of(words: Sequence[str]) -> Target:
     ``trainpace run`` cannot pass on.
     """
     rest = list(words)
-    if rest and is_interpreter(rest[0]) and not rest[0].endswith(".py"):
+    if rest and is_interpreter(rest[0]):
         interpreter = rest.pop(0)
         if rest and rest[0].startswith("-") and rest[0] != "-m":
             raise TargetError(f"{interpreter} {rest[0]}: interpreter options are not passed "
