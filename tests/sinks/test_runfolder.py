@@ -155,3 +155,12 @@ def test_a_full_disk_at_the_claim_is_no_error(tmp_path, monkeypatch):
     monkeypatch.setattr(runfolder.os, "write", write)
     assert claim_run_folder(tmp_path / "run") == tmp_path / "run"  # the claim file is made
     assert claim_run_folder(tmp_path / "run") == tmp_path / "run-2"  # and holds the name
+
+
+def test_the_current_folder_with_files_in_it_gets_a_run_folder_beside_it(tmp_path, monkeypatch):
+    here = tmp_path / "project"
+    here.mkdir()
+    (here / "train.py").write_text("")
+    monkeypatch.chdir(here)
+    assert claim_run_folder(Path(".")) == tmp_path / "project-2"
+    assert sorted(p.name for p in here.iterdir()) == ["train.py"]

@@ -45,6 +45,8 @@ def claim_run_folder(path: Path) -> Path:
     """``path``, or ``path-2``, ``path-3``... : the first one no other run holds, claimed
     atomically for this one (a folder of an earlier run, or claimed by another Meter or
     process a moment before, is never written into)."""
+    if not path.name:  # "." or "..": the folder's own name, for the names beside it
+        path = path.resolve()
     candidate, n = path, 1
     while True:
         if _claim(candidate, key_value=path):
@@ -52,7 +54,8 @@ def claim_run_folder(path: Path) -> Path:
         n += 1
         candidate = path.with_name(f"{path.name}-{n}")
     if candidate != path:
-        logger.warning("trainpace: %s already holds a run; writing this one to %s", path, candidate)
+        logger.warning("trainpace: %s already holds a run or other files (a run folder starts "
+                       "empty); writing this run to %s", path, candidate)
     return candidate
 
 
