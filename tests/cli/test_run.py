@@ -427,6 +427,7 @@ def test_a_script_without_an_optimizer_is_counted_for_a_bounded_time_only(tmp_pa
     assert iterations == off_at + 20
     meta = json.loads((tmp_path / "hand" / "meta.json").read_text())
     assert "counting stopped" in meta["vitals"]["flop_count"]["error"]
+    assert meta["vitals"]["flop_count"]["ops_cpu_s"] > 5.0  # the budget it ran out of
 
 
 @pytest.fixture
