@@ -413,6 +413,7 @@ def test_sigterm_ends_the_script_after_the_report(tmp_path, where):
     assert json.loads((out / "meta.json").read_text())["finished_at"] is not None
 
 
+@pytest.mark.slow
 def test_a_script_without_an_optimizer_is_counted_for_a_bounded_time_only(tmp_path):
     """The FLOP counter, switched on at the first forward, would stay on for the whole run
     (no optimizer step ends the step): it stops after its CPU budget, on its own."""
