@@ -341,7 +341,8 @@ class AutoPatch:
             # Twice without the pacer: the loop the pacer stepped in is over, this one paces.
             # The step open now holds its two iterations (or what came between the loops).
             self._pace_with(optimizer)
-        self._steps_without_pacer.clear()
+        if self._steps_without_pacer:  # (a GAN's other optimizer stepped): its count restarts
+            self._steps_without_pacer.clear()
         self.optimizer_steps += 1
         if self.loaders_metered and self._context is not None:
             self._ended = True  # closed when the loop goes on (what follows is training)
