@@ -1,5 +1,6 @@
 """``trainpace run`` as a user runs it: real subprocesses on the ordinary scripts in scripts/."""
 
+import contextlib
 import json
 import os
 import re
@@ -316,3 +317,152 @@ def test_work_after_the_optimizer_step_is_in_the_step_the_evaluation_outside(tmp
     assert summary["steps"] == hand["steps"]
     ratio = summary["time"]["step_s_median"] / hand["time"]["step_s_median"]
     assert 0.5 < ratio < 2.0, (summary["time"], hand["time"])
+
+
+@pytest.mark.parametrize("interpreter", ["python", "python3", sys.executable])
+def test_an_interpreter_before_the_script_is_taken_as_python_would(tmp_path, interpreter):
+    out = tmp_path / "py"
+    done = trainpace_run("--json", "--quiet", "--out", out, "--", interpreter, "edge.py",
+                         "--where", "train", "--steps", "6")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["steps"]["total"] == 6
+    assert "script: argv0 edge.py" in done.stderr  # as typed, as python keeps it
+
+
+def test_python_dash_m_after_the_separator(tmp_path):
+    done = trainpace_run("--json", "--quiet", "--out", tmp_path / "m", "--", "python3", "-m",
+                         "tinypkg.train", "--steps", "5")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["steps"]["total"] == 5
+
+
+def test_credentials_in_the_scripts_arguments_are_not_stored(tmp_path):
+    out = tmp_path / "secret"
+    done = trainpace_run("--quiet", "--out", out, "edge.py", "--where", "train", "--steps",
+                         "3", "--api-key", "SECRET123")
+    assert done.returncode == 0, done.stderr
+    argv = json.loads((out / "meta.json").read_text())["argv"]
+    assert argv[-2:] == ["--api-key", "<redacted>"]
+    assert not any("SECRET123" in p.read_text() for p in out.iterdir() if p.is_file())
+
+
+@pytest.mark.parametrize(("where", "error", "frame"), [
+    ("backward", "ArithmeticError: raised in backward", "torch/autograd"),
+    ("dataset", "LookupError: raised in the dataset", "torch/utils/data"),
+])
+def test_tracebacks_show_the_frames_plain_python_shows(tmp_path, where, error, frame):
+    done = trainpace_run("--quiet", "--out", tmp_path / where, "edge.py", "--where", where)
+    assert done.returncode == 1
+    err = done.stderr
+    assert error in err and frame in err  # torch's own frames stay
+    trace = err[err.index("Traceback (most recent call last):"):err.index(error)]
+    assert "trainpace" not in trace and "runpy" not in trace, trace
+
+
+def test_a_script_that_fails_its_argument_parsing_leaves_no_run(tmp_path):
+    out = tmp_path / "never"
+    done = trainpace_run("--out", out, "edge.py", "--where", "nonsense")
+    assert done.returncode == 2
+    assert "invalid choice: 'nonsense'" in done.stderr
+    assert "throughput" not in done.stderr and "run folder:" not in done.stderr
+    assert not out.exists()
+
+
+def test_output_paths_with_markup_or_unwritable_are_never_the_scripts_problem(tmp_path):
+    out = tmp_path / "a[/]b"
+    done = trainpace_run("--out", out, "edge.py", "--where", "train", "--steps", "3")
+    assert done.returncode == 0, done.stderr
+    assert f"trainpace run edge.py · {out}" in done.stderr
+    (tmp_path / "file").write_text("")
+    page = tmp_path / "file" / "x.html"  # (a read-only folder is written by root)
+    refused = trainpace_run("--out", tmp_path / "x", "--html", page, "edge.py",
+                            "--where", "train", "--steps", "3")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"trainpace run: error: --html {page}: cannot be written (Not a directory); give a "
+        "file path that can be written"]
+    assert "script: argv0" not in refused.stdout  # refused before the script started
+    port = trainpace_run("--prometheus", "70000", "edge.py", "--where", "train")
+    assert port.returncode == 2
+    assert "argument --prometheus: must be a TCP port, 1 to 65535, got 70000" in port.stderr
+    assert "already holds a run" not in port.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["swallow", "workers"])
+def test_sigterm_ends_the_script_after_the_report(tmp_path, where):
+    """A retry loop's bare except swallows the exception; a DataLoader's workers get the
+    scheduler's SIGTERM too (sent to the process group): -15 and the report, no traceback."""
+    out, flag = tmp_path / where, tmp_path / "flag"
+    process = subprocess.Popen(command("--window", "5", "--out", out, "edge.py", "--where",
+                                       where, "--flag", flag),
+                               cwd=SCRIPTS, env=env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not flag.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        assert flag.exists()
+        os.killpg(process.pid, signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:  # a script still training (the failure under test) is not left behind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+    assert "Traceback" not in err, err
+    assert process.returncode == -signal.SIGTERM  # as plain Python ends
+    assert "throughput" in err and f"run folder: {out}" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"]["total"] >= 20
+    assert json.loads((out / "meta.json").read_text())["finished_at"] is not None
+
+
+@pytest.mark.slow
+def test_a_script_without_an_optimizer_is_counted_for_a_bounded_time_only(tmp_path):
+    """The FLOP counter, switched on at the first forward, would stay on for the whole run
+    (no optimizer step ends the step): it stops after its CPU budget, on its own."""
+    done = trainpace_run("--quiet", "--json", "--out", tmp_path / "hand", "no_optimizer.py")
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("script: ")]
+    match = re.fullmatch(r"script: iterations (\d+) counting off at (\d+|None) modes (\d+)",
+                         line)
+    assert match, line
+    iterations, off_at, modes = (None if g == "None" else int(g) for g in match.groups())
+    assert off_at is not None and modes == 0, line
+    assert iterations == off_at + 20
+    meta = json.loads((tmp_path / "hand" / "meta.json").read_text())
+    assert "counting stopped" in meta["vitals"]["flop_count"]["error"]
+    assert meta["vitals"]["flop_count"]["ops_cpu_s"] > 5.0  # the budget it ran out of
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 16 KiB tmpfs filled to the last byte (needs the right to mount: root)."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)],
+                          capture_output=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({made.stderr.decode().strip()})")
+    try:
+        filler = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            with pytest.raises(OSError, match="No space left"):
+                while True:
+                    os.write(filler, b"\0" * 4096)
+        finally:
+            os.close(filler)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_never_stops_the_script(full_disk):
+    done = trainpace_run("--quiet", "--out", full_disk / "run", "edge.py", "--where", "train",
+                         "--steps", "5")
+    assert done.returncode == 0, done.stderr  # the script's own
+    assert "script: argv0 edge.py" in done.stdout
+    assert f"cannot write {full_disk / 'run' / 'steps.jsonl'} (No space left on device)" in (
+        done.stderr)
+    # every failure says which file (the summary's too)
+    assert f"No space left on device: '{full_disk / 'run' / 'summary.json'}'" in done.stderr

@@ -140,3 +140,15 @@ def test_without_rank0s_answer_a_rank_keeps_out_and_its_exchange(tmp_path, caplo
     assert m1.broken is None
     m1.window({}, [{"step": 1, "step_s": 0.1, "wait_s": 0.0, "samples": 1, "tokens": None}])
     assert "run/last/1" in store.data  # posted under the run's name
+
+
+@pytest.mark.parametrize("planted", ["../../x", "/etc", "run/../../x", "..", "other", "run-2/x",
+                                     "run-²"])
+def test_a_run_folder_name_planted_in_the_store_is_not_followed(tmp_path, planted, caplog):
+    store = MemoryStore()
+    store.set("agree/run_folder/run", planted)  # the store takes writes from anyone
+    m1 = RankMonitor(RankInfo(rank=1, world_size=2), run_id="x", connect=lambda i, t: store)
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        assert m1.run_folder(tmp_path / "out" / "run", lambda p: p) == (
+            tmp_path / "out" / "run" / "rank1")
+    assert "is not a folder name beside" in caplog.text

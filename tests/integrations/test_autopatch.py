@@ -160,6 +160,29 @@ def test_several_optimizers_the_first_to_step_marks_the_steps(tmp_path, clock):
     assert finding.evidence == {"optimizers": ["SGD", "Adam"], "steps_marked_by": "SGD"}
 
 
+def test_a_second_training_loop_with_its_own_optimizer_is_metered_too(tmp_path, clock):
+    meter = quiet_meter(tmp_path, "two", clock)
+    model, sgd = model_and_optimizer()
+    adam = torch.optim.Adam(model.parameters())
+    with AutoPatch(meter) as patch:
+        for optimizer in (sgd, adam):  # a loop, then a fine-tuning loop with another optimizer
+            for x, y in DataLoader(Timed(clock, 8 * BATCH), batch_size=BATCH):
+                clock.advance(COMPUTE_S)
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+    summary = meter.finish()
+    rows = [json.loads(line) for line in (tmp_path / "two" / "steps.jsonl").read_text().splitlines()]
+    # Adam's first two iterations are one step: only its second step() says it paces now.
+    assert [r["micro_batches"] for r in rows] == [1] * 8 + [2] + [1] * 6
+    assert summary.steps.total == 15
+    assert summary.time.outside_steps_s == pytest.approx(0.0, abs=1e-9)
+    assert patch.pacers == ["SGD", "Adam"]
+    (finding,) = [f for f in patch.blind_spots() if f.id == "run_several_optimizers"]
+    assert finding.evidence == {"optimizers": ["SGD", "Adam"], "steps_marked_by": ["SGD", "Adam"]}
+    assert "SGD then Adam" in finding.title
+
+
 def test_no_dataloader_gets_step_times_and_the_given_samples_per_step(tmp_path, clock):
     samples, tokens = AutoPatch.counters(32, 640)
     meter = quiet_meter(tmp_path, "counts", clock, samples=samples, tokens=tokens)

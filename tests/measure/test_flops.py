@@ -168,3 +168,80 @@ def test_a_counter_that_cannot_start_counts_nothing(monkeypatch):
     assert value == 6.0
     assert counter.result is None
     assert counter.error.startswith("cannot start counting (RuntimeError: no modes here)")
+
+
+def _modes():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return _get_current_dispatch_mode_stack()
+
+
+class Ticking:
+    """A CPU clock that advances ``tick`` seconds each time it is read: an op, read before
+    and after, takes one tick."""
+
+    def __init__(self, tick):
+        self.now, self.tick = 0.0, tick
+
+    def __call__(self):
+        self.now += self.tick
+        return self.now
+
+
+def test_a_step_that_never_ends_stops_counting_after_its_budget_at_a_module_call():
+    model = torch.nn.Linear(4, 4)
+    counter = StepCounter(budget_s=2.0, cpu_clock=Ticking(0.05))  # 0.05 s per op
+    counter.__enter__()
+    calls = 0
+    while counter.counting and calls < 1000:
+        calls += 1
+        model(torch.randn(2, 4)).sum().backward()
+        if calls == 1:
+            assert len(_modes()) == 2  # within the budget
+    assert not counter.counting
+    assert _modes() == []  # ended at a module call, no step boundary needed
+    assert 2.0 < counter.ops_cpu_s < 2.0 + 0.05 * 20  # just past the budget
+    assert "did not end within 2 s of its ops' CPU time" in counter.error
+    counter.__exit__(None, None, None)  # the step's end, much later: nothing left to do
+    assert counter.result is None and _modes() == []
+
+
+def test_without_module_calls_counting_stops_at_the_next_op_and_ops_pass_through():
+    x = torch.randn(8, 8)
+    counter = StepCounter(budget_s=1.0, cpu_clock=Ticking(0.4))  # 0.4 s per op
+    with counter:
+        x @ x
+        x @ x
+        assert not _modes()[-1].spent
+        x @ x  # 1.2 s: over budget, noticed inside the dispatch, where no mode can leave
+        flop_mode, op_counter = _modes()
+        assert op_counter.spent
+        assert counter._tally.ops["matmul"] == 3
+        total = flop_mode.get_total_flops() if hasattr(flop_mode, "get_total_flops") else None
+        x @ x
+        assert counter._tally.ops["matmul"] == 3  # no longer counted, by either mode
+        if total is not None:
+            assert flop_mode.get_total_flops() == total
+    assert _modes() == []
+    assert counter.result is None and "counting stopped" in counter.error
+
+
+def test_counting_that_runs_out_inside_backward_leaves_every_mode_at_the_next_module_call():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    x = torch.randn(16, 8)
+    for ops in range(1, 30):  # the budget runs out at each op in turn, backward's included
+        counter = StepCounter(budget_s=ops - 0.5, cpu_clock=Ticking(1.0))  # 1 s per op
+        counter.__enter__()
+        for _ in range(3):
+            model(x).sum().backward()
+        assert _modes() == [], ops
+        counter.__exit__(None, None, None)
+        assert _modes() == [], ops
+
+
+def test_a_step_within_the_budget_is_counted_as_before():
+    counter = StepCounter(budget_s=1.0, cpu_clock=Ticking(0.01))
+    with counter:
+        torch.nn.Linear(4, 3)(torch.randn(2, 4))
+    assert counter.error is None
+    assert counter.result.flops == 2 * 2 * 4 * 3

@@ -104,3 +104,63 @@ def test_a_full_disk_loses_the_steps_it_held_and_says_which(tmp_path, monkeypatc
     assert sum("steps 11-30 are missing" in m for m in messages) == 1
 
 
+
+
+def test_a_folder_holding_anything_but_a_run_is_not_claimed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    planted = tmp_path / "shared"
+    planted.mkdir()
+    (planted / "steps.jsonl").symlink_to(victim)  # planted by another user, no meta.json
+    assert claim_run_folder(planted) == tmp_path / "shared-2"
+    assert sorted(p.name for p in planted.iterdir()) == ["steps.jsonl"]  # left as it was
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine")
+    assert claim_run_folder(stray) == tmp_path / "stray-2"
+
+
+def test_a_run_folder_that_is_a_symlink_is_not_claimed(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "run").symlink_to(elsewhere)
+    assert claim_run_folder(tmp_path / "run") == tmp_path / "run-2"
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["steps.jsonl", "summary.json.tmp", "meta.json.tmp"])
+def test_files_are_never_written_through_a_symlink(tmp_path, name, caplog):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    sink = RunFolderSink(folder)
+    (folder / name).symlink_to(victim)  # planted after the claim
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        sink.log(Record("meta", {"run_id": "x"}, 0))
+        sink.log(window(1, 3))
+        if name == "summary.json.tmp":
+            with pytest.raises(OSError, match="symbolic links"):
+                sink.log(Record("summary", {"x": 1}, 3))
+        else:
+            sink.log(Record("summary", {"x": 1}, 3))
+    sink.close()
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_full_disk_at_the_claim_is_no_error(tmp_path, monkeypatch):
+    def write(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runfolder.os, "write", write)
+    assert claim_run_folder(tmp_path / "run") == tmp_path / "run"  # the claim file is made
+    assert claim_run_folder(tmp_path / "run") == tmp_path / "run-2"  # and holds the name
+
+
+def test_the_current_folder_with_files_in_it_gets_a_run_folder_beside_it(tmp_path, monkeypatch):
+    here = tmp_path / "project"
+    here.mkdir()
+    (here / "train.py").write_text("")
+    monkeypatch.chdir(here)
+    assert claim_run_folder(Path(".")) == tmp_path / "project-2"
+    assert sorted(p.name for p in here.iterdir()) == ["train.py"]

@@ -40,3 +40,21 @@ def test_missing_tensorboard_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_tensorboard)
     with pytest.raises(trainpace.MissingDependencyError, match=r"pip install 'trainpace\[tensorboard\]'"):
         trainpace.Meter(tensorboard=tmp_path / "tb", console=False)
+
+
+def test_an_unwritable_folder_is_a_warning_and_training_goes_on(tmp_path, clock, caplog):
+    import logging
+
+    (tmp_path / "file").write_text("")
+    logdir = tmp_path / "file" / "tb"  # under a file: no folder can be made there
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        meter = trainpace.Meter(tmp_path / "run", tensorboard=logdir, window=10, clock=clock,
+                                console=False, report=False, count_flops=False)
+        for b in meter.loader([torch.zeros(8, 2)] * 10):
+            with meter.step(b):
+                clock.advance(0.01)
+        summary = meter.finish()
+    assert summary.steps.total == 10
+    (warning,) = [r.getMessage() for r in caplog.records if "tensorboard=" in r.getMessage()]
+    assert f"starting tensorboard='{logdir}' failed" in warning
+    assert "the run goes on without it" in warning

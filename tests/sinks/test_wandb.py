@@ -172,3 +172,50 @@ def test_a_failing_run_is_dropped_with_one_warning_and_training_goes_on(clock, c
 def test_a_bad_value_is_a_config_error():
     with pytest.raises(trainpace.ConfigError, match="wandb must be True or a W&B run object"):
         trainpace.Meter(wandb="yes", console=False)
+
+
+UNREACHABLE = """
+import sys, time
+import torch, trainpace, wandb
+meter = trainpace.Meter(window=5, console=False, report=False, count_flops=False, wandb=True,
+                        sink_timeout_s=1.0)
+print("constructed, run", wandb.run, flush=True)
+for b in meter.loader([torch.zeros(8, 2)] * 10):
+    with meter.step(b):
+        pass
+print("stepped", flush=True)
+summary = meter.finish()
+print("finished", summary.steps.total, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_an_unreachable_server_never_holds_the_training(tmp_path):
+    """wandb.init() online against a closed local port waits for over a minute: the Meter is
+    made, steps and finishes meanwhile (the run is started on the sink's thread)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    src = str(Path(trainpace.__file__).resolve().parents[1])
+    env = dict(os.environ, WANDB_MODE="online", WANDB_BASE_URL=f"http://127.0.0.1:{port}",
+               WANDB_API_KEY="x" * 40, WANDB_DIR=str(tmp_path), WANDB_SILENT="true",
+               PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    process = subprocess.Popen([sys.executable, "-c", UNREACHABLE], env=env, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    # Bare wandb.init() here blocks for 102 s: a training still held after 60 s fails.
+    bound = threading.Timer(60, process.kill)
+    bound.start()
+    try:
+        lines = [process.stdout.readline().strip() for _ in range(3)]
+    finally:
+        bound.cancel()  # wandb's own exit waits on its server; the training is what is tested here
+        process.kill()
+        process.wait()
+        process.stdout.close()
+    assert lines == ["constructed, run None", "stepped", "finished 10"]

@@ -1,5 +1,6 @@
 """``trainpace run [OPTIONS] -- SCRIPT [ARGS...]`` / ``-m MODULE [ARGS...]``: an unmodified
-script, metered.
+script, metered (``-- python SCRIPT`` and ``-- python -m MODULE`` are taken too, as launchers'
+users type them).
 
 The script runs as ``__main__`` (its own ``sys.argv``, ``sys.path[0]``, output and exit code)
 under a :class:`~trainpace.Meter` driven by :class:`~trainpace.integrations.autopatch.AutoPatch`.
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
 import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 from types import FrameType
@@ -32,8 +35,9 @@ SINK_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
                  "active run, else a new one; pip install 'trainpace[wandb]')"}),
     ("--mlflow", {"nargs": "?", "const": True, "metavar": "URI", "help": "also log to MLflow "
                   "(the active run, or the tracking URI; pip install 'trainpace[mlflow]')"}),
-    ("--prometheus", {"type": int, "metavar": "PORT", "help": "also serve the window figures "
-                      "to Prometheus on PORT (pip install 'trainpace[prometheus]')"}),
+    ("--prometheus", {"type": lambda text: _port(text), "metavar": "PORT",
+                      "help": "also serve the window figures to Prometheus on PORT "
+                      "(pip install 'trainpace[prometheus]')"}),
     ("--prometheus-host", {"metavar": "HOST",
                            "help": "the exporter's address (default 127.0.0.1)"}),
     # what the run costs (the Meter keywords of the same names)
@@ -58,6 +62,13 @@ def _int_at_least(text: str, low: int, expected: str) -> int:
     if value < low:
         raise argparse.ArgumentTypeError(
             f"must be {'at least 1' if low == 1 else f'{low} or more'}, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _int_at_least(text, 1, "a TCP port")
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 1 to 65535, got {value}")
     return value
 
 
@@ -116,7 +127,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
                         help="run a module as `python -m MODULE` does (the rest: its args)")
     parser.add_argument("script", nargs=argparse.REMAINDER, metavar="-- SCRIPT ...",
-                        help="the script and its arguments")
+                        help="the script and its arguments (an interpreter before it, as in "
+                             "-- python train.py, is taken as python would)")
     _one_line_errors(parser)
 
 
@@ -142,21 +154,21 @@ class _Terminated(BaseException):
     """SIGTERM, raised in the script so that it unwinds and the report can be made."""
 
 
+# After SIGTERM, the script has this long to unwind (a bare ``except:`` may swallow the
+# exception and train on); then the run is ended from another thread and the process dies
+# of SIGTERM, as it would have at once without trainpace.
+TERM_GRACE_S = 5.0
+
+
 def _target(args: argparse.Namespace) -> Any:
-    from trainpace.integrations._script import Target
+    from trainpace.integrations._script import target_of
 
     if args.module is not None:
-        if not args.module:
-            return None
-        return Target(module=args.module[0], args=tuple(args.module[1:]))
+        return target_of(["-m", *args.module])
     rest = list(args.script)
     if rest and rest[0] == "--":
         rest = rest[1:]
-    if not rest:
-        return None
-    if rest[0] == "-m":  # trainpace run -- -m MODULE
-        return Target(module=rest[1], args=tuple(rest[2:])) if len(rest) > 1 else None
-    return Target(path=rest[0], args=tuple(rest[1:]))
+    return target_of(rest)  # SCRIPT, -m MODULE, or either after python
 
 
 def run(args: argparse.Namespace) -> int:
@@ -164,14 +176,10 @@ def run(args: argparse.Namespace) -> int:
     from trainpace.errors import TargetError
     from trainpace.integrations._script import check_target
 
-    target = _target(args)
-    if target is None:
-        print("trainpace run: error: no script given; usage: trainpace run [OPTIONS] -- "
-              "SCRIPT [ARGS...] or trainpace run [OPTIONS] -m MODULE [ARGS...]",
-              file=sys.stderr)
-        return 2
     try:
+        target = _target(args)
         check_target(target)
+        _check_html(args.html)
     except TargetError as exc:
         print(f"trainpace run: error: {exc}", file=sys.stderr)
         return 2 if exc.usage else 1
@@ -189,9 +197,44 @@ def run(args: argparse.Namespace) -> int:
             os.close(saved_stdout)
 
 
+def _check_html(html: str | None) -> None:
+    """A ``--html`` path that cannot be written is refused before the script starts."""
+    from trainpace.errors import TargetError
+
+    if html is None:
+        return
+    path = Path(html)
+    existed = path.exists()
+    try:  # a real attempt: permissions, a read-only mount, a path under a file
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        raise TargetError(f"--html {html}: cannot be written ({exc.strerror or exc}); give "
+                          "a file path that can be written", usage=True) from None
+    if not existed:
+        path.unlink()
+
+
+class _Ending:
+    """The end of the run (summary, report, run folder), made once: by the main thread after
+    the script, or by the SIGTERM watchdog when the script does not unwind in time."""
+
+    def __init__(self, make: Any) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self.done = False
+
+    def __call__(self) -> None:
+        with self._lock:
+            if not self.done:
+                self.done = True
+                self._make()
+
+
 def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tokens: Any,
              saved_stdout: int | None) -> int:
     import trainpace
+    from trainpace.errors import TrainpaceError
     from trainpace.integrations._script import run_target
     from trainpace.integrations.autopatch import AutoPatch
     from trainpace.report.live import LiveView
@@ -202,13 +245,40 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
                         counts_known=lambda: patch.saw_batches or samples is not None)
     extra = {_keyword(flag): getattr(args, _keyword(flag)) for flag, _ in SINK_FLAGS
              if getattr(args, _keyword(flag)) is not None}
-    meter = trainpace.Meter(
-        out=out, window=args.window, warmup=args.warmup, target_loss=args.target_loss,
-        profile_steps=args.profile, console=False, report=False,
-        sinks=[live] if live is not None else [], samples=samples, tokens=tokens,
-        stream=sys.stderr, **extra)
+    try:
+        meter = trainpace.Meter(
+            out=out, window=args.window, warmup=args.warmup, target_loss=args.target_loss,
+            profile_steps=args.profile, console=False, report=False,
+            sinks=[live] if live is not None else [], samples=samples, tokens=tokens,
+            stream=sys.stderr, **extra)
+    except TrainpaceError:
+        raise  # a bad setting or output path: said before the script starts
+    except OSError as exc:  # the disk, not the user: the training runs, unmeasured
+        where = exc.filename or out
+        print(f"trainpace run: warning: cannot write the run folder at {where} "
+              f"({exc.strerror or exc}); the script runs without being measured",
+              file=sys.stderr)
+        return _unmeasured(target)
     patch = AutoPatch(meter, samples=samples, tokens=tokens)
     main_pid = os.getpid()
+    terminated = threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def end_run() -> None:
+        if live is not None:
+            live.close()  # (the watchdog's end: the panel is still up)
+        _report(args, target, meter, patch, outcome, saved_stdout)
+
+    ending = _Ending(end_run)
+
+    def watchdog() -> None:
+        # The script swallowed the SIGTERM exception and trains on: end it from here.
+        if not ending_started.wait(TERM_GRACE_S):
+            outcome.append(_Terminated())
+            ending()
+            _die_of(signal.SIGTERM)
+
+    ending_started = threading.Event()
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         if os.getpid() != main_pid:  # a forked DataLoader worker: die as it would have
@@ -216,7 +286,18 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
             os.kill(os.getpid(), signal.SIGTERM)
             return
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends us at once
-        raise _Terminated
+        terminated.set()
+        # Python without trainpace would be dead by now, silently. The DataLoader workers,
+        # sent the same SIGTERM by a scheduler, are dying: PyTorch's SIGCHLD handler would
+        # raise for each in the finalizer that joins them, which prints "Exception ignored".
+        if hasattr(signal, "SIGCHLD"):
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sys.unraisablehook = lambda unraisable: None
+        threading.Thread(target=watchdog, name="trainpace-sigterm", daemon=True).start()
+        if _raising_is_safe(frame):
+            raise _Terminated
+        # Else the watchdog ends the run: an exception raised in a finalizer or inside
+        # multiprocessing (DataLoader workers shutting down) is printed, not raised.
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     failure: BaseException | None = None
@@ -231,19 +312,86 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
     except BaseException as exc:  # noqa: BLE001 - the script's outcome, re-created below
         failure = exc
     finally:
+        ending_started.set()
         if live is not None:
             live.close()
         for handler, stream in rerouted:
             handler.setStream(stream)
-        _restore_sigterm(previous)
-    code, kill_with = _outcome(failure)
+        if not terminated.is_set():
+            _restore_sigterm(previous)
+    if terminated.is_set() and not isinstance(failure, _Terminated):
+        # Swallowed, or another error raised while unwinding from it: Python without
+        # trainpace would have died of the signal, silently.
+        failure = _Terminated()
+    outcome.append(failure)
+    code, kill_with = _outcome(failure)  # its traceback first, then the report
+    ending()
+    if kill_with is not None:
+        # Ctrl-C or SIGTERM: end as Python would have (killed by the signal), now that the
+        # report is out.
+        if kill_with == signal.SIGINT:
+            atexit._run_exitfuncs()  # Python runs them before it ends itself with SIGINT
+        _die_of(kill_with)
+    return code
+
+
+def _raising_is_safe(frame: FrameType | None) -> bool:
+    """Whether an exception raised where ``frame`` was interrupted reaches the script:
+    not in a ``__del__`` (Python prints "Exception ignored" and goes on) nor inside
+    multiprocessing's machinery (a DataLoader's workers and queues, whose threads and
+    finalizers print their own tracebacks)."""
+    marker = f"{os.sep}multiprocessing{os.sep}"
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or marker in code.co_filename:
+            return False
+        frame = frame.f_back
+    return True
+
+
+def _die_of(sig: signal.Signals) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(sig, signal.SIG_DFL)  # (the SIGTERM watchdog finds it so already)
+    os.kill(os.getpid(), sig)
+
+
+def _unmeasured(target: Any) -> int:
+    from trainpace.integrations._script import run_target
+
+    try:
+        run_target(target)
+    except BaseException as exc:  # noqa: BLE001 - the script's outcome, re-created below
+        code, kill_with = _outcome(exc)
+        if kill_with is not None:
+            _die_of(kill_with)
+        return code
+    return 0
+
+
+def _report(args: argparse.Namespace, target: Any, meter: Any, patch: Any,
+            outcome: list[BaseException | None], saved_stdout: int | None) -> None:
+    """Finish the run and print its report (or, when the script ended in failure before
+    anything was trained, leave no run folder: a usage error is not a run)."""
+    failure = outcome[0]
     sys.stdout.flush()
     summary = _finished(meter, patch)
+    if not patch.trained and _failed(failure):
+        _discard(meter.path)
+        return
+    from rich.markup import escape
+
     from trainpace.report.console import print_report
 
-    print_report(summary, file=sys.stderr, title=f"trainpace run {target.name} · {meter.path}")
+    print_report(summary, file=sys.stderr,
+                 title=escape(f"trainpace run {target.name} · {meter.path}"))
     if args.html and meter.path is not None:
-        _write_html(summary, meter.path, args.html)
+        try:
+            _write_html(summary, meter.path, args.html)
+        except OSError as exc:  # said, and the script's exit status kept
+            print(f"trainpace run: cannot write the HTML report {args.html} "
+                  f"({exc.strerror or exc})", file=sys.stderr)
     if args.json:
         from trainpace.cli._output import print_json
 
@@ -254,16 +402,29 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
     else:
         print(f"run folder: {meter.path}  (see it again: trainpace report {meter.path})",
               file=sys.stderr)
-    if kill_with is not None:
-        # Ctrl-C or SIGTERM: end as Python would have (killed by the signal), now that the
-        # report is out.
-        if kill_with == signal.SIGINT:
-            atexit._run_exitfuncs()  # Python runs them before it ends itself with SIGINT
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(kill_with, signal.SIG_DFL)
-        os.kill(os.getpid(), kill_with)
-    return code
+
+
+def _failed(failure: BaseException | None) -> bool:
+    if failure is None:
+        return False
+    if isinstance(failure, SystemExit):
+        return failure.code not in (None, 0)
+    return True
+
+
+def _discard(path: Path | None) -> None:
+    """Remove the files trainpace wrote for a run that never trained, and the folder if it
+    is then empty (nothing else in it is touched)."""
+    from trainpace.runlog import META_FILE, PROFILE_FILE, STEPS_FILE, SUMMARY_FILE, SYSTEM_FILE
+    from trainpace.sinks.runfolder import release_run_folder
+
+    if path is None:
+        return
+    for name in (META_FILE, STEPS_FILE, SYSTEM_FILE, SUMMARY_FILE, PROFILE_FILE):
+        for file in (path / name, path / f"{name}.tmp"):
+            with contextlib.suppress(OSError):
+                file.unlink()
+    release_run_folder(path)
 
 
 def _reroute_logging(old: Any, new: Any) -> list[tuple[logging.StreamHandler[Any], Any]]:
@@ -280,7 +441,7 @@ def _restore_sigterm(previous: Any) -> None:
 
 def _outcome(failure: BaseException | None) -> tuple[int, signal.Signals | None]:
     """(exit code, signal to die of): what ``python script.py`` would have given."""
-    from trainpace.integrations._script import user_frames
+    from trainpace.integrations._script import trimmed
 
     if failure is None:
         return 0, None
@@ -294,8 +455,8 @@ def _outcome(failure: BaseException | None) -> tuple[int, signal.Signals | None]
         return 1, None
     if isinstance(failure, _Terminated):
         return 128 + signal.SIGTERM, signal.SIGTERM
-    traceback.print_exception(type(failure), failure, user_frames(failure.__traceback__),
-                              file=sys.stderr)
+    trimmed(failure)
+    traceback.print_exception(type(failure), failure, failure.__traceback__, file=sys.stderr)
     if isinstance(failure, KeyboardInterrupt):
         return 128 + signal.SIGINT, signal.SIGINT
     return 1, None

@@ -106,7 +106,7 @@ def install(model: Any, timer: CollectiveTimer) -> bool:
 def watch_ddp(model: Any, meter: Any) -> CollectiveTimer | None:
     """Time ``model``'s gradient exchange for ``meter``'s distributed figures (call it once,
     before the first step). Returns the timer, or None where it cannot be installed."""
-    monitor = getattr(meter, "_dist", None)
+    monitor = getattr(getattr(meter, "_job", None), "monitor", None)  # its JobRank's
     if monitor is None:
         logger.info("trainpace: watch_ddp: this is not one rank of a distributed run")
         return None

@@ -8,8 +8,11 @@ peer dies (every later call on it fails), while here a rank that dies or hangs i
 rank whose key stops changing. So:
 
 - no per-step traffic, no device sync, nothing on the training's process groups;
-- every store call is bounded by ``timeout_s`` (connecting included); a failure disables the
-  exchange for the rest of the run (logged once by the caller) and training goes on;
+- every store call is bounded by ``timeout_s`` (connecting included): it runs on a helper
+  thread that is waited for at most that long (:class:`BoundedStore`), since a store whose
+  server is stopped (a suspended agent) leaves a call blocked in the socket whatever the
+  store's own timeout says. A failure disables the exchange for the rest of the run (logged
+  once by the caller) and training goes on;
 - rank 0 never waits for a slow rank during the run: it merges what has arrived and scores a
   window without the ranks two windows behind; at the end it waits at most ``timeout_s``
   without news before naming the ranks that never sent their last window.
@@ -28,6 +31,7 @@ then, its ranks' entries (``view/{node}``); rank 0 reads the node records.
 from __future__ import annotations
 
 import datetime as _dt
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -67,6 +71,73 @@ def tcp_store(info: RankInfo, timeout_s: float) -> Store:
     return prefixed
 
 
+GRACE_S = 1.0  # beyond timeout_s: the store's own timeout answers first when it can
+TIMEOUT_HINT = "TRAINPACE_DIST_TIMEOUT_S sets the bound"
+
+
+class BoundedStore:
+    """A store whose every call returns or raises within ``timeout_s`` (+ :data:`GRACE_S`).
+
+    Each call runs on a daemon thread of its own; one that does not come back in time raises
+    ``TimeoutError`` and leaves the store dead (every later call raises at once): its thread
+    stays blocked on the socket, never waited for again, and ends with the process.
+    """
+
+    def __init__(self, connect: Callable[[], Store], timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.dead: str | None = None  # why every call now fails at once
+        self._connect = connect
+        self._client: Store | None = None
+
+    @property
+    def _store(self) -> Store:
+        if self._client is None:  # connecting is bounded too: the first call's
+            self._client = self._bounded("connecting", self._connect)
+        return self._client
+
+    def set(self, key: str, value: bytes | str) -> None:
+        self._bounded(f"set {key}", lambda: self._store.set(key, value))
+
+    def get(self, key: str) -> bytes:
+        value: bytes = self._bounded(f"get {key}", lambda: self._store.get(key))
+        return value
+
+    def check(self, keys: list[str]) -> bool:
+        present: bool = self._bounded("check", lambda: self._store.check(keys))
+        return present
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        values: list[bytes] = self._bounded("multi_get", lambda: self._store.multi_get(keys))
+        return values
+
+    def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
+        self._bounded("multi_set", lambda: self._store.multi_set(keys, values))
+
+    def _bounded(self, what: str, call: Callable[[], Any]) -> Any:
+        if self.dead is not None:
+            raise TimeoutError(self.dead)
+        done = threading.Event()
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, call()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                outcome.append((False, exc))
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="trainpace-store-call", daemon=True).start()
+        if not done.wait(self.timeout_s + GRACE_S):
+            self.dead = (f"the job's store did not answer ({what}) within "
+                         f"{self.timeout_s:g} s ({TIMEOUT_HINT})")
+            raise TimeoutError(self.dead)
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
+
+
 class Exchange:
     """One rank's end of the exchange; the store is made on first use (the writer thread)."""
 
@@ -85,7 +156,8 @@ class Exchange:
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = self._connect(self.info, self.timeout_s)
+            self._store = BoundedStore(lambda: self._connect(self.info, self.timeout_s),
+                                       self.timeout_s)
         return self._store
 
     # -- every rank ------------------------------------------------------------------------

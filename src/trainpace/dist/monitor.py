@@ -123,6 +123,13 @@ class RankMonitor:
             # first post says); the folder is out= as given.
             logger.warning("trainpace: agreeing on the run folder failed (%s: %s); this "
                            "rank writes under %s", type(exc).__name__, exc, out.parent / name)
+        if not _plain_run_name(name, out.name):
+            # The store takes writes from anyone who can reach it: a name with a path in it
+            # would send this rank's files outside out=.
+            logger.warning("trainpace: the run folder name agreed through the job's store "
+                           "(%r) is not a folder name beside %s; this rank writes under %s",
+                           name, out, out)
+            name = out.name
         run = out.parent / name
         self.exchange.namespace = f"{name}/"
         self.run = run
@@ -274,6 +281,14 @@ class RankMonitor:
         logger.warning("trainpace: %s failed (%s: %s); this rank's own folder is still "
                        "written, the merge goes without it", where, type(exc).__name__, exc)
 
+
+def _plain_run_name(name: str, given: str) -> bool:
+    """Whether ``name`` is a run folder's name that rank 0 could have picked for ``out``
+    named ``given``: ``given`` itself or ``given-N``, one path component."""
+    if name == given:
+        return True
+    number = name.removeprefix(f"{given}-")
+    return number != name and number.isdigit() and number.isascii()
 
 
 Signs = Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]]

@@ -7,12 +7,17 @@ Nothing here imports torch: a bad command line is answered without waiting for i
 
 from __future__ import annotations
 
+import builtins
+import importlib.machinery
 import importlib.util
+import io
 import os
+import re
 import runpy
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
+from types import ModuleType, TracebackType
 
 from trainpace.errors import TargetError
 
@@ -29,6 +34,46 @@ class Target:
     def name(self) -> str:
         """The script's file name, or the module's name."""
         return os.path.basename(self.path) if self.path is not None else str(self.module)
+
+
+# What a launcher puts before the script (``py-spy record -- python train.py``):
+# python, python3, python3.12, or a path to one.
+_INTERPRETER = re.compile(r"python(\d+(\.\d+)?)?(\.exe)?")
+
+
+def is_interpreter(word: str) -> bool:
+    """Whether ``word`` names a Python interpreter rather than a script."""
+    if _INTERPRETER.fullmatch(os.path.basename(word)):
+        return True
+    try:
+        return os.path.samefile(word, sys.executable)
+    except OSError:
+        return False
+
+
+def target_of(words: Sequence[str]) -> Target:
+    """The target of ``SCRIPT ARGS``, ``-m MODULE ARGS`` or either after an interpreter
+    (``python train.py``, ``python3 -m pkg.train``), as a launcher's users type them.
+
+    Raises :class:`TargetError` (usage) for nothing to run, or for interpreter options that
+    ``trainpace run`` cannot pass on.
+    """
+    rest = list(words)
+    if rest and is_interpreter(rest[0]):
+        interpreter = rest.pop(0)
+        if rest and rest[0].startswith("-") and rest[0] != "-m":
+            raise TargetError(f"{interpreter} {rest[0]}: interpreter options are not passed "
+                              "on; type trainpace run [OPTIONS] -- SCRIPT ARGS (or -m MODULE "
+                              "ARGS), and set the option in PYTHON* variables", usage=True)
+    if rest and rest[0] == "-m":
+        if len(rest) < 2:
+            raise TargetError("-m needs a module name", usage=True)
+        return Target(module=rest[1], args=tuple(rest[2:]))
+    if not rest:
+        raise TargetError("no script given; usage: trainpace run [OPTIONS] -- SCRIPT "
+                          "[ARGS...] or trainpace run [OPTIONS] -m MODULE [ARGS...]",
+                          usage=True)
+    return Target(path=rest[0], args=tuple(rest[1:]))
 
 
 def check_target(target: Target) -> None:
@@ -99,10 +144,9 @@ def run_target(target: Target) -> None:
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     try:
         if target.path is not None:
-            sys.argv = [target.path, *target.args]
+            sys.argv = [target.path, *target.args]  # argv[0] as typed, as Python keeps it
             sys.path[0] = os.path.dirname(os.path.abspath(target.path))
-            # An absolute __file__, as `python script.py` gives since Python 3.9.
-            runpy.run_path(os.path.abspath(target.path), run_name="__main__")
+            _run_script(os.path.abspath(target.path))
         else:
             sys.argv = [str(target.module), *target.args]  # argv[0]: the file, set by runpy
             sys.path[0] = os.getcwd()
@@ -112,15 +156,54 @@ def run_target(target: Target) -> None:
         sys.path[:] = saved_path
 
 
+def _run_script(path: str) -> None:
+    """Run the file at ``path`` (absolute) as ``__main__``, as ``python script.py`` does:
+    an absolute ``__file__`` (Python 3.9+) and ``sys.argv`` left as it is (``runpy.run_path``
+    would make ``argv[0]`` the absolute path)."""
+    with io.open_code(path) as handle:
+        code = compile(handle.read(), path, "exec", dont_inherit=True)
+    main = ModuleType("__main__")
+    main.__dict__.update(__file__=path, __cached__=None, __package__=None, __spec__=None,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", path),
+                         __builtins__=builtins)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main  # pickling the script's classes finds them (spawn workers)
+    try:
+        exec(code, main.__dict__)  # the user's script, as python script.py runs it
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
 def user_frames(tb: TracebackType | None) -> TracebackType | None:
-    """The traceback from the script's first frame on (ours and runpy's left out), as
-    ``python script.py`` would print it."""
+    """The traceback as ``python script.py`` would print it: trainpace's and runpy's frames
+    left out, wherever they are (before the script's first frame, or between the script's
+    ``loss.backward()`` or ``for batch in loader`` and PyTorch's frames)."""
     ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     runpy_file = os.path.abspath(runpy.__file__)
+    kept: list[TracebackType] = []
     while tb is not None:
-        filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        frozen = tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")
-        if not frozen and filename != runpy_file and not filename.startswith(ours):
-            break
+        name = tb.tb_frame.f_code.co_filename
+        filename = os.path.abspath(name)
+        if not (name.startswith("<frozen runpy") or filename == runpy_file
+                or filename.startswith(ours)):
+            kept.append(tb)
         tb = tb.tb_next
-    return tb
+    linked: TracebackType | None = None
+    for entry in reversed(kept):
+        linked = TracebackType(linked, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return linked
+
+
+def trimmed(exc: BaseException) -> BaseException:
+    """``exc`` and the exceptions chained to it with :func:`user_frames` tracebacks."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = user_frames(current.__traceback__)
+        todo += [current.__cause__, current.__context__]
+    return exc

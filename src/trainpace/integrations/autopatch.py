@@ -12,9 +12,11 @@ PyTorch calls anyway, so the figures are the Meter's own:
   ``post_hook``, global: every optimizer calls them). A step opens at the first sign of
   training after the previous optimizer step (a batch from a metered DataLoader; before any
   DataLoader was metered, a module's forward with gradients on; a ``backward()``; the
-  optimizer's own step) and ends when the *first optimizer that ever stepped* finishes its
-  ``step()``; the batches pulled in between are its micro-batches, so gradient accumulation is
-  inferred. With several optimizers (a GAN) the others step inside;
+  optimizer's own step) and ends when the *pacer* finishes its ``step()``: the first optimizer
+  that ever stepped, until another one steps twice without it (a second training loop with
+  its own optimizer), which then paces. The batches pulled in between are the step's
+  micro-batches, so gradient accumulation is inferred. With several optimizers stepping in
+  turn (a GAN) the others step inside;
 - **the end of a step**: what the loop does after ``optimizer.step()`` (``zero_grad()``, a
   print, a scheduler step) is part of training, so a step that ended is closed only when the
   loop goes on: right before the next ``next()`` on a metered iterator (the next batch, or the
@@ -118,9 +120,13 @@ class AutoPatch:
         # What was seen, for the report's "what trainpace run could not see".
         self.optimizer_steps = 0
         self.optimizers: dict[int, str] = {}  # id -> class name, in the order they stepped
+        self.pacers: list[str] = []  # class names of the optimizers that paced, in turn
+        # Steps of each other optimizer since the pacer's last one: two make it the pacer.
+        self._steps_without_pacer: dict[int, int] = {}
         self.loaders_metered = 0
         self.loaders_skipped = 0  # iterated under no_grad: taken for evaluation
         self.backward_calls = 0
+        self.trained = False  # a step was opened (the script got as far as training)
 
     @staticmethod
     def counters(samples_per_step: int | None,
@@ -253,6 +259,7 @@ class AutoPatch:
             self._fault("starting a step", exc)
             return
         self._context = context
+        self.trained = True
 
     def _close(self) -> None:
         self._ended = False
@@ -316,17 +323,31 @@ class AutoPatch:
 
     def _first_step_of(self, optimizer: torch.optim.Optimizer) -> None:
         key = id(optimizer)
-        if self._pacer is None:
-            self._pacer, self._pacer_optimizer = key, optimizer
         self.optimizers[key] = type(optimizer).__name__
+        if self._pacer is None:
+            self._pace_with(optimizer)
+
+    def _pace_with(self, optimizer: torch.optim.Optimizer) -> None:
+        self._pacer, self._pacer_optimizer = id(optimizer), optimizer
+        self.pacers.append(type(optimizer).__name__)
+        self._steps_without_pacer.clear()
 
     def _post_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if optimizer is self._pacer_optimizer:
-            self.optimizer_steps += 1
-            if self.loaders_metered and self._context is not None:
-                self._ended = True  # closed when the loop goes on (what follows is training)
-            else:
-                self._close()
+        if optimizer is not self._pacer_optimizer:
+            key = id(optimizer)
+            count = self._steps_without_pacer[key] = self._steps_without_pacer.get(key, 0) + 1
+            if count < 2:
+                return  # stepping inside the pacer's steps (a GAN's other network)
+            # Twice without the pacer: the loop the pacer stepped in is over, this one paces.
+            # The step open now holds its two iterations (or what came between the loops).
+            self._pace_with(optimizer)
+        if self._steps_without_pacer:  # (a GAN's other optimizer stepped): its count restarts
+            self._steps_without_pacer.clear()
+        self.optimizer_steps += 1
+        if self.loaders_metered and self._context is not None:
+            self._ended = True  # closed when the loop goes on (what follows is training)
+        else:
+            self._close()
 
     def _arm_forward(self) -> None:
         if self._forward_handle is None:
@@ -402,12 +423,22 @@ class AutoPatch:
             ))
         if len(self.optimizers) > 1:
             names = list(self.optimizers.values())
+            pacers = self.pacers
+            if len(pacers) == 1:
+                title = (f"{len(names)} optimizers stepped; the first one, {names[0]}, marks "
+                         "the steps")
+                advice = ["the other optimizers' steps are inside each step: the step time "
+                          "is one full iteration of all of them"]
+            else:
+                title = (f"{len(names)} optimizers stepped; the steps are marked by "
+                         f"{' then '.join(pacers)} (a new one takes over when it steps twice "
+                         "without the one before)")
+                advice = ["each training loop's steps are its own optimizer's; the figures "
+                          "are over all of them"]
             out.append(Finding(
-                id="run_several_optimizers", severity="info",
-                title=f"{len(names)} optimizers stepped; the first one, {names[0]}, marks the "
-                      "steps",
-                evidence={"optimizers": names, "steps_marked_by": names[0]},
-                advice=["the other optimizers' steps are inside each step: the step time is "
-                        "one full iteration of all of them"],
+                id="run_several_optimizers", severity="info", title=title,
+                evidence={"optimizers": names,
+                          "steps_marked_by": pacers[0] if len(pacers) == 1 else pacers},
+                advice=advice,
             ))
         return out

@@ -15,11 +15,19 @@ ATen op first and tallies:
 Only ops with a FLOP formula have FLOPs (elementwise ops count 0), which is what model FLOPs
 utilization means. Counting never raises into the step: a failure of ours leaves the
 result ``None``, logged once; an exception from the step itself propagates unchanged.
+
+Counting costs tens of microseconds per op, so it is bounded: a step whose ops have taken
+:data:`BUDGET_S` of CPU time under counting without the step ending (a loop without an
+optimizer step, whose "first step" never ends) stops counting on its own, at the next op or
+module call, and its FLOPs are unknown. The CPU time of the ops themselves, not wall time:
+other processes taking the CPU, and what the loop does between ops (compiling a model,
+loading data), do not use up the budget.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,10 +35,16 @@ from types import TracebackType
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    _get_current_dispatch_mode,
+    _pop_mode_temporarily,
+)
 from torch.utils._pytree import tree_leaves
 
 logger = logging.getLogger(__name__)
+
+BUDGET_S = 5.0  # CPU seconds of counted ops before counting stops on its own
 
 FAMILIES: tuple[str, ...] = ("matmul", "conv", "attention", "elementwise", "reduction", "other")
 
@@ -211,16 +225,28 @@ def _distinct(tensors: Iterator[torch.Tensor] | list[torch.Tensor]) -> list[torc
 
 
 class _OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Sees each op before FlopCounterMode; records its bytes and the FLOPs it added."""
+    """Sees each op before FlopCounterMode; records its bytes and the FLOPs it added, and
+    tells its counter when the budget is spent."""
 
-    def __init__(self, tally: _Tally, total_flops: Callable[[], float]) -> None:
+    def __init__(self, tally: _Tally, total_flops: Callable[[], float],
+                 counter: StepCounter) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._tally = tally
         self._total_flops = total_flops
+        self._counter = counter
+        self.spent = False  # past the budget: ops pass straight through
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: Mapping[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if self.spent:
+            top = _get_current_dispatch_mode()
+            if not isinstance(top, self._counter.flop_mode_type):
+                return func(*args, **kwargs)
+            with _pop_mode_temporarily():  # FlopCounterMode, under this one: skipped
+                return func(*args, **kwargs)
+        counter = self._counter
+        started_s = counter.cpu_clock()
         before = self._total_flops()
         out = func(*args, **kwargs)
         if self._tally.error is None:
@@ -228,7 +254,20 @@ class _OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 self._tally.record(func, args, kwargs, out, self._total_flops() - before)
             except Exception as exc:  # noqa: BLE001 - counting must never break the step
                 self._tally.error = f"{func}: {type(exc).__name__}: {exc}"
+        counter.ops_cpu_s += counter.cpu_clock() - started_s
+        if counter.over_budget():
+            # No mode can leave the stack from here (inside backward() the stack is the
+            # autograd engine's copy, restored when it ends): from now on ops go past both
+            # modes, until the next module call or the step's end takes them off.
+            self.spent = True
+            self._counter.stop_counting(inside_dispatch=True)
         return out
+
+
+def _current_graph_task() -> int:
+    """The id of the backward pass running on this thread (-1: none)."""
+    current = getattr(torch._C, "_current_graph_task_id", None)
+    return int(current()) if current is not None else -1
 
 
 def _cpu_sdpa_mapping() -> dict[Any, Any]:
@@ -265,12 +304,27 @@ class StepCounter:
     figures scale FLOPs with the samples of other steps.
     """
 
-    def __init__(self, *, samples: int | None = None) -> None:
+    def __init__(self, *, samples: int | None = None, budget_s: float = BUDGET_S,
+                 cpu_clock: Callable[[], float] = time.thread_time) -> None:
         self.samples = samples
         self.result: StepCount | None = None
         self.error: str | None = None
+        self.budget_s = budget_s
+        self.cpu_clock = cpu_clock
+        self.ops_cpu_s = 0.0  # CPU time of the ops counted so far, counting included
         self._tally = _Tally()
-        self._modes: list[Any] = []
+        self._modes: list[Any] = []  # entered, innermost last
+        self._hook: Any = None  # the module pre-hook that ends an overrun count
+        self.flop_mode_type: type = type(None)
+
+    @property
+    def counting(self) -> bool:
+        """Whether any of the counting modes is still on (False once the budget is spent)."""
+        return bool(self._modes)
+
+    def over_budget(self) -> bool:
+        """Whether the counted ops have taken more than :attr:`budget_s` of CPU time."""
+        return self.ops_cpu_s > self.budget_s
 
     def __enter__(self) -> StepCounter:
         try:
@@ -282,14 +336,18 @@ class StepCounter:
             warnings.filterwarnings(
                 "ignore", message=r"Using `torch.compile\(module\)` when there are global hooks",
                 category=UserWarning)
+            from torch.nn.modules.module import register_module_forward_pre_hook
             from torch.utils.flop_counter import FlopCounterMode
 
             flop_mode = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_mapping())
             flop_mode.__enter__()  # type: ignore[no-untyped-call]
             self._modes.append(flop_mode)
-            op_mode = _OpCounter(self._tally, flop_mode.get_total_flops)
+            # what FlopCounterMode pushes on the mode stack (an inner mode in newer PyTorch)
+            self.flop_mode_type = type(getattr(flop_mode, "mode", None) or flop_mode)
+            op_mode = _OpCounter(self._tally, flop_mode.get_total_flops, self)
             op_mode.__enter__()  # type: ignore[no-untyped-call]
             self._modes.append(op_mode)
+            self._hook = register_module_forward_pre_hook(self._module_called)
         except Exception as exc:  # noqa: BLE001 - a counter that cannot start counts nothing
             self.error = f"cannot start counting ({type(exc).__name__}: {exc})"
             self._exit_modes()
@@ -297,7 +355,7 @@ class StepCounter:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        counting = bool(self._modes)
+        counting = self.counting and self.error is None
         self._exit_modes()
         if exc_type is not None or not counting:
             return
@@ -307,10 +365,36 @@ class StepCounter:
             return
         self.result = self._tally.result(self.samples)
 
+    def _module_called(self, module: Any, args: Any) -> None:
+        # Between ops, outside any dispatch: the modes can leave here, unless this is a
+        # module recomputed inside backward() (activation checkpointing; see _OpCounter).
+        if self.counting and self.over_budget() and _current_graph_task() == -1:
+            self.stop_counting(inside_dispatch=False)
+
+    def stop_counting(self, *, inside_dispatch: bool) -> None:
+        """The budget is spent and no step ended: stop counting (the FLOPs are unknown).
+
+        Inside a dispatch the modes stay on the stack, passing ops through (see
+        :class:`_OpCounter`); they leave at the next module call or at :meth:`__exit__`.
+        """
+        if self.error is None:
+            self.error = (f"the counted step did not end within {self.budget_s:g} s of its "
+                          "ops' CPU time (no optimizer step?); counting stopped, FLOPs are "
+                          "unknown")
+            logger.info("trainpace: %s", self.error)
+        if not inside_dispatch:
+            self._exit_modes()
+
     def _exit_modes(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
         while self._modes:
-            mode = self._modes.pop()
-            try:
-                mode.__exit__(None, None, None)
-            except Exception as exc:  # noqa: BLE001 - leaving a mode must not break the step
-                self.error = self.error or f"cannot stop counting ({type(exc).__name__}: {exc})"
+            self._leave(self._modes.pop())
+
+    def _leave(self, mode: Any) -> None:
+        try:
+            mode.__exit__(None, None, None)
+        except Exception as exc:  # noqa: BLE001 - leaving a mode must not break the step
+            self.error = self.error or f"cannot stop counting ({type(exc).__name__}: {exc})"
+

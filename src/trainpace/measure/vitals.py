@@ -99,6 +99,7 @@ class DeviceVitals:
         self._peaks_note: str | None = None
         self._count: StepCount | None = None
         self._count_error: str | None = None
+        self._count_cpu_s: float | None = None  # CPU time of the counted ops, counting included
         self._counted = False
         self._faults: set[str] = set()
         self._started = False
@@ -230,6 +231,8 @@ class DeviceVitals:
             "flop_count": {
                 "counted": self._count is not None,
                 "error": self._count_error,
+                # trainpace's first-step work: the counted step's ops ran under counting
+                "ops_cpu_s": self._count_cpu_s,
                 "dtype": self._count.dtype if self._count else None,
             },
         }
@@ -279,5 +282,6 @@ class _CountOnce:
             return
         self._vitals._count = counter.result
         self._vitals._count_error = counter.error
+        self._vitals._count_cpu_s = counter.ops_cpu_s
         if exc_type is not None:
             self._vitals._counted = False  # the step failed: count the next one instead

@@ -8,15 +8,18 @@ nothing until it is asked for (then its sink raises ``MissingDependencyError``).
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from trainpace.config import MeterConfig
-from trainpace.errors import ConfigError
+from trainpace.errors import ConfigError, TrainpaceError
 from trainpace.sinks.base import Sink
 from trainpace.sinks.console import ConsoleSink
 from trainpace.sinks.options import sinks_from_options
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,14 @@ def keyword_sinks(config: MeterConfig, stream: TextIO | None, run_id: str) -> li
         module, _, name = entry.target.partition(":")
         factory: Any = getattr(importlib.import_module(module), name)
         options = {kw: getattr(config, key) for kw, key in entry.options.items()}
-        sinks.append(factory(value, **options))
+        try:
+            sinks.append(factory(value, **options))
+        except TrainpaceError:
+            raise  # a setting to fix (a missing extra): said before the training starts
+        except Exception as exc:  # noqa: BLE001 - no dashboard is worth stopping the run
+            # (an unwritable folder, a full disk): as the other dashboards, one warning
+            logger.warning("trainpace: starting %s=%r failed (%s: %s); the run goes on "
+                           "without it", entry.key, str(value), type(exc).__name__, exc)
     sinks.extend(sinks_from_options(wandb=config.wandb, mlflow=config.mlflow,
                                     prometheus=config.prometheus,
                                     prometheus_host=config.prometheus_host, run_id=run_id))

@@ -45,6 +45,8 @@ def claim_run_folder(path: Path) -> Path:
     """``path``, or ``path-2``, ``path-3``... : the first one no other run holds, claimed
     atomically for this one (a folder of an earlier run, or claimed by another Meter or
     process a moment before, is never written into)."""
+    if not path.name:  # "." or "..": the folder's own name, for the names beside it
+        path = path.resolve()
     candidate, n = path, 1
     while True:
         if _claim(candidate, key_value=path):
@@ -52,7 +54,8 @@ def claim_run_folder(path: Path) -> Path:
         n += 1
         candidate = path.with_name(f"{path.name}-{n}")
     if candidate != path:
-        logger.warning("trainpace: %s already holds a run; writing this one to %s", path, candidate)
+        logger.warning("trainpace: %s already holds a run or other files (a run folder starts "
+                       "empty); writing this run to %s", path, candidate)
     return candidate
 
 
@@ -61,6 +64,12 @@ def release_run_folder(folder: Path) -> None:
     (folder / CLAIM_FILE).unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         folder.rmdir()  # only when empty: never removes anything else
+
+
+def _open_own(path: Path, mode: int) -> int:
+    """A run-folder file opened for writing (``mode``: O_APPEND or O_TRUNC), never through a
+    symbolic link: one planted there fails the open (ELOOP) instead of redirecting the write."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | mode, 0o644)
 
 
 def _claim(folder: Path, *, key_value: Path) -> bool:
@@ -79,10 +88,14 @@ def _claim(folder: Path, *, key_value: Path) -> bool:
                           f"cannot be made into a run folder ({exc.strerror or exc})") from exc
     try:
         os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError:
+        pass  # a full disk: the file made is the claim (the pid in it is only a note)
     finally:
         os.close(fd)
-    if (folder / META_FILE).exists() or (folder / SUMMARY_FILE).exists():
-        # a run written before claims existed: leave it as it was
+    if folder.is_symlink() or any(name != CLAIM_FILE for name in os.listdir(folder)):
+        # Something else is there: an earlier run's files, or links planted in a folder that
+        # others can write to (lines appended through them would land in any file). Only an
+        # empty folder becomes a run folder.
         (folder / CLAIM_FILE).unlink(missing_ok=True)
         return False
     return True
@@ -188,8 +201,7 @@ class RunFolderSink:
             return
         fd = self._fds.get(name)
         if fd is None:
-            fd = self._fds[name] = os.open(self.path / name,
-                                           os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = self._fds[name] = _open_own(self.path / name, os.O_APPEND)
             self._sizes[name] = os.fstat(fd).st_size
         # All the lines in one call (a call per row costs several times more on the writer
         # thread, which holds the GIL the training loop needs); NaN and infinities are written
@@ -213,9 +225,13 @@ class RunFolderSink:
         target = self.path / name
         temporary = target.with_suffix(target.suffix + ".tmp")
         try:
-            temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
-        except OSError:
+            fd = _open_own(temporary, os.O_TRUNC)
+            with open(fd, "wb") as handle:
+                handle.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+        except OSError as exc:
             temporary.unlink(missing_ok=True)
+            if exc.filename is None:  # a write that failed (a full disk): name the file
+                raise OSError(exc.errno, exc.strerror, str(target)) from exc
             raise
         os.replace(temporary, target)  # atomic: a reader sees the old file or the new one
 

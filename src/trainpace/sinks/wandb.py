@@ -30,7 +30,11 @@ DEFAULT_PROJECT = "trainpace"
 
 class WandbSink(DroppingSink):
     """Logs into ``run`` (a ``wandb`` run object; ``True``: the active run, else a run it
-    starts)."""
+    starts).
+
+    A run it starts is started on first use, on the sink's own thread: ``wandb.init`` waits
+    for the server (over a minute when it cannot be reached), and the training must not.
+    """
 
     label = "W&B"
 
@@ -40,23 +44,34 @@ class WandbSink(DroppingSink):
             import wandb
         except ImportError as exc:
             raise MissingDependencyError("W&B logging", "wandb") from exc
+        self._wandb: Any = wandb
+        self._name = run_id
         self._summary: Mapping[str, Any] | None = None
         self._owned = False
         self.run: Any = None
         try:
             if run is True or run is None:
-                run = wandb.run
-            if run is None:
-                # No run yet: start one, as the user's own wandb.init() would (WANDB_* settings).
-                run = wandb.init(project=os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
-                                 name=run_id, reinit="create_new")
-                self._owned = True
-            self.run = run
-            run.define_metric(STEP_TAG)
-            for group in sorted({tag.split("/")[0] for tag, _ in WINDOW_TAGS.values()}):
-                run.define_metric(f"{group}/*", step_metric=STEP_TAG)
+                run = wandb.run  # the user's own run, when there is one
+            if run is not None:
+                self._use(run)
         except Exception as exc:  # noqa: BLE001 - no dashboard is worth stopping the run
             self._drop("starting the W&B run", exc)
+
+    def _use(self, run: Any) -> None:
+        self.run = run
+        run.define_metric(STEP_TAG)
+        for group in sorted({tag.split("/")[0] for tag, _ in WINDOW_TAGS.values()}):
+            run.define_metric(f"{group}/*", step_metric=STEP_TAG)
+
+    def _started(self) -> Any:
+        """The run, started now if there is none (as the user's own wandb.init() would,
+        with the WANDB_* settings)."""
+        if self.run is None:
+            self._owned = True
+            self._use(self._wandb.init(
+                project=os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT, name=self._name,
+                reinit="create_new"))
+        return self.run
 
     def _log(self, record: Record) -> None:
         if record.kind == "window":
@@ -64,12 +79,12 @@ class WandbSink(DroppingSink):
             row: dict[str, Any] = window_scalars(figures)
             if row:
                 row[STEP_TAG] = window_step(figures, record.step)
-                self.run.log(row)
+                self._started().log(row)
         elif record.kind == "summary":
             self._summary = record.data  # the last one is the run's: written at close
         elif record.kind == "meta":
-            self.run.config.update({"trainpace": _meta_config(record.data)},
-                                   allow_val_change=True)
+            self._started().config.update({"trainpace": _meta_config(record.data)},
+                                          allow_val_change=True)
 
     def _close(self) -> None:
         if self._summary is not None:
@@ -77,8 +92,8 @@ class WandbSink(DroppingSink):
             found = bottleneck(self._summary)
             if found is not None:
                 final[BOTTLENECK_TAG] = found
-            self.run.summary.update(final)
-        if self._owned:
+            self._started().summary.update(final)
+        if self._owned and self.run is not None:
             self.run.finish()
 
 
