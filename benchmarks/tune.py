@@ -167,6 +167,13 @@ def main() -> None:
                     if isinstance(case, dict))
     print(json.dumps(out, indent=2))
 
+    from results import write_result
+
+    write_result("tune", quick=args.quick, rows=[
+        {"case": name, **{key: value for key, value in case.items() if key != "checks"},
+         "expectations met": all(case["checks"].values())}
+        for name, case in out.items() if isinstance(case, dict)])
+
 
 if __name__ == "__main__":
     main()
