@@ -149,7 +149,9 @@ def _normalize(config: MeterConfig) -> None:
     for key in ("out", "tensorboard"):
         value = getattr(config, key)
         if isinstance(value, (str, os.PathLike)):
-            object.__setattr__(config, key, Path(value))
+            # Resolved once, now: a script that changes directory later (Hydra, os.chdir)
+            # still writes where it asked.
+            object.__setattr__(config, key, Path(os.path.abspath(value)))
         elif value is not None and not isinstance(value, Path):
             raise ConfigError(key, value, "must be a folder path (str or Path) or None")
     if isinstance(config.profile_steps, list):

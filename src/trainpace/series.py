@@ -1,4 +1,5 @@
-"""Step records as columns: the store the Meter, the summarizer and the run-log reader share.
+"""Step records as columns: a window's steps, the run's, and a ``steps.jsonl`` read back; the
+one store the Meter, the summarizer and the run-log reader share.
 
 ``steps.jsonl`` records (:class:`trainpace.records.StepRecord`) become float64 columns, null as
 NaN, so a run of millions of steps costs 8 bytes a field a step, not a Python object per step;
@@ -28,7 +29,6 @@ import numpy as np
 import orjson
 
 from trainpace.records import INTEGRAL_FIELDS, STEP_FIELDS
-from trainpace.stepcolumns import StepColumns
 
 if TYPE_CHECKING:  # pathlib costs 9 ms to load (urllib, ipaddress): trace analysis avoids it
     from pathlib import Path
@@ -124,10 +124,12 @@ class StepSeries:
             if isinstance(column, array) and len(column) > self._n:
                 del column[self._n:]
 
-    def append(self, steps: StepColumns) -> None:
-        """Append steps given as columns (see :mod:`trainpace.stepcolumns`)."""
-        if steps.n:
-            self._append_columns(list(steps.values.items()), steps.n)
+    def append(self, steps: StepSeries) -> None:
+        """Append the steps of another series (a window's, to the run's)."""
+        if steps._n:
+            n = steps._n
+            self._append_columns([(name, column if isinstance(column, float) else column[:n])
+                                  for name, column in steps._columns.items()], n)
 
     def _append_columns(self, columns: Sequence[tuple[str, array[float] | float | None]],
                         n: int) -> None:

@@ -52,16 +52,16 @@ from trainpace.meter.captures import Captures, profile_window
 from trainpace.meter.conclusion import Conclusion
 from trainpace.meter.distributed import JobRank
 from trainpace.meter.faults import Faults
-from trainpace.meter.handover import HAND_OVER_S, HandOver
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
-from trainpace.meter.pipeline import ROWS_STOCKED, Window, WindowPipeline
+from trainpace.meter.pipeline import Window, WindowPipeline
 from trainpace.meter.state import RunState, device_name
 from trainpace.report.console import print_report
 from trainpace.runlog import Record
-from trainpace.sinks.background import BackgroundWriter, SinkThread, close_all
-from trainpace.sinks.base import Sink
+from trainpace.sinks.background import Writer
+from trainpace.sinks.base import FanOut, Sink
+from trainpace.sinks.console import ConsoleSink
 from trainpace.sinks.runfolder import RunFolderSink, release_run_folder
 from trainpace.summary import Summary
 
@@ -69,6 +69,10 @@ logger = logging.getLogger("trainpace")
 
 # The longest the end of the run (or the interpreter's exit) waits for the run folder.
 WRITER_CLOSE_S = 30.0
+# At a loader's end, the longest wait for the window's console line to be out.
+LINE_FLUSH_S = 1.0
+# The longest the training thread waits for a writer more than a window behind.
+LAG_WAIT_S = 0.5
 
 
 class Meter:
@@ -147,8 +151,7 @@ class Meter:
             logger.info("trainpace: FLOPs are not counted with warmup=0: the counted step "
                         "would be measured; pass flops_per_step= or leave a warm-up step")
         self._recorder = StepRecorder(clock=clock, timer=device_timer_for(self.device),
-                                      samples=samples, tokens=tokens)
-        self._recorder.stock_rows(min(config.window, ROWS_STOCKED))
+                                      samples=samples, tokens=tokens, stock=config.window)
         self._captures = Captures(profile_window(config.profile_steps, self.path),
                                  self._faults, clock)
         self._vitals: DeviceVitals | None = None
@@ -156,7 +159,7 @@ class Meter:
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
         self._summary: Summary | None = None
         self._meta: dict[str, Any] = {}
-        self._sink_threads = [SinkThread(sink) for sink in outputs]
+        self._sinks = FanOut(outputs)
         self._end = Conclusion(recorder=self._recorder, state=self._state, job=self._job,
                                captures=self._captures, faults=self._faults, device=self.device,
                                vitals=lambda: self._vitals, peaks_given=self._peaks is not None,
@@ -164,22 +167,16 @@ class Meter:
         self._pipeline = WindowPipeline(
             state=self._state, recorder=self._recorder,
             run_folder=RunFolderSink(self.path) if self.path is not None else None,
-            sinks=self._sink_threads, faults=self._faults, clock=clock,
-            vitals=lambda: self._vitals, refresh=self._end.refresh,
-            waited_on=lambda: self._writer.waited_on)
+            sinks=self._sinks, faults=self._faults, clock=clock,
+            vitals=lambda: self._vitals, refresh=self._end.refresh)
         if self._job.monitor is not None:  # a rank of a distributed job
             self._pipeline.observers.append(self._job.window)
-        self._writer = BackgroundWriter(
-            lambda exc: self._faults.report("writing the run", exc),
-            on_windows=self._windows, idle_s=HAND_OVER_S,
-            on_idle=lambda: self._pipeline.idle(self._hand_over.take_written()))
-        self._hand_over = HandOver(recorder=self._recorder, writer=self._writer,
-                                   run_folder=self._pipeline.run_folder,
-                                   sinks=self._sink_threads, stock=min(config.window, ROWS_STOCKED),
-                                   before=self._meta_from_window)
+        self._writer_stalled = False
+        self._writer = Writer(self._pipeline.windows,
+                              lambda exc: self._faults.report("writing the run", exc))
         self._loop = Loop(recorder=self._recorder, captures=self._captures, faults=self._faults,
-                          clock=clock, window=config.window, hand_over=self._hand_over,
-                          first_step=self._begin_run, loader_done=self._hand_over.flush_lines)
+                          window=config.window, hand_over=self._hand_over,
+                          first_step=self._begin_run, loader_done=self._console_line_out)
         self._context = self._loop.context
         # a run never finished still gets its windows out; never waits on a user sink
         self._exit_hook = _at_exit_of(self)
@@ -220,12 +217,12 @@ class Meter:
             raise ConfigError("accumulate", accumulate, "must be an integer >= 1")
         context = self._context
         if context.depth or self._loop.finished:
-            return self._odd_step(context)
+            return self._nested_or_finished(context)
         context.batch = batch
         context.accumulate = accumulate
         return context
 
-    def _odd_step(self, context: StepContext) -> StepContext | NullStep:
+    def _nested_or_finished(self, context: StepContext) -> StepContext | NullStep:
         if self._loop.finished:
             self._after_finish("meter.step()")
             return NULL_STEP
@@ -272,7 +269,7 @@ class Meter:
             end_s = self._clock()
             if self._vitals is not None:
                 self._vitals.stop()  # a last reading, then the thread is joined
-            self._hand_over(final=True)
+            self._loop.boundary(final=True)
             self._close_writer()  # every window written; from here on, one thread
             self._end.first_ceilings()  # after the loop, before the summary
             summary = self._end.build(final=True, end_s=end_s)
@@ -303,9 +300,29 @@ class Meter:
 
     # -- the training thread's side -------------------------------------------------------
 
-    def _meta_from_window(self) -> None:
-        if self._recorder.tokens_counted != self._meta.get("tokens_counted"):
+    def _hand_over(self, final: bool) -> None:
+        """The steps closed since the last window, to the writer as they are. When the writer
+        is still on an earlier window (steps far shorter than its work per step, holding the
+        GIL it needs), wait for it, at most LAG_WAIT_S: a SIGKILL then loses the open window
+        and the one handed over, no more. A writer that could not catch up once (a stalled
+        disk) is not waited for again until it has."""
+        rec = self._recorder
+        make_records = rec.take_ready(final=final)
+        if rec.tokens_counted != self._meta.get("tokens_counted"):
             self._log_meta()  # learnt from the first token batch: a killed run keeps it
+        writer = self._writer
+        number = writer.submit_window(Window(make_records, final, rec.steps_closed))
+        if writer.windows_written >= number - 1:
+            self._writer_stalled = False
+        elif not final and not self._writer_stalled:
+            self._writer_stalled = not writer.wait_for(number - 1, LAG_WAIT_S)
+
+    def _console_line_out(self) -> None:
+        """At a loader's end: the window's console line is out before the user's code goes on
+        (an evaluation printing its own lines), within LINE_FLUSH_S."""
+        if self.config.console and self._writer.wait_for(self._writer.windows_submitted,
+                                                         LINE_FLUSH_S):
+            self._sinks.flush(LINE_FLUSH_S, only=lambda sink: isinstance(sink, ConsoleSink))
 
     def _begin_run(self) -> Any:
         """The first step begins: the sampler starts (its clock zero is the run's); returns
@@ -321,12 +338,6 @@ class Meter:
         )
         self._vitals.start()
         return self._vitals.flop_counter(samples=self._recorder.open_samples or None)
-
-    def _windows(self, windows: list[Window]) -> None:
-        """The writer's work on the windows; steps it holds back go out if nothing follows."""
-        self._pipeline.windows(windows)
-        if self._pipeline.holding:
-            self._writer.arm()
 
     def _after_finish(self, call: str) -> None:
         self._faults.warn_once("after-finish", f"{call} after meter.finish(): the run is over, "
@@ -348,7 +359,7 @@ class Meter:
                 self._pipeline.run_folder.close()
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._faults.report("closing the run folder", exc)
-        close_all(self._sink_threads, self.config.sink_timeout_s)
+        self._sinks.close(self.config.sink_timeout_s)
 
     def _exit_without_finish(self) -> None:
         """At interpreter exit, for a run never finished: its windows reach the run folder;
@@ -356,7 +367,7 @@ class Meter:
         if self._summary is not None or self._writer.closed:
             return
         try:
-            self._hand_over(flush=True)
+            self._loop.boundary()
         except Exception as exc:  # noqa: BLE001 - at exit, nothing may raise
             self._faults.report("writing the run at exit", exc)
         self._writer.close(WRITER_CLOSE_S)
@@ -373,8 +384,7 @@ class Meter:
             profile=None if profile is None else {
                 "steps": [profile.start_step, profile.stop_step],
                 "trace": str(profile.trace_path) if profile.trace_path else None},
-            sinks={t.name: {"delivered": t.delivered, "dropped": t.dropped}
-                   for t in self._sink_threads},
+            sinks=self._sinks.counts(),
         )
         ceilings = self._end.ceilings
         meta["ceilings"] = ceilings.to_dict() if ceilings is not None else None
