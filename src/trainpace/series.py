@@ -92,7 +92,7 @@ class StepSeries:
         if not rows:
             return
         n = len(rows)
-        staged: list[tuple[str, array[float] | None]] = []
+        staged: list[tuple[str, array[float] | float | None]] = []
         for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True):
             missing = values.count(None)
             if missing == n:
@@ -102,6 +102,10 @@ class StepSeries:
                 continue
             if missing and name in required:
                 raise _Invalid(f"{name} is null")
+            first = values[0]
+            if not missing and values.count(first) == n and isinstance(first, (int, float)):
+                staged.append((name, float(first)))  # one value throughout: no array
+                continue
             try:
                 staged.append((name, array("d", [_NAN if v is None else v for v in values]
                                          if missing else values)))
@@ -140,8 +144,8 @@ class StepSeries:
             column = self._columns[name]
             if new is None:
                 new = _NAN
-            value = new if isinstance(new, float) else _constant(new)
             if isinstance(column, float):
+                value = new if isinstance(new, float) else _constant(new)
                 if value is not None and (at == 0 or _same(value, column)):
                     self._columns[name] = value  # still one value throughout
                     continue

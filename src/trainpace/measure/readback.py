@@ -109,8 +109,7 @@ class DeviceReadback:
             row = self._reading.popleft()
             assert row.device_times is not None
             step_s, exposed, h2d = row.device_times
-            out.append(record_of(row, t0, metered, step_s=step_s, exposed_wait_s=exposed,
-                                 h2d_s=h2d))
+            out.append(record_of(row, t0, metered, step_s, exposed, h2d))
         return out
 
 

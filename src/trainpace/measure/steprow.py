@@ -73,13 +73,13 @@ def mean_of(values: list[Any] | tuple[()]) -> float | None:
     return mean if math.isfinite(mean) else None
 
 
-def record_of(row: StepRow, t0: float, metered: bool, *, step_s: float,
-              exposed_wait_s: float | None = None, h2d_s: float | None = None) -> StepRecord:
+def record_of(row: StepRow, t0: float, metered: bool, step_s: float,
+              exposed_wait_s: float | None, h2d_s: float | None) -> StepRecord:
     """The row's ``steps.jsonl`` record, its step time given (the host cycle, or the device's
     time between the step's events), the time outside the steps taken out of it."""
     row.emitted = True
-    tokens = row.tokens
-    loss, nonfinite = step_loss(row.losses)
+    tokens, losses, metrics = row.tokens, row.losses, row.metrics
+    loss, nonfinite = step_loss(losses) if losses else (None, None)
     return {
         "step": row.step,
         "t_s": row.end_s - t0,
@@ -91,7 +91,7 @@ def record_of(row: StepRow, t0: float, metered: bool, *, step_s: float,
         "tokens": int(sum(tokens)) if tokens else None,
         "micro_batches": row.batches,
         "loss": loss,
-        "metric": mean_of(row.metrics),
+        "metric": mean_of(metrics) if metrics else None,
         "outside_s": row.outside_s if metered else None,
         "loss_nonfinite": nonfinite,
     }
@@ -100,5 +100,5 @@ def record_of(row: StepRow, t0: float, metered: bool, *, step_s: float,
 def host_records(rows: list[StepRow], t0: float | None, metered: bool) -> list[StepRecord]:
     """The records of rows timed on the host clock (every value already on the host)."""
     assert t0 is not None or not rows  # a row is closed after touch()
-    return [record_of(row, t0, metered, step_s=row.cycle_s - row.outside_s,  # type: ignore[arg-type]
-                      h2d_s=row.h2d_s) for row in rows]
+    return [record_of(row, t0, metered, row.cycle_s - row.outside_s, None,  # type: ignore[arg-type]
+                      row.h2d_s) for row in rows]
