@@ -80,9 +80,9 @@ def test_trainpaces_own_time_is_in_the_figures(tmp_path, clock, monkeypatch):
 
     real_hand_over, real_finish = Meter._hand_over, ProfileWindow._finish
 
-    def slow_hand_over(self, final):
+    def slow_hand_over(self, final, flush):
         clock.advance(0.5)  # the boundary's work, made long
-        real_hand_over(self, final)
+        real_hand_over(self, final, flush)
 
     def slow_finish(self):
         clock.advance(0.3)  # the profiler's shutdown, made long

@@ -185,3 +185,38 @@ def test_a_run_never_finished_exits_without_waiting_on_a_hanging_sink(tmp_path):
     assert len(read_run(tmp_path / "run").steps) == 105  # the exit hook wrote every step
     # the child's exit did not wait on the sink (imports alone take seconds on a busy machine)
     assert exited_s < 60
+
+
+class Windows:
+    """A sink keeping the window records it gets."""
+
+    def __init__(self):
+        self.records = []
+
+    def log(self, record):
+        if record.kind == "window":
+            self.records.append(record.data)
+
+    def close(self):
+        pass
+
+
+def test_windows_shorter_than_sink_window_s_reach_the_sinks_together_every_step_once(
+        tmp_path, clock):
+    from trainpace.meter.pipeline import SINK_WINDOW_S
+
+    sink = Windows()
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=10, console=False,
+                            report=False, count_flops=False, sinks=[sink])
+    for b in meter.loader([torch.zeros(2)] * 203):
+        with meter.step(b):
+            clock.advance(1 / 512)  # windows of 19.5 ms (exact in binary): three to a record
+    meter.finish()
+    assert SINK_WINDOW_S == 0.05
+    steps = [[s["step"] for s in data["steps"]] for data in sink.records]
+    assert [s for part in steps for s in part] == list(range(1, 204))  # once each, in order
+    # a record per 50 ms of run time at least; the rest when the loader ran out
+    assert [(part[0], part[-1]) for part in steps] == [
+        (1, 30), (31, 60), (61, 90), (91, 120), (121, 150), (151, 180), (181, 203)]
+    assert [data["window"]["steps"] for data in sink.records] == [30] * 6 + [23]
+    assert [s["step"] for s in read_run(meter.path).steps] == list(range(1, 204))

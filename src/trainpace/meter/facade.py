@@ -300,7 +300,7 @@ class Meter:
 
     # -- the training thread's side -------------------------------------------------------
 
-    def _hand_over(self, final: bool) -> None:
+    def _hand_over(self, final: bool, flush: bool) -> None:
         """The steps closed since the last window, to the writer as they are. When the writer
         is still on an earlier window (steps far shorter than its work per step, holding the
         GIL it needs), wait for it, at most LAG_WAIT_S: a SIGKILL then loses the open window
@@ -311,7 +311,7 @@ class Meter:
         if rec.tokens_counted != self._meta.get("tokens_counted"):
             self._log_meta()  # learnt from the first token batch: a killed run keeps it
         writer = self._writer
-        number = writer.submit_window(Window(make_records, final, rec.steps_closed))
+        number = writer.submit_window(Window(make_records, final, rec.steps_closed, flush))
         if writer.windows_written >= number - 1:
             self._writer_stalled = False
         elif not final and not self._writer_stalled:
@@ -367,7 +367,7 @@ class Meter:
         if self._summary is not None or self._writer.closed:
             return
         try:
-            self._loop.boundary()
+            self._loop.boundary(flush=True)
         except Exception as exc:  # noqa: BLE001 - at exit, nothing may raise
             self._faults.report("writing the run at exit", exc)
         self._writer.close(WRITER_CLOSE_S)

@@ -23,7 +23,7 @@ from trainpace.meter.faults import Faults
 class Loop:
     """The training thread's side of a Meter.
 
-    ``hand_over(final)`` gives the steps closed since the last window to the writer;
+    ``hand_over(final, flush)`` gives the steps closed since the last window to the writer;
     ``first_step()`` runs when the first step begins (the sampler starts then, and returns a
     FLOP counter for that step, or None); ``loader_done()`` runs when a metered loader is
     exhausted. Each is the Meter's. Their time is the loop's: it is in the step times (or the
@@ -31,7 +31,7 @@ class Loop:
     """
 
     def __init__(self, *, recorder: StepRecorder, captures: Captures, faults: Faults,
-                 window: int, hand_over: Callable[[bool], None],
+                 window: int, hand_over: Callable[[bool, bool], None],
                  first_step: Callable[[], Any], loader_done: Callable[[], None]) -> None:
         self.recorder = recorder
         self.captures = captures
@@ -45,9 +45,10 @@ class Loop:
         self._loader_done = loader_done
         self.context = StepContext(self)
 
-    def boundary(self, *, final: bool = False) -> None:
-        """Hand the steps closed since the last window over to the writer."""
-        self._hand_over(final)
+    def boundary(self, *, final: bool = False, flush: bool = False) -> None:
+        """Hand the steps closed since the last window over to the writer (``flush``: their
+        window record goes to the sinks now)."""
+        self._hand_over(final, flush)
         self.handed_over = self.recorder.steps_closed
 
     def begin_run(self) -> None:
@@ -61,7 +62,7 @@ class Loop:
         """The metered loader ran out: the window so far goes out now (console line included),
         not after whatever the user's code does next."""
         if self.recorder.steps_closed > self.handed_over:
-            self.boundary()
+            self.boundary(flush=True)
         self._loader_done()
 
     def profile_begin(self) -> None:

@@ -5,8 +5,8 @@ hands over a window's rows as they are; here they become ``steps.jsonl`` records
 one append for all the windows taken together) and columns (the window's
 :class:`~trainpace.series.StepSeries`, appended to the run's), and the window's figures come
 from the function that computes the run's. Each window's figures go to the sinks (one
-:class:`~trainpace.sinks.base.FanOut`) as its window record; more than ``MERGE_AFTER`` windows
-taken together (steps far shorter than the writer's work) go out as one.
+:class:`~trainpace.sinks.base.FanOut`) as its window record; windows shorter than
+``SINK_WINDOW_S`` go out together.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ from trainpace.summary import Summary
 SYSTEM_LOG_INTERVAL_S = 1.0  # system.jsonl: one reading a second (a GPU row is ~1 kB)
 # A mid-run summary refresh may take at most this share of the time since the previous one.
 REFRESH_BUDGET = 0.002
-# More windows than this taken together go to the sinks as one window record.
-MERGE_AFTER = 4
+# The least run time a window record holds: windows of steps far shorter than the writer's
+# work (and than a reader's eye) go to the sinks together, one console line, not hundreds a
+# second. A window at least this long has its own record, as documented.
+SINK_WINDOW_S = 0.05
 
 WindowObserver = Callable[[Figures, list[StepRecord]], None]
 """Called on the writer thread with each window's figures and records (e.g. to exchange
@@ -44,6 +46,7 @@ class Window:
     make_records: Callable[[], list[StepRecord]]  # called on the writer thread
     final: bool
     last_step: int  # the steps closed when it was handed over
+    flush: bool = False  # its window record goes out now (a loader ran out)
 
 
 class WindowPipeline:
@@ -67,6 +70,8 @@ class WindowPipeline:
         self._system_written_s = -float("inf")
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
+        self._unsent: list[StepRecord] = []  # steps not in a window record yet
+        self._sent_t_s = 0.0  # the run time the last window record reached
 
     def emit(self, record: Record) -> None:
         """To the run folder (now, here) and to the sinks."""
@@ -79,22 +84,38 @@ class WindowPipeline:
 
     def windows(self, windows: list[Window]) -> None:
         """The windows handed over since the last call, taken together: their lines go to the
-        run folder now (one append), then each window's figures to the sinks and observers."""
+        run folder now (one append) and their steps into the run's columns; their window
+        record goes to the sinks and observers once it holds ``SINK_WINDOW_S`` of run time
+        (at once at the end, or when a loader ran out)."""
         last = windows[-1]
         if not last.final:  # the next windows' step rows (popped by the training thread)
             self._recorder.restock()
         made = [(window, window.make_records()) for window in windows]
-        lines = [record for _, records in made for record in records]
-        if self.run_folder is not None and lines:
+        records = [record for _, part in made for record in part]
+        if not records:
+            return self._after(last)
+        if self.run_folder is not None:
             try:
-                self.run_folder.append_steps(lines)
+                self.run_folder.append_steps(records)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._faults.report("writing the run folder (window)", exc)
-        if len(made) > MERGE_AFTER:
-            made = [(last, lines)]
-        for window, records in made:
-            if records:
-                self._window(records, window.final)
+        steps = StepSeries.from_records(records)
+        self.state.series.append(steps)
+        if self.state.tracker is not None:
+            self.state.tracker.add(steps)
+        for window, part in made:
+            unsent = self._unsent = self._unsent + part
+            if unsent and (window.final or window.flush
+                           or unsent[-1]["t_s"] - self._sent_t_s >= SINK_WINDOW_S):
+                self._unsent = []
+                self._sent_t_s = unsent[-1]["t_s"]
+                same = unsent[0] is records[0] and unsent[-1] is records[-1]  # the pass's
+                self._window(unsent, steps if same else StepSeries.from_records(unsent),
+                             window.final)
+        return self._after(last)
+
+    def _after(self, last: Window) -> None:
+        """After each pass: the sampler's rows, and now and then a refreshed summary."""
         self._system(last.last_step)
         if not last.final:
             self._maybe_refresh(last.last_step)
@@ -103,14 +124,10 @@ class WindowPipeline:
         """A new goal, followed from the run's first step (every step written so far)."""
         self.state.follow(goal)
 
-    def _window(self, records: list[StepRecord], final: bool) -> None:
-        """The window's steps into the run's columns; its record (figures and steps) to the
+    def _window(self, records: list[StepRecord], steps: StepSeries, final: bool) -> None:
+        """The window record (figures and steps) of ``records`` (as columns: ``steps``) to the
         sinks, and to the window observers."""
         state = self.state
-        steps = StepSeries.from_records(records)
-        state.series.append(steps)
-        if state.tracker is not None:
-            state.tracker.add(steps)
         window = figures(steps, state.warmup(final=final))
         if state.tracker is not None:
             progress = state.tracker.progress()
