@@ -71,6 +71,7 @@ class WindowPipeline:
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
         self._unsent: list[StepRecord] = []  # steps not in a window record yet
+        self._in_columns = 0  # of them, those already in the run's columns (a new goal)
         self._sent_t_s = 0.0  # the run time the last window record reached
 
     def emit(self, record: Record) -> None:
@@ -84,45 +85,52 @@ class WindowPipeline:
 
     def windows(self, windows: list[Window]) -> None:
         """The windows handed over since the last call, taken together: their lines go to the
-        run folder now (one append) and their steps into the run's columns; their window
-        record goes to the sinks and observers once it holds ``SINK_WINDOW_S`` of run time
-        (at once at the end, or when a loader ran out)."""
+        run folder now (one append). Once the steps not in a window record yet hold
+        ``SINK_WINDOW_S`` of run time (at once at the end, or when a loader ran out), they
+        become columns (the run's, and the window record's figures) and go to the sinks and
+        observers: made into columns together, tiny steps cost the writer half as much."""
         last = windows[-1]
         if not last.final:  # the next windows' step rows (popped by the training thread)
             self._recorder.restock()
         made = [(window, window.make_records()) for window in windows]
-        records = [record for _, part in made for record in part]
-        if not records:
-            return self._after(last)
-        if self.run_folder is not None:
+        lines = [record for _, records in made for record in records]
+        if self.run_folder is not None and lines:
             try:
-                self.run_folder.append_steps(records)
+                self.run_folder.append_steps(lines)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._faults.report("writing the run folder (window)", exc)
-        steps = StepSeries.from_records(records)
-        self.state.series.append(steps)
-        if self.state.tracker is not None:
-            self.state.tracker.add(steps)
-        for window, part in made:
-            unsent = self._unsent = self._unsent + part
+        for window, records in made:
+            unsent = self._unsent
+            unsent.extend(records)
             if unsent and (window.final or window.flush
                            or unsent[-1]["t_s"] - self._sent_t_s >= SINK_WINDOW_S):
-                self._unsent = []
-                self._sent_t_s = unsent[-1]["t_s"]
-                same = unsent[0] is records[0] and unsent[-1] is records[-1]  # the pass's
-                self._window(unsent, steps if same else StepSeries.from_records(unsent),
-                             window.final)
-        return self._after(last)
-
-    def _after(self, last: Window) -> None:
-        """After each pass: the sampler's rows, and now and then a refreshed summary."""
+                self._send(window.final)
         self._system(last.last_step)
-        if not last.final:
-            self._maybe_refresh(last.last_step)
 
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
+        new = self._unsent[self._in_columns:]
+        if new:
+            self._into_run(StepSeries.from_records(new))
+            self._in_columns = len(self._unsent)
         self.state.follow(goal)
+
+    def _send(self, final: bool) -> None:
+        """The steps not sent yet: into the run's columns, and as a window record to the sinks
+        and observers; then, now and then, a refreshed summary."""
+        unsent, done = self._unsent, self._in_columns
+        self._unsent, self._in_columns = [], 0
+        self._sent_t_s = unsent[-1]["t_s"]
+        steps = StepSeries.from_records(unsent)
+        self._into_run(steps if not done else StepSeries.from_records(unsent[done:]))
+        self._window(unsent, steps, final)
+        if not final:
+            self._maybe_refresh(int(unsent[-1]["step"]))
+
+    def _into_run(self, steps: StepSeries) -> None:
+        self.state.series.append(steps)
+        if self.state.tracker is not None:
+            self.state.tracker.add(steps)
 
     def _window(self, records: list[StepRecord], steps: StepSeries, final: bool) -> None:
         """The window record (figures and steps) of ``records`` (as columns: ``steps``) to the
