@@ -30,8 +30,6 @@ from trainpace.measure.steprow import StepRow, host_records
 from trainpace.records import StepRecord
 
 logger = logging.getLogger(__name__)
-# Step rows made ahead, at most (a window's worth: the writer makes more at each window).
-ROWS_STOCKED = 1000
 Clock = Callable[[], float]
 _TENSOR = torch.Tensor
 
@@ -50,7 +48,6 @@ class StepRecorder:
         timer: DeviceTimer | None = None,
         samples: Callable[[Any], int] | None = None,
         tokens: Callable[[Any], int] | None = None,
-        stock: int = ROWS_STOCKED,
     ) -> None:
         self.clock = clock
         self.timer = timer
@@ -69,12 +66,6 @@ class StepRecorder:
         # on a device clock: its event times and values, read back without a synchronization
         self._readback = DeviceReadback(timer) if timer is not None else None
         self.last_closed: StepRow | None = None
-        # Rows made ahead (by the Meter's writer thread, at window boundaries): making an
-        # object is the dearest thing the hot path would do after a long step, when little of
-        # it is in the CPU's caches, and popping one is cheap.
-        self._spare_rows: list[StepRow] = []
-        self._stock = min(stock, ROWS_STOCKED)  # a window, at most ROWS_STOCKED
-        self.restock()
         self._plain_batches = samples is None and tokens is None
         self._tensors_layout: tuple[type, ...] | None = None  # see _count
         self.fault: tuple[str, Exception] | None = None  # a failure of ours, to report
@@ -253,8 +244,7 @@ class StepRecorder:
             self._next_start_marker = row.end_marker
         self._pending.append(row)
         self.last_closed = row
-        spare = self._spare_rows
-        self._cur = spare.pop() if spare else StepRow()
+        self._cur = StepRow()
         if self._metered:
             self._idle_since = now
         return True
@@ -293,13 +283,6 @@ class StepRecorder:
     def open_samples(self) -> int:
         """Samples counted so far for the step being recorded."""
         return self._cur.samples
-
-    def restock(self) -> None:
-        """Make rows for the next steps now, not one per step (the writer thread does, at each
-        window). Safe from another thread: the training thread only pops from the stock
-        (atomic, under the GIL)."""
-        made = [StepRow() for _ in range(self._stock - len(self._spare_rows))]
-        self._spare_rows.extend(made)  # one list into another: atomic under the GIL
 
     def _count(self, row: StepRow, batch: Any) -> None:
         row.batches += 1

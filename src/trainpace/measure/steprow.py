@@ -19,39 +19,32 @@ from trainpace.records import StepRecord
 class StepRow:
     """One optimizer step while it is being recorded and resolved.
 
-    A plain slotted class, not a dataclass: one is made per step (ahead of it, see
-    ``StepRecorder.stock_rows``).
+    Its fields start as class attributes (every default is immutable), so making a row sets
+    nothing: one is made per step, on the hot path. Lists are made when a first value comes
+    (an empty tuple until then): most steps never have tokens, losses or markers.
     """
 
-    __slots__ = ("batches", "cycle_s", "device_times", "emitted", "end_marker", "end_s",
-                 "fetched_since_micro", "h2d_markers", "h2d_s", "losses", "metrics", "micro_done",
-                 "outside_s", "samples", "samples_unknown", "start_marker", "step", "tokens",
-                 "wait_markers", "wait_s")
-
-    def __init__(self) -> None:
-        self.wait_s = 0.0
-        self.outside_s = 0.0  # between the previous step's end and this step's first fetch
-        self.h2d_s: float | None = None
-        self.samples = 0
-        self.samples_unknown = False  # a batch of the step could not be counted
-        # Lists are made when a first value comes (an empty tuple until then): most steps
-        # never have tokens or markers, and a row is made per step.
-        self.tokens: list[TokenCount] | tuple[()] = ()
-        self.batches = 0
-        self.fetched_since_micro = 0
-        self.micro_done = 0
-        self.losses: list[Any] | tuple[()] = ()
-        self.metrics: list[Any] | tuple[()] = ()
-        self.wait_markers: list[tuple[Marker, Marker]] | tuple[()] = ()
-        self.h2d_markers: list[tuple[Marker, Marker]] | tuple[()] = ()
-        self.step = 0
-        self.end_s = 0.0  # clock() at the step's end
-        self.cycle_s = 0.0  # host cycle time
-        self.start_marker: Marker | None = None
-        self.end_marker: Marker | None = None
-        # (step_s, exposed_wait_s, h2d_s) from the device's events, while its values are read
-        self.device_times: tuple[float, float | None, float | None] | None = None
-        self.emitted = False  # handed out as a record
+    wait_s = 0.0
+    outside_s = 0.0  # between the previous step's end and this step's first fetch
+    h2d_s: float | None = None
+    samples = 0
+    samples_unknown = False  # a batch of the step could not be counted
+    tokens: list[TokenCount] | tuple[()] = ()
+    batches = 0
+    fetched_since_micro = 0
+    micro_done = 0
+    losses: list[Any] | tuple[()] = ()
+    metrics: list[Any] | tuple[()] = ()
+    wait_markers: list[tuple[Marker, Marker]] | tuple[()] = ()
+    h2d_markers: list[tuple[Marker, Marker]] | tuple[()] = ()
+    step = 0
+    end_s = 0.0  # clock() at the step's end
+    cycle_s = 0.0  # host cycle time
+    start_marker: Marker | None = None
+    end_marker: Marker | None = None
+    # (step_s, exposed_wait_s, h2d_s) from the device's events, while its values are read
+    device_times: tuple[float, float | None, float | None] | None = None
+    emitted = False  # handed out as a record
 
 
 def step_loss(values: list[Any] | tuple[()]) -> tuple[float | None, bool | None]:

@@ -151,7 +151,7 @@ class Meter:
             logger.info("trainpace: FLOPs are not counted with warmup=0: the counted step "
                         "would be measured; pass flops_per_step= or leave a warm-up step")
         self._recorder = StepRecorder(clock=clock, timer=device_timer_for(self.device),
-                                      samples=samples, tokens=tokens, stock=config.window)
+                                      samples=samples, tokens=tokens)
         self._captures = Captures(profile_window(config.profile_steps, self.path),
                                  self._faults, clock)
         self._vitals: DeviceVitals | None = None
@@ -165,7 +165,7 @@ class Meter:
                                vitals=lambda: self._vitals, peaks_given=self._peaks is not None,
                                tune_loader_s=config.tune_loader_s)
         self._pipeline = WindowPipeline(
-            state=self._state, recorder=self._recorder,
+            state=self._state,
             run_folder=RunFolderSink(self.path) if self.path is not None else None,
             sinks=self._sinks, faults=self._faults, clock=clock,
             vitals=lambda: self._vitals, refresh=self._end.refresh)

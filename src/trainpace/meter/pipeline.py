@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import Goal, figures
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.faults import Faults
@@ -52,7 +51,7 @@ class Window:
 class WindowPipeline:
     """Turns the windows handed over into the run folder, the sinks' records and refreshes."""
 
-    def __init__(self, *, state: RunState, recorder: StepRecorder,
+    def __init__(self, *, state: RunState,
                  run_folder: RunFolderSink | None, sinks: FanOut, faults: Faults,
                  clock: Callable[[], float], vitals: Callable[[], DeviceVitals | None],
                  refresh: Callable[[float], Summary]) -> None:
@@ -60,7 +59,6 @@ class WindowPipeline:
         self.run_folder = run_folder
         self.sinks = sinks
         self.observers: list[WindowObserver] = []
-        self._recorder = recorder
         self._faults = faults
         self._clock = clock
         self._vitals = vitals
@@ -90,8 +88,6 @@ class WindowPipeline:
         become columns (the run's, and the window record's figures) and go to the sinks and
         observers: made into columns together, tiny steps cost the writer half as much."""
         last = windows[-1]
-        if not last.final:  # the next windows' step rows (popped by the training thread)
-            self._recorder.restock()
         made = [(window, window.make_records()) for window in windows]
         lines = [record for _, records in made for record in records]
         if self.run_folder is not None and lines:
