@@ -21,6 +21,21 @@ def test_the_meter_keywords_are_the_config_fields_with_the_same_defaults():
     assert keywords == fields
 
 
+def test_a_setting_the_meter_does_not_know_is_named_with_the_fix(tmp_path):
+    with pytest.raises(trainpace.ConfigError, match="windwo is not a Meter setting; the "
+                       "settings are .*window"):
+        trainpace.Meter(tmp_path / "run", windwo=3)
+    with pytest.raises(trainpace.ConfigError, match="window must be an integer >= 1"):
+        trainpace.Meter(tmp_path / "run", window=0)  # checked by MeterConfig, once
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_meters_docstring_lists_every_setting_with_its_default():
+    for field in dataclasses.fields(MeterConfig):
+        if field.name != "out":
+            assert f"        {field.name}={field.default!r}\n" in trainpace.Meter.__doc__
+
+
 def test_meta_config_is_made_from_every_setting(tmp_path, clock):
     meter = trainpace.Meter(tmp_path / "run", clock=clock, console=False, report=False,
                             window=7, samples=len, profile_steps=[3, 5])

@@ -28,19 +28,21 @@ logged once and the training goes on.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import datetime as dt
+import inspect
 import logging
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
 import torch
 
-from trainpace.config import MeterConfig, WarmupSetting, is_int_at_least
+from trainpace.config import MeterConfig, is_int_at_least
 from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.errors import ConfigError
 from trainpace.measure.clock import device_timer_for, resolve_device
@@ -78,9 +80,9 @@ LAG_WAIT_S = 0.5
 class Meter:
     """Measures a training loop: throughput, training time, device use, data wait.
 
-    Args: the settings of :class:`~trainpace.config.MeterConfig`, each documented there once
-    (``out``, ``window``, ``warmup``, ``target_loss``, ...; a test checks that the keywords
-    here are exactly its fields), and
+    ``Meter(out="runs/x", window=50, ...)``: ``out`` and the keywords are the settings of
+    :class:`~trainpace.config.MeterConfig`, each written and documented there once (this
+    signature and the list below are made from its fields); besides them
 
         sinks: more sinks (objects with ``log(record)`` and ``close()``), each fed from its
             own thread.
@@ -88,48 +90,14 @@ class Meter:
         clock: the host clock (seconds); injectable for tests.
     """
 
-    def __init__(
-        self,
-        out: str | os.PathLike[str] | None = None,
-        *,
-        window: int = 100,
-        warmup: WarmupSetting = "auto",
-        target_loss: float | None = None,
-        smoothing: float = 0.9,
-        samples: Callable[[Any], int] | None = None,
-        tokens: Callable[[Any], int] | None = None,
-        device: str | torch.device | None = None,
-        tensorboard: str | os.PathLike[str] | None = None,
-        wandb: Any = None,
-        mlflow: bool | str | None = None,
-        prometheus: int | None = None,
-        prometheus_host: str | None = None,
-        console: bool = True,
-        report: bool = True,
-        sample_interval_s: float = 0.1,
-        count_flops: bool = True,
-        flops_per_step: float | None = None,
-        profile_steps: tuple[int, int] | None = None,
-        peaks: Mapping[str, Any] | None = None,
-        dtype: str | None = None,
-        run_id: str | None = None,
-        price_per_hour: float | None = None,
-        grid_g_per_kwh: float | None = None,
-        rated_power_w: float | None = None,
-        tune_loader_s: float | None = None,
-        sink_timeout_s: float = 5.0,
-        sinks: Sequence[Sink] = (),
-        stream: TextIO | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        settings = dict(locals())
-        for wiring in ("self", "sinks", "stream", "clock"):
-            del settings[wiring]
-        self.config = config = MeterConfig(**settings)
+    def __init__(self, out: str | os.PathLike[str] | None = None, *, sinks: Sequence[Sink] = (),
+                 stream: TextIO | None = None, clock: Callable[[], float] = time.perf_counter,
+                 **settings: Any) -> None:
+        self.config = config = MeterConfig.of(out=out, **settings)
         self.device = resolve_device(config.device)
         extra_sinks = checked_sinks(sinks)
-        self._peaks = override_peaks(peaks) if peaks is not None else None
-        self._dtype = canonical_dtype(dtype) if dtype is not None else None
+        self._peaks = override_peaks(config.peaks) if config.peaks is not None else None
+        self._dtype = canonical_dtype(config.dtype) if config.dtype is not None else None
         self._stream = stream
         self._clock = clock
         self._faults = Faults()
@@ -147,11 +115,11 @@ class Meter:
             if self.path is not None and job_folder == self.path:
                 release_run_folder(self.path)  # nothing was written: the name is free again
             raise
-        if count_flops and flops_per_step is None and warmup == 0:
+        if config.count_flops and config.flops_per_step is None and config.warmup == 0:
             logger.info("trainpace: FLOPs are not counted with warmup=0: the counted step "
                         "would be measured; pass flops_per_step= or leave a warm-up step")
         self._recorder = StepRecorder(clock=clock, timer=device_timer_for(self.device),
-                                      samples=samples, tokens=tokens)
+                                      samples=config.samples, tokens=config.tokens)
         self._captures = Captures(profile_window(config.profile_steps, self.path),
                                  self._faults, clock)
         self._vitals: DeviceVitals | None = None
@@ -406,3 +374,21 @@ def _at_exit_of(meter: Meter) -> Callable[[], None]:
             alive._exit_without_finish()
 
     return hook
+
+
+def _with_the_settings(meter: type[Meter]) -> None:
+    """The Meter's signature and settings list, made from MeterConfig's fields: what
+    ``help()``, notebooks and IDEs that read signatures at run time show."""
+    init = meter.__init__
+    own = inspect.signature(init).parameters
+    settings = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                  annotation=f.type)
+                for f in dataclasses.fields(MeterConfig) if f.name != "out"]
+    init.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [own["self"], own["out"], *settings, own["sinks"], own["stream"], own["clock"]])
+    listed = "\n".join(f"        {f.name}={f.default!r}" for f in dataclasses.fields(MeterConfig)
+                       if f.name != "out")
+    meter.__doc__ = f"{meter.__doc__}\n    The settings and their defaults:\n\n{listed}\n"
+
+
+_with_the_settings(Meter)
