@@ -22,8 +22,8 @@ def test_the_meter_keywords_are_the_config_fields_with_the_same_defaults():
 
 
 def test_a_setting_the_meter_does_not_know_is_named_with_the_fix(tmp_path):
-    with pytest.raises(trainpace.ConfigError, match="windwo is not a Meter setting; the "
-                       "settings are .*window"):
+    with pytest.raises(trainpace.ConfigError, match=r"windwo is not a Meter setting; the "
+                       r"settings are .*window"):
         trainpace.Meter(tmp_path / "run", windwo=3)
     with pytest.raises(trainpace.ConfigError, match="window must be an integer >= 1"):
         trainpace.Meter(tmp_path / "run", window=0)  # checked by MeterConfig, once
