@@ -51,14 +51,14 @@ from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import Goal
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.captures import Captures, profile_window
-from trainpace.meter.conclusion import Conclusion
 from trainpace.meter.distributed import JobRank
-from trainpace.meter.faults import Faults
+from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
 from trainpace.meter.pipeline import Window, WindowPipeline
 from trainpace.meter.state import RunState, device_name
+from trainpace.meter.summaries import Summaries
 from trainpace.report.console import print_report
 from trainpace.runlog import Record
 from trainpace.sinks.background import Writer
@@ -100,7 +100,7 @@ class Meter:
         self._dtype = canonical_dtype(config.dtype) if config.dtype is not None else None
         self._stream = stream
         self._clock = clock
-        self._faults = Faults()
+        self._log_once = LogOnce()
         self._started_at = dt.datetime.now(dt.timezone.utc)
         # Under torchrun: rank{r}/ in the job's run folder, the window exchange, the merge.
         self._job = JobRank.from_environment(lambda: self._vitals)
@@ -121,28 +121,28 @@ class Meter:
         self._recorder = StepRecorder(clock=clock, timer=device_timer_for(self.device),
                                       samples=config.samples, tokens=config.tokens)
         self._captures = Captures(profile_window(config.profile_steps, self.path),
-                                 self._faults, clock)
+                                 self._log_once, clock)
         self._vitals: DeviceVitals | None = None
         self._state = RunState(config, self.device, self.run_id)
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
         self._summary: Summary | None = None
         self._meta: dict[str, Any] = {}
         self._sinks = FanOut(outputs)
-        self._end = Conclusion(recorder=self._recorder, state=self._state, job=self._job,
-                               captures=self._captures, faults=self._faults, device=self.device,
+        self._summaries = Summaries(recorder=self._recorder, state=self._state, job=self._job,
+                               captures=self._captures, log_once=self._log_once, device=self.device,
                                vitals=lambda: self._vitals, peaks_given=self._peaks is not None,
                                tune_loader_s=config.tune_loader_s)
         self._pipeline = WindowPipeline(
             state=self._state,
             run_folder=RunFolderSink(self.path) if self.path is not None else None,
-            sinks=self._sinks, faults=self._faults, clock=clock,
-            vitals=lambda: self._vitals, refresh=self._end.refresh)
+            sinks=self._sinks, log_once=self._log_once, clock=clock,
+            vitals=lambda: self._vitals, refresh=self._summaries.refresh)
         if self._job.monitor is not None:  # a rank of a distributed job
             self._pipeline.observers.append(self._job.window)
         self._writer_stalled = False
         self._writer = Writer(self._pipeline.windows,
-                              lambda exc: self._faults.report("writing the run", exc))
-        self._loop = Loop(recorder=self._recorder, captures=self._captures, faults=self._faults,
+                              lambda exc: self._log_once.report("writing the run", exc))
+        self._loop = Loop(recorder=self._recorder, captures=self._captures, log_once=self._log_once,
                           window=config.window, hand_over=self._hand_over,
                           first_step=self._begin_run, loader_done=self._console_line_out)
         self._context = self._loop.context
@@ -165,13 +165,14 @@ class Meter:
             return iterable
         try:
             if self.config.tune_loader_s is not None:
-                self._end.dataloader = find_dataloader(iterable)  # kept to be tuned at finish()
+                # kept to be tuned at finish()
+                self._summaries.dataloader = find_dataloader(iterable)
             settings = loader_settings(iterable)
             if settings is not None and settings != self._state.loader:
                 self._state.loader = settings
                 self._log_meta()
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._faults.report("reading the DataLoader settings", exc)
+            self._log_once.report("reading the DataLoader settings", exc)
         target = torch.device(device) if device is not None else None
         return MeteredLoader(self._loop, iterable, target, non_blocking)
 
@@ -194,7 +195,7 @@ class Meter:
         if self._loop.finished:
             self._after_finish("meter.step()")
             return NULL_STEP
-        self._faults.warn_once("nested", "meter.step() inside meter.step(): steps do not nest; "
+        self._log_once.warn_once("nested", "meter.step() inside meter.step(): steps do not nest; "
                                "the inner block is ignored (the outer one is the step)")
         return context
 
@@ -224,7 +225,7 @@ class Meter:
                     self._log_meta()
             self._recorder.observe(loss=loss, metric=metric)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._faults.report("observe()", exc)
+            self._log_once.report("observe()", exc)
 
     def finish(self) -> Summary:
         """End the run: flush the last window, write the summary, print the report."""
@@ -239,24 +240,24 @@ class Meter:
                 self._vitals.stop()  # a last reading, then the thread is joined
             self._loop.boundary(final=True)
             self._close_writer()  # every window written; from here on, one thread
-            self._end.first_ceilings()  # after the loop, before the summary
-            summary = self._end.build(final=True, end_s=end_s)
-            summary = self._end.with_profile(summary, self._pipeline.emit)
-            summary = self._end.diagnosed(summary, self._meta)
+            self._summaries.first_ceilings()  # after the loop, before the summary
+            summary = self._summaries.build(final=True, end_s=end_s)
+            summary = self._summaries.with_profile(summary, self._pipeline.emit)
+            summary = self._summaries.diagnosed(summary, self._meta)
             self._pipeline.emit(Record("summary", summary.to_dict(),
                                        self._recorder.steps_closed))
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._faults.report("finishing the run", exc)
+            self._log_once.report("finishing the run", exc)
         self._close_outputs()
         self._summary = summary if summary is not None else Summary(run_id=self.run_id)
         # rank 0: the job's merged summary, diagnosed with the job's meta
         shown = self._job.finish(
-            self._summary, lambda merged, meta: self._end.diagnosed(merged, meta, tune=False))
+            self._summary, lambda merged, meta: self._summaries.diagnosed(merged, meta, tune=False))
         if self.config.report and shown is not None:
             try:
                 print_report(shown, file=self._stream)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-                self._faults.report("printing the report", exc)
+                self._log_once.report("printing the report", exc)
         return self._summary
 
     def __enter__(self) -> Meter:
@@ -308,14 +309,14 @@ class Meter:
         return self._vitals.flop_counter(samples=self._recorder.open_samples or None)
 
     def _after_finish(self, call: str) -> None:
-        self._faults.warn_once("after-finish", f"{call} after meter.finish(): the run is over, "
+        self._log_once.warn_once("after-finish", f"{call} after meter.finish(): the run is over, "
                                "nothing more is recorded (make a new Meter for another run)")
 
     # -- lifetimes ------------------------------------------------------------------------
 
     def _close_writer(self) -> None:
         if not self._writer.close(WRITER_CLOSE_S):
-            self._faults.warn_once("writer", f"the run folder's writer did not finish within "
+            self._log_once.warn_once("writer", f"the run folder's writer did not finish within "
                                    f"{WRITER_CLOSE_S:g}s; the run folder may miss the end")
         atexit.unregister(self._exit_hook)
 
@@ -326,7 +327,7 @@ class Meter:
             if self._pipeline.run_folder is not None:
                 self._pipeline.run_folder.close()
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._faults.report("closing the run folder", exc)
+            self._log_once.report("closing the run folder", exc)
         self._sinks.close(self.config.sink_timeout_s)
 
     def _exit_without_finish(self) -> None:
@@ -337,7 +338,7 @@ class Meter:
         try:
             self._loop.boundary(flush=True)
         except Exception as exc:  # noqa: BLE001 - at exit, nothing may raise
-            self._faults.report("writing the run at exit", exc)
+            self._log_once.report("writing the run at exit", exc)
         self._writer.close(WRITER_CLOSE_S)
 
     def _log_meta(self, *, finished: bool = False) -> None:
@@ -354,7 +355,7 @@ class Meter:
                 "trace": str(profile.trace_path) if profile.trace_path else None},
             sinks=self._sinks.counts(),
         )
-        ceilings = self._end.ceilings
+        ceilings = self._summaries.ceilings
         meta["ceilings"] = ceilings.to_dict() if ceilings is not None else None
         self._meta = meta
         record = Record("meta", meta, rec.steps_closed)

@@ -17,7 +17,7 @@ import torch
 from trainpace.measure.batch import is_pinned, move_to
 from trainpace.measure.recorder import StepRecorder
 from trainpace.meter.captures import Captures
-from trainpace.meter.faults import Faults
+from trainpace.meter.log_once import LogOnce
 
 
 class Loop:
@@ -30,12 +30,12 @@ class Loop:
     time outside the steps) like any other work between two steps.
     """
 
-    def __init__(self, *, recorder: StepRecorder, captures: Captures, faults: Faults,
+    def __init__(self, *, recorder: StepRecorder, captures: Captures, log_once: LogOnce,
                  window: int, hand_over: Callable[[bool, bool], None],
                  first_step: Callable[[], Any], loader_done: Callable[[], None]) -> None:
         self.recorder = recorder
         self.captures = captures
-        self.faults = faults
+        self.log_once = log_once
         self.window = window
         self.handed_over = 0  # steps handed over to the writer
         self.started = False
@@ -71,7 +71,7 @@ class Loop:
             self.captures.step_begin(rec.steps_closed)
 
     def fault(self, where: str, exc: BaseException) -> None:
-        self.faults.report(where, exc)
+        self.log_once.report(where, exc)
 
 
 class StepContext:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from trainpace.measure.summarize import Goal, figures
 from trainpace.measure.vitals import DeviceVitals
-from trainpace.meter.faults import Faults
+from trainpace.meter.log_once import LogOnce
 from trainpace.meter.state import RunState
 from trainpace.records import Figures, StepRecord
 from trainpace.runlog import Record
@@ -52,14 +52,14 @@ class WindowPipeline:
     """Turns the windows handed over into the run folder, the sinks' records and refreshes."""
 
     def __init__(self, *, state: RunState,
-                 run_folder: RunFolderSink | None, sinks: FanOut, faults: Faults,
+                 run_folder: RunFolderSink | None, sinks: FanOut, log_once: LogOnce,
                  clock: Callable[[], float], vitals: Callable[[], DeviceVitals | None],
                  refresh: Callable[[float], Summary]) -> None:
         self.state = state
         self.run_folder = run_folder
         self.sinks = sinks
         self.observers: list[WindowObserver] = []
-        self._faults = faults
+        self._log_once = log_once
         self._clock = clock
         self._vitals = vitals
         self._refresh = refresh
@@ -78,7 +78,7 @@ class WindowPipeline:
             try:
                 self.run_folder.log(record)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-                self._faults.report(f"writing the run folder ({record.kind})", exc)
+                self._log_once.report(f"writing the run folder ({record.kind})", exc)
         self.sinks.log(record)
 
     def windows(self, windows: list[Window]) -> None:
@@ -94,7 +94,7 @@ class WindowPipeline:
             try:
                 self.run_folder.append_steps(lines)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-                self._faults.report("writing the run folder (window)", exc)
+                self._log_once.report("writing the run folder (window)", exc)
         for window, records in made:
             unsent = self._unsent
             unsent.extend(records)
@@ -154,7 +154,7 @@ class WindowPipeline:
             try:
                 observer(window, records)
             except BaseException as exc:  # noqa: BLE001 - an observer never ends the writer
-                self._faults.report(f"window observer {_name(observer)}", exc)
+                self._log_once.report(f"window observer {_name(observer)}", exc)
 
     def _device_window(self, t_start_s: float, t_end_s: float) -> dict[str, float | None]:
         """The sampler's means over the window (from its first step's start to its end). A
