@@ -233,10 +233,6 @@ class StepSeries:
         view.flags.writeable = False
         return view
 
-    def has(self, name: str) -> bool:
-        """True when some step has a value in column ``name``."""
-        return bool(np.isfinite(self.column(name)).any())
-
     def missing_steps(self) -> list[tuple[int, int]]:
         """Gaps in the step numbers: ``(first, last)`` ranges of steps absent from the
         records (before the first record and between records), in order."""

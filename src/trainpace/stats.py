@@ -25,14 +25,6 @@ def percentile(values: Sequence[float] | np.ndarray, q: float) -> float | None:
     return _interpolate(float(part[low]), float(part[high]), t)
 
 
-def percentile_sorted(values: Sequence[float], q: float) -> float | None:
-    """:func:`percentile` of values already sorted, in plain Python (fast for a window)."""
-    if not values:
-        return None
-    low, high, t = _bracket(len(values), q)
-    return _interpolate(values[low], values[high], t)
-
-
 def _bracket(n: int, q: float) -> tuple[int, int, float]:
     """The ranks either side of the q-th percentile of n values, and where it lies between."""
     position = (n - 1) * (q / 100.0)

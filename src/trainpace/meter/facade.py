@@ -11,14 +11,24 @@ lifetimes; it holds no measuring logic.
             meter.observe(loss=loss)
     summary = meter.finish()
 
+A step's one path: the training thread fills a :class:`~trainpace.measure.steprow.StepRow`
+and, at each window boundary, hands the window's rows over as they are (no writing there);
+the one writer thread makes them ``steps.jsonl`` records (:class:`~trainpace.records.StepRecord`,
+the lines) and columns (:class:`~trainpace.series.StepSeries`, the window's and the run's), whose
+figures one function computes (:func:`~trainpace.measure.summarize.figures`), and gives the
+window records to one :class:`~trainpace.sinks.base.FanOut`. The time all of this takes on the
+training thread is in the step times: what is reported is what the loop achieved.
+
 The parts, one job each:
 
 - training thread: :class:`~trainpace.meter.loop.Loop` (step contexts, metered loaders) over
   the :class:`~trainpace.measure.recorder.StepRecorder`, and
   :class:`~trainpace.meter.captures.Captures` (profiler, FLOP counter);
-- writer thread: :class:`~trainpace.meter.pipeline.WindowPipeline` (records, figures, the run
-  folder, summary refreshes, window observers), feeding each sink through its own thread;
-- :class:`~trainpace.meter.state.RunState` (the steps as columns, the goal, the summary) and
+- writer thread (:class:`~trainpace.sinks.background.Writer`):
+  :class:`~trainpace.meter.pipeline.WindowPipeline` (records, columns, figures, the run folder,
+  summary refreshes, window observers), the sinks behind the fan-out;
+- :class:`~trainpace.meter.state.RunState` (the steps as columns, the goal, the summary),
+  :class:`~trainpace.meter.summaries.Summaries` (the summaries made of them) and
   :func:`~trainpace.meter.meta.run_meta` (meta.json from the MeterConfig).
 
 Nothing here may raise into the loop once it is made: a failure of trainpace's own work is
