@@ -187,8 +187,7 @@ class RunFolderSink:
             return
         fd = self._fds.get(name)
         if fd is None:
-            fd = self._fds[name] = os.open(self.path / name,
-                                           os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = self._fds[name] = open_for_append(self.path / name)
             self._sizes[name] = os.fstat(fd).st_size
         # All the lines in one call (a call per row costs several times more on the writer
         # thread, which holds the GIL the training loop needs); NaN and infinities are written
@@ -218,3 +217,7 @@ class RunFolderSink:
             raise
         os.replace(temporary, target)  # atomic: a reader sees the old file or the new one
 
+
+def open_for_append(path: Path) -> int:
+    """The one place a run-folder file is opened for appending (a descriptor)."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
