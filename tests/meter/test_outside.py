@@ -56,5 +56,3 @@ def test_unknown_when_the_loop_does_not_use_the_metered_loader(tmp_path, clock):
     assert [r["outside_s"] for r in read_run(meter.path).steps] == [None] * 5
     assert s.time.outside_steps_s is None
     assert s.time.step_s_median == pytest.approx(0.01)
-
-
