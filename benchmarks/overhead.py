@@ -18,6 +18,9 @@ loader produces). The tools:
 - ``trainpace``: ``trainpace.Meter`` with its defaults: run folder, console line (to
   /dev/null), background sampler at 10 Hz, FLOPs counted on the first step. A fresh Meter per
   block, so its sampler thread runs only during its own blocks.
+- ``trainpace@base``: the same, imported from ``--baseline-src PATH`` (another checkout's
+  ``src``, e.g. today's main), measured in the same run as this tree's; the ``÷ base`` column
+  is this tree's overhead over it. Only with ``--baseline-src``.
 - ``floor``: the least any step timer can do: three clock reads, the batch's length and a
   small record per step, appended to a list. What it costs is what this machine charges for
   *any* instrumentation.
@@ -42,6 +45,7 @@ The load average is printed with the figures. Lightning and TraceML are optional
     python benchmarks/overhead.py --step spin    # or torch
     python benchmarks/overhead.py --step none    # no work: µs per step against the floor
     python benchmarks/overhead.py --loader same  # one batch tensor over and over: worst case
+    python benchmarks/overhead.py --baseline-src ../base/src --tools trainpace,trainpace@base
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-TOOLS = ("floor", "trainpace", "lightning", "traceml")
+TOOLS = ("floor", "trainpace", "trainpace@base", "lightning", "traceml")
+SRC = Path(__file__).resolve().parent.parent / "src"  # this tree's trainpace
 STEP_MS = (1.0, 10.0)
 TARGETS_PCT = {1.0: 2.0, 10.0: 0.5}
 NO_WORK = (0.0,)  # --step none: steps of no work, the cost per step laid bare
@@ -195,7 +200,7 @@ def tool_runner(tool: str, steps: int, out: Path, port: int,
                 records.append((now - previous, waited, b.shape[0]))
                 previous = now
         return floor
-    if tool == "trainpace":
+    if tool in ("trainpace", "trainpace@base"):  # which one: the worker's PYTHONPATH
         import trainpace
 
         def metered(step: Callable[[], None]) -> None:
@@ -261,6 +266,10 @@ def worker(tool: str, kind: str, step_ms: float, iters: int, steps: int, rounds:
         else:
             block("tool", tooled)
             block("bare", bare)
+    if tool.startswith("trainpace"):
+        import trainpace
+
+        print(f"    {tool}: {Path(trainpace.__file__).parent}", file=sys.stderr)
     return figures
 
 
@@ -306,7 +315,8 @@ def verdict(low: float, high: float, target: float) -> str:
 
 
 def available(tool: str) -> bool:
-    module = {"floor": "torch", "trainpace": "trainpace", "lightning": "lightning",
+    module = {"floor": "torch", "trainpace": "trainpace", "trainpace@base": "trainpace",
+              "lightning": "lightning",
               "traceml": "traceml_ai"}[tool]
     return importlib.util.find_spec(module) is not None
 
@@ -347,8 +357,12 @@ def main() -> int:
                         help="a new batch tensor per step (default, as any loader yields), or "
                         "one tensor over and over (nothing runs torch between steps: the "
                         "worst case for a tool that reads the batch)")
-    parser.add_argument("--tools", default=",".join(TOOLS),
-                        help=f"the tools to measure, comma-separated (default: {','.join(TOOLS)})")
+    parser.add_argument("--tools", default=None,
+                        help=f"the tools to measure, comma-separated (default: {','.join(TOOLS)}; "
+                        "trainpace@base only with --baseline-src)")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="the src folder of another trainpace checkout, measured beside this "
+                        "tree's as trainpace@base")
     parser.add_argument("--steps-scale", type=float, default=1.0,
                         help="longer (>1) or shorter blocks than the default")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
@@ -369,7 +383,13 @@ def main() -> int:
     steps_for = {1.0: 500 if args.quick else 1000, 10.0: 100 if args.quick else 300,
                  0.0: 5000 if args.quick else 20000}
     steps_for = {ms: max(20, round(n * args.steps_scale)) for ms, n in steps_for.items()}
-    asked = [t for t in args.tools.split(",") if t]
+    if args.baseline_src is not None and not (args.baseline_src / "trainpace").is_dir():
+        parser.error(f"--baseline-src: {args.baseline_src} holds no trainpace package; give the "
+                     "src folder of a checkout")
+    default = [t for t in TOOLS if t != "trainpace@base" or args.baseline_src is not None]
+    asked = [t for t in (args.tools.split(",") if args.tools else default) if t]
+    if "trainpace@base" in asked and args.baseline_src is None:
+        parser.error("--tools: trainpace@base needs --baseline-src PATH")
     unknown = [t for t in asked if t not in TOOLS]
     if unknown:
         parser.error(f"--tools: unknown tool(s) {', '.join(unknown)}; choose from {', '.join(TOOLS)}")
@@ -394,14 +414,18 @@ def main() -> int:
                     out.mkdir()
                     print(f"  {ms:g} ms steps, {tool}: {rounds} rounds of "
                           f"{steps_for[ms]} steps", file=sys.stderr)
-                    line = subprocess.run(
+                    src = args.baseline_src if tool == "trainpace@base" else SRC
+                    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                        [str(Path(src).resolve()), os.environ.get("PYTHONPATH", "")])}
+                    done = subprocess.run(
                         [sys.executable, __file__, "--worker", tool, "--step", args.step,
                          "--loader", args.loader,
                          "--step-ms", str(ms), "--iters", str(iters[ms]),
                          "--steps", str(steps_for[ms]), "--rounds", str(rounds),
                          "--out", str(out), "--port", str(port)],
-                        check=True, capture_output=True, text=True,
-                    ).stdout.strip().splitlines()[-1]
+                        check=True, capture_output=True, text=True, env=env)
+                    sys.stderr.write(done.stderr)
+                    line = done.stdout.strip().splitlines()[-1]
                     results[ms][tool] = json.loads(line)
         finally:
             if server is not None:
@@ -420,8 +444,9 @@ def main() -> int:
           f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs)")
     print("median: of the paired differences; 90% interval of that median (order statistics); "
           "trimmed: 20% trimmed mean; cpu: the training thread's own CPU time, tool - bare")
-    print(f"{'step':>6} {'tool':>10} {'bare ms':>9} {'median µs':>10} {'90% interval µs':>17} "
-          f"{'trimmed µs':>11} {'median %':>9} {'cpu µs':>7} {'÷ trainpace':>12}")
+    print(f"{'step':>6} {'tool':>14} {'bare ms':>9} {'median µs':>10} {'90% interval µs':>17} "
+          f"{'trimmed µs':>11} {'median %':>9} {'cpu µs':>7} {'÷ trainpace':>12}"
+          f"{' ÷ base':>8}")
     for ms in step_ms:
         rows: dict[str, dict[str, Any]] = {}
         for tool in tools:
@@ -438,15 +463,20 @@ def main() -> int:
                           "thread_cpu_us": cpu["median_us"],
                           "bare_thread_cpu_us": statistics.median(figures["bare_cpu_s"]) * 1e6}
         ours = rows.get("trainpace", {}).get("overhead_us")
+        base = rows.get("trainpace@base", {}).get("overhead_us")
         for tool, row in rows.items():
             ratio = (row["overhead_us"] / ours
-                     if tool not in ("trainpace", "floor") and ours and ours > 0 else None)
+                     if tool not in ("trainpace", "trainpace@base", "floor") and ours and ours > 0
+                     else None)
             row["overhead_x_trainpace"] = ratio
+            over_base = ours / base if tool == "trainpace" and ours and base and base > 0 else None
+            row["overhead_x_base"] = over_base
             low, high = row["overhead_ci_us"]
-            print(f"{ms:>4g}ms {tool:>10} {row['bare_ms']:>9.3f} {row['overhead_us']:>10.1f} "
+            print(f"{ms:>4g}ms {tool:>14} {row['bare_ms']:>9.3f} {row['overhead_us']:>10.1f} "
                   f"{f'[{low:.1f}, {high:.1f}]':>17} {row['overhead_trimmed_us']:>11.1f} "
                   f"{row['overhead_pct']:>8.3f}% {row['thread_cpu_us']:>7.1f} "
-                  f"{(f'{ratio:.1f}x' if ratio else ''):>12}")
+                  f"{(f'{ratio:.1f}x' if ratio else ''):>12}"
+                  f"{(f'{over_base:.2f}x' if over_base else ''):>8}")
         floor = rows.get("floor", {}).get("overhead_us")
         if ms == 0.0 and ours is not None:
             low, high = rows["trainpace"]["overhead_ci_us"]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainpace.stats import ema, ema_array, mean_known, median, percentile
+from trainpace.stats import Ema, ema_array, mean_known, median, per_s, percentile, share_pct
 
 finite = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False)
 
@@ -30,11 +30,40 @@ def test_median_is_numpys_to_the_last_bit(values: list[float]) -> None:
     assert median(values) == float(np.median(values))
 
 
+def ema_loop(values, beta):
+    """The definition, one value at a time: acc = beta·acc + (1-beta)·v, bias-corrected."""
+    out, acc = [], 0.0
+    for i, value in enumerate(values, start=1):
+        acc = beta * acc + (1.0 - beta) * value
+        out.append(acc / (1.0 - beta**i))
+    return out
+
+
 @pytest.mark.parametrize("beta", [0.0, 0.5, 0.9, 0.99, 0.999])
 def test_ema_array_is_the_loop_to_rounding(beta):
     values = np.random.default_rng(1).random(10_000) * 3
-    assert np.allclose(ema_array(values, beta), ema(list(values), beta), rtol=1e-12, atol=0)
+    assert np.allclose(ema_array(values, beta), ema_loop(values, beta), rtol=1e-12, atol=0)
     assert ema_array(np.empty(0), beta).size == 0
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.9, 0.999])
+def test_an_ema_fed_in_blocks_is_the_ema_of_them_all(beta):
+    values = np.random.default_rng(2).random(9_000)
+    ema = Ema(beta)
+    blocks = [ema.extend(values[lo:hi]) for lo, hi in ((0, 1), (1, 100), (100, 5_000),
+                                                         (5_000, 5_000), (5_000, 9_000))]
+    assert np.allclose(np.concatenate(blocks), ema_loop(values, beta), rtol=1e-12, atol=0)
+
+
+def test_the_first_smoothed_value_is_the_first_value():
+    assert Ema(0.9).extend(np.array([4.0, 2.0])).tolist() == pytest.approx([4.0, 2.0 / 1.9 + 3.6 / 1.9])
+
+
+def test_rates_and_shares_are_unknown_without_a_positive_time():
+    assert per_s(30, 2.0) == 15.0 and share_pct(1.0, 4.0) == 25.0
+    assert per_s(None, 2.0) is None and per_s(3, 0.0) is None and per_s(3, None) is None
+    assert share_pct(None, 1.0) is None and share_pct(1.0, 0.0) is None
+    assert share_pct(1.0, float("inf")) is None and share_pct(1.0, float("nan")) is None
 
 
 def test_mean_known_skips_nones_and_refuses_a_non_finite_mean():

@@ -1,8 +1,8 @@
 """The Meter's settings: one frozen dataclass, validated when it is made.
 
-Each setting is written here once: its name, type, default and meaning. The Meter's docstring
-(its argument list) and the ``config`` section of ``meta.json`` are made from these fields, and
-a test checks that the Meter's keywords are exactly these.
+Each setting is written here once: its name, type, default and meaning. The Meter takes them
+as keywords (:meth:`MeterConfig.of`); its signature, its docstring's list of settings and the
+``config`` section of ``meta.json`` are made from these fields.
 """
 
 from __future__ import annotations
@@ -139,6 +139,16 @@ class MeterConfig:
         if not _finite(self.sink_timeout_s) or self.sink_timeout_s < 0:
             raise ConfigError("sink_timeout_s", self.sink_timeout_s, "must be a number >= 0")
 
+    @classmethod
+    def of(cls, **settings: Any) -> MeterConfig:
+        """The config of the keywords a Meter was given; one it does not know is named."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        for key in settings:
+            if key not in known:
+                raise ConfigError(key, settings[key], "is not a Meter setting; the settings "
+                                  f"are {', '.join(sorted(known))}")
+        return cls(**settings)
+
     def meta(self) -> dict[str, Any]:
         """The settings as ``meta.json`` records them (JSON values; a callable by its name)."""
         return {field.name: json_safe(getattr(self, field.name))
@@ -150,7 +160,9 @@ def _normalize(config: MeterConfig) -> None:
     for key in ("out", "tensorboard"):
         value = getattr(config, key)
         if isinstance(value, (str, os.PathLike)):
-            object.__setattr__(config, key, Path(value))
+            # Resolved once, now: a script that changes directory later (Hydra, os.chdir)
+            # still writes where it asked.
+            object.__setattr__(config, key, Path(os.path.abspath(value)))
         elif value is not None and not isinstance(value, Path):
             raise ConfigError(key, value, "must be a folder path (str or Path) or None")
     if isinstance(config.profile_steps, list):

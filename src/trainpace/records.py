@@ -1,7 +1,10 @@
 """The one step record: what the recorder makes, the summarizer reads and ``steps.jsonl`` holds.
 
 Every other place that needs the fields of a step (the column store, the run-log reader, the
-run-folder writer) takes them from here, so the schema is written once.
+run-folder writer) takes them from here, so the schema is written once. A step is a
+:class:`~trainpace.measure.steprow.StepRow` on the hot path, one of these on its way to the
+run folder and the sinks, and a row of a :class:`~trainpace.series.StepSeries` (a window's or
+the run's columns) for the figures.
 """
 
 from __future__ import annotations
@@ -49,11 +52,12 @@ INTEGRAL_FIELDS: frozenset[str] = frozenset({"step", "samples", "tokens", "micro
 """Fields that hold whole numbers (a column store keeps them as floats, NaN for None)."""
 
 
-class WindowFigures(TypedDict, total=False):
-    """The figures of one window (the console line, TensorBoard points, window observers).
+class Figures(TypedDict, total=False):
+    """The figures of a window's steps or the run's (:func:`trainpace.measure.summarize.figures`):
+    a window record's ``"window"`` (the console line, TensorBoard points, window observers).
 
-    The step figures are always there (``None`` when unknown); the device readings, the target
-    and ``device_kind`` are added by the Meter when it has them.
+    The step figures are always there (``None`` when unknown); for a window the Meter adds the
+    device readings, the target and ``device_kind`` when it has them.
     """
 
     first_step: int | None

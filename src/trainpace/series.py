@@ -1,4 +1,5 @@
-"""Step records as columns: the store the Meter, the summarizer and the run-log reader share.
+"""Step records as columns: a window's steps, the run's, and a ``steps.jsonl`` read back; the
+one store the Meter, the summarizer and the run-log reader share.
 
 ``steps.jsonl`` records (:class:`trainpace.records.StepRecord`) become float64 columns, null as
 NaN, so a run of millions of steps costs 8 bytes a field a step, not a Python object per step;
@@ -30,7 +31,6 @@ import orjson
 from trainpace.errors import RunFolderError
 from trainpace.inputs import open_regular
 from trainpace.records import INTEGRAL_FIELDS, STEP_FIELDS
-from trainpace.stepcolumns import StepColumns
 
 if TYPE_CHECKING:  # pathlib costs 9 ms to load (urllib, ipaddress): trace analysis avoids it
     from pathlib import Path
@@ -100,7 +100,7 @@ class StepSeries:
         if not rows:
             return
         n = len(rows)
-        staged: list[tuple[str, array[float] | None]] = []
+        staged: list[tuple[str, array[float] | float | None]] = []
         for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True):
             missing = values.count(None)
             if missing == n:
@@ -110,6 +110,10 @@ class StepSeries:
                 continue
             if missing and name in required:
                 raise _Invalid(f"{name} is null")
+            first = values[0]
+            if not missing and values.count(first) == n and isinstance(first, (int, float)):
+                staged.append((name, float(first)))  # one value throughout: no array
+                continue
             try:
                 staged.append((name, array("d", [_NAN if v is None else v for v in values]
                                          if missing else values)))
@@ -132,10 +136,12 @@ class StepSeries:
             if isinstance(column, array) and len(column) > self._n:
                 del column[self._n:]
 
-    def append(self, steps: StepColumns) -> None:
-        """Append steps given as columns (see :mod:`trainpace.stepcolumns`)."""
-        if steps.n:
-            self._append_columns(list(steps.values.items()), steps.n)
+    def append(self, steps: StepSeries) -> None:
+        """Append the steps of another series (a window's, to the run's)."""
+        if steps._n:
+            n = steps._n
+            self._append_columns([(name, column if isinstance(column, float) else column[:n])
+                                  for name, column in steps._columns.items()], n)
 
     def _append_columns(self, columns: Sequence[tuple[str, array[float] | float | None]],
                         n: int) -> None:
@@ -146,8 +152,8 @@ class StepSeries:
             column = self._columns[name]
             if new is None:
                 new = _NAN
-            value = new if isinstance(new, float) else _constant(new)
             if isinstance(column, float):
+                value = new if isinstance(new, float) else _constant(new)
                 if value is not None and (at == 0 or _same(value, column)):
                     self._columns[name] = value  # still one value throughout
                     continue
@@ -234,10 +240,6 @@ class StepSeries:
         view = np.frombuffer(column, dtype=np.float64, count=self._n)
         view.flags.writeable = False
         return view
-
-    def has(self, name: str) -> bool:
-        """True when some step has a value in column ``name``."""
-        return bool(np.isfinite(self.column(name)).any())
 
     def missing_steps(self) -> list[tuple[int, int]]:
         """Gaps in the step numbers: ``(first, last)`` ranges of steps absent from the

@@ -25,14 +25,6 @@ def percentile(values: Sequence[float] | np.ndarray, q: float) -> float | None:
     return _interpolate(float(part[low]), float(part[high]), t)
 
 
-def percentile_sorted(values: Sequence[float], q: float) -> float | None:
-    """:func:`percentile` of values already sorted, in plain Python (fast for a window)."""
-    if not values:
-        return None
-    low, high, t = _bracket(len(values), q)
-    return _interpolate(values[low], values[high], t)
-
-
 def _bracket(n: int, q: float) -> tuple[int, int, float]:
     """The ranks either side of the q-th percentile of n values, and where it lies between."""
     position = (n - 1) * (q / 100.0)
@@ -59,26 +51,19 @@ def median(values: Sequence[float] | np.ndarray) -> float | None:
     return float(part[half]) if n % 2 else (float(part[half - 1]) + float(part[half])) / 2
 
 
-def ratio_pct(part: float | None, whole: float | None) -> float | None:
-    """100·part/whole, or None when either is unknown or the whole is not positive."""
-    if part is None or whole is None or whole <= 0 or not math.isfinite(whole):
+def per_s(count: float | None, seconds: float | None) -> float | None:
+    """A rate: ``count`` per second of ``seconds``; None when either is unknown or the time is
+    not positive."""
+    if count is None or seconds is None or not seconds > 0:
+        return None
+    return count / seconds
+
+
+def share_pct(part: float | None, whole: float | None) -> float | None:
+    """A share: 100·part/whole; None when either is unknown or the whole is not positive."""
+    if part is None or whole is None or not whole > 0 or not math.isfinite(whole):
         return None
     return 100.0 * part / whole
-
-
-def ema(values: Sequence[float], beta: float) -> list[float]:
-    """Bias-corrected exponential moving average (as Adam corrects its moments).
-
-    ``beta`` is the weight of the past (0 ≤ beta < 1). The bias correction makes the first
-    smoothed value equal the first observation instead of ``(1 - beta)`` times it, so a target
-    is not "reached" early just because the average started at zero.
-    """
-    out: list[float] = []
-    acc = 0.0
-    for i, value in enumerate(values, start=1):
-        acc = beta * acc + (1.0 - beta) * value
-        out.append(acc / (1.0 - beta**i))
-    return out
 
 
 def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
@@ -132,29 +117,53 @@ def steady_start(
     return int(starts[0]) + 1
 
 
-def ema_array(values: np.ndarray, beta: float) -> np.ndarray:
-    """:func:`ema` of an array, vectorized: the same figures (to rounding) for millions of
-    values, where the loop would take seconds.
+class Ema:
+    """A bias-corrected exponential moving average (as Adam corrects its moments), fed a block
+    of values at a time.
 
-    Block by block, the recurrence ``acc = beta·acc + (1-beta)·v`` is a cumulative sum of
-    ``v·beta^-m`` scaled back by ``beta^k``; blocks stay short enough that ``beta^-m`` never
-    overflows, and each carries the last value of the one before.
+    ``beta`` is the weight of the past (0 ≤ beta < 1). The bias correction makes the first
+    smoothed value equal the first observation instead of ``(1 - beta)`` times it, so a target
+    is not "reached" early just because the average started at zero.
     """
-    v = np.asarray(values, dtype=np.float64)
-    n = v.size
-    if n == 0 or beta == 0.0:
-        return np.array(v, copy=True)
-    block = max(1, min(4096, int(250.0 / -math.log10(beta)) if beta < 1.0 else 1))
-    k = np.arange(float(block))
-    grow, shrink, carried = beta**-k, (1.0 - beta) * beta**k, beta ** (k + 1.0)
-    acc = np.empty(n)
-    carry = 0.0
-    for start in range(0, n, block):
-        m = min(block, n - start)
-        acc[start:start + m] = carried[:m] * carry + shrink[:m] * np.cumsum(
-            v[start:start + m] * grow[:m])
-        carry = float(acc[start + m - 1])
-    return acc / (1.0 - beta ** np.arange(1.0, n + 1.0))
+
+    def __init__(self, beta: float) -> None:
+        self.beta = beta
+        self._acc = 0.0  # the uncorrected average so far
+        self._count = 0
+
+    def extend(self, values: np.ndarray) -> np.ndarray:
+        """The smoothed values of the next ``values``, vectorized.
+
+        Block by block, the recurrence ``acc = beta·acc + (1-beta)·v`` is a cumulative sum of
+        ``v·beta^-m`` scaled back by ``beta^k``; blocks stay short enough that ``beta^-m``
+        never overflows, and each carries the last value of the one before.
+        """
+        v = np.asarray(values, dtype=np.float64)
+        n, beta = v.size, self.beta
+        if n == 0:
+            return np.empty(0)
+        if beta == 0.0:
+            self._count += n
+            return np.array(v, copy=True)
+        block = max(1, min(4096, int(250.0 / -math.log10(beta))))
+        k = np.arange(float(block))
+        grow, shrink, carried = beta**-k, (1.0 - beta) * beta**k, beta ** (k + 1.0)
+        acc = np.empty(n)
+        carry = self._acc
+        for start in range(0, n, block):
+            m = min(block, n - start)
+            acc[start:start + m] = carried[:m] * carry + shrink[:m] * np.cumsum(
+                v[start:start + m] * grow[:m])
+            carry = float(acc[start + m - 1])
+        self._acc = carry
+        counts = np.arange(self._count + 1.0, self._count + n + 1.0)
+        self._count += n
+        return acc / (1.0 - beta**counts)
+
+
+def ema_array(values: np.ndarray, beta: float) -> np.ndarray:
+    """The bias-corrected EMA of ``values`` (see :class:`Ema`)."""
+    return Ema(beta).extend(values)
 
 
 def mean_known(values: Iterable[float | None]) -> float | None:

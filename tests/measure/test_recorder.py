@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from trainpace.measure.recorder import StepRecorder
+from trainpace.records import STEP_FIELDS
 
 
 def fetch(rec, clock, batch, wait_s):
@@ -121,20 +122,20 @@ def test_a_failing_counter_does_not_lose_the_step(clock):
     assert record["step_s"] == pytest.approx(0.1)
 
 
-def test_meter_overhead_is_kept_out_of_the_next_step(clock):
+def test_the_time_between_two_steps_is_the_next_steps(clock):
+    """Without a metered loader nothing tells the loop's own work between steps from
+    trainpace's: both belong to the next step's cycle, and the steps add up to the wall."""
     rec = StepRecorder(clock=clock)
     rec.enter(1)
     clock.advance(0.1)
     rec.exit(None, failed=False)
-    clock.advance(0.003)  # the meter's own work between steps
-    rec.exclude_from_cycle(0.003)
+    clock.advance(0.003)  # work between the steps (the loop's, or trainpace's at a boundary)
     rec.enter(1)
     clock.advance(0.1)
     rec.exit(None, failed=False)
     records = rec.take_records()
-    assert records[1]["step_s"] == pytest.approx(0.1)
-    assert records[1]["t_s"] == pytest.approx(0.203)  # wall time keeps the truth
-    assert rec.overhead_s == pytest.approx(0.003)
+    assert records[1]["step_s"] == pytest.approx(0.103)
+    assert records[1]["t_s"] == pytest.approx(0.203) == sum(r["step_s"] for r in records)
 
 
 class FakeDevice:
@@ -251,7 +252,8 @@ def test_tuple_batches_are_counted_from_their_first_tensor_whatever_the_layout(c
 
 def test_a_batch_that_cannot_be_counted_gives_unknown_samples_and_one_warning(caplog):
     from trainpace.measure.recorder import StepRecorder
-    from trainpace.measure.summarize import window_figures
+    from trainpace.measure.summarize import figures
+    from trainpace.series import StepSeries
 
     times = iter(float(i) for i in range(100))
     rec = StepRecorder(clock=lambda: next(times))
@@ -263,17 +265,15 @@ def test_a_batch_that_cannot_be_counted_gives_unknown_samples_and_one_warning(ca
             rec.exit(None, False)
     records = rec.take_records(final=True)
     assert [r["samples"] for r in records] == [None, None, None]
-    assert window_figures(records, 0)["samples_per_s"] is None
+    assert figures(StepSeries.from_records(records), 0)["samples_per_s"] is None
     warnings = [r.message for r in caplog.records if "samples=" in r.message]
     assert len(warnings) == 1 and "str" in warnings[0]
 
 
 @pytest.mark.parametrize("kind", ["plain", "losses", "tokens", "metered", "uncounted"])
-def test_the_columns_made_with_the_records_are_the_records_columns(clock, kind):
-    """The recorder fills the columns of a window while it makes its records (the writer
-    then reads no dict per step): they must be exactly the records' own columns."""
-    from trainpace.stepcolumns import columns_of
-
+def test_the_rows_handed_over_become_records_of_the_one_schema(clock, kind):
+    """The training thread hands its rows over as they are; the records are made by whoever
+    calls what it was given (the writer thread), every field present."""
     rec = StepRecorder(clock=clock)
     for i in range(6):
         if kind == "metered":
@@ -282,13 +282,21 @@ def test_the_columns_made_with_the_records_are_the_records_columns(clock, kind):
         clock.advance(0.02 + 0.001 * i)
         if kind == "losses" and i % 2:
             rec.observe(loss=float("nan") if i == 3 else 1.0 / i)
-        batch = {"tokens": torch.ones(2, 3, dtype=torch.long)} if kind == "tokens" else (
+        batch = {"input_ids": torch.ones(2, 3, dtype=torch.long)} if kind == "tokens" else (
             object() if kind == "uncounted" else torch.zeros(4, 2))
         rec.exit(batch, failed=False)
-    batch = rec.take_ready()()
-    assert len(batch.records) == 6
-    made, expected = batch.columns, columns_of(batch.records)
-    assert made.n == expected.n
-    for name in expected.values:
-        assert list(made.column(name)) == pytest.approx(list(expected.column(name)),
-                                                         nan_ok=True, rel=0, abs=0), name
+    make_records = rec.take_ready()
+    assert rec.take_records() == []  # handed over: the rows left the recorder
+    records = make_records()
+    assert [tuple(r) for r in records] == [STEP_FIELDS] * 6
+    assert [r["step"] for r in records] == list(range(1, 7))
+    assert [r["step_s"] for r in records] == pytest.approx(
+        [0.02 + 0.001 * i + (0.01 * i if kind == "metered" else 0.0) for i in range(6)])
+    if kind == "losses":
+        assert [r["loss"] for r in records] == [None, 1.0, None, None, None, 0.2]
+        assert [r["loss_nonfinite"] for r in records] == [None, False, None, True, None, False]
+    if kind == "tokens":
+        assert {r["tokens"] for r in records} == {6}
+    if kind == "uncounted":
+        assert {r["samples"] for r in records} == {None}
+    assert {r["outside_s"] for r in records} == ({0.0} if kind == "metered" else {None})

@@ -5,16 +5,16 @@ import pytest
 
 from trainpace.measure.summarize import (
     Goal,
+    figures,
     summarize,
     summary_for_run,
     target_progress,
     warmup_steps,
-    window_figures,
 )
 from trainpace.records import STEP_FIELDS
 from trainpace.runlog import RunData
 from trainpace.series import StepSeries
-from trainpace.stats import ema
+from trainpace.stats import ema_array
 from trainpace.summary import Device, Summary
 
 
@@ -85,7 +85,7 @@ def test_time_to_target_is_the_first_smoothed_crossing():
     losses = [4.0, 3.0, 2.5, 2.0, 1.5, 1.2, 1.0, 0.9, 0.8, 0.7]
     series = StepSeries.from_records(records([0.5] * 10, losses=losses))
     goal = Goal(name="loss", value=1.5, smoothing=0.5)
-    smoothed = ema(losses, 0.5)
+    smoothed = ema_array(np.array(losses), 0.5).tolist()
     first = next(i for i, v in enumerate(smoothed) if v <= 1.5)
     progress = target_progress(series, goal)
     assert progress.steps_to_target == first + 1
@@ -121,21 +121,23 @@ def test_no_eta_when_not_converging():
 
 def test_window_figures_cover_only_the_window():
     recs = records([0.1] * 10 + [0.2] * 10, samples=4)
-    w = window_figures(recs[10:], warmup=1)
+    w = figures(StepSeries.from_records(recs[10:]), warmup=1)
     assert (w["first_step"], w["last_step"], w["steps"], w["measured_steps"]) == (11, 20, 10, 10)
     assert w["samples_per_s"] == pytest.approx(20.0)
 
 
-def test_window_figures_agree_with_the_summary():
+def test_a_windows_figures_are_the_summarys_over_the_same_steps():
     recs = records([0.9, 0.5] + [0.1 + 0.001 * (i % 7) for i in range(40)], wait_s=0.01,
                    samples=8, tokens=100, losses=[2.0 - 0.01 * i for i in range(42)])
-    w = window_figures(recs, warmup=2)
+    w = figures(StepSeries.from_records(recs), warmup=2)
     s = summarize(StepSeries.from_records(recs), warmup=2)
-    assert w["samples_per_s"] == pytest.approx(s.throughput.samples_per_s)
-    assert w["tokens_per_s"] == pytest.approx(s.throughput.tokens_per_s)
-    assert w["step_s_median"] == pytest.approx(s.time.step_s_median)
-    assert w["step_s_p90"] == pytest.approx(s.time.step_s_p90)
-    assert w["wait_pct"] == pytest.approx(s.data.wait_pct)
+    # one function computes both: equal to the last bit
+    assert w["samples_per_s"] == s.throughput.samples_per_s
+    assert w["samples_per_s"] == pytest.approx(8 * 40 / sum(r["step_s"] for r in recs[2:]))
+    assert w["tokens_per_s"] == s.throughput.tokens_per_s
+    assert w["step_s_median"] == s.time.step_s_median
+    assert w["step_s_p90"] == s.time.step_s_p90
+    assert w["wait_pct"] == s.data.wait_pct
 
 
 def test_nulls_stay_null_not_zero():
@@ -189,7 +191,7 @@ def test_time_outside_the_steps_is_in_the_wall_time_and_out_of_throughput():
     assert s.time.outside_steps_pct == pytest.approx(50.0)
     assert s.throughput.samples_per_s == pytest.approx(100.0)  # 10 samples / 0.1 s
     assert s.time.step_s_median == pytest.approx(0.1)
-    w = window_figures(records([0.1] * 10, outside_s=outside), warmup=0)
+    w = figures(StepSeries.from_records(records([0.1] * 10, outside_s=outside)), warmup=0)
     assert w["outside_s"] == pytest.approx(1.0)
     assert w["samples_per_s"] == pytest.approx(100.0)
 

@@ -3,7 +3,6 @@
 import dataclasses
 import inspect
 import io
-import time
 
 import pytest
 import torch
@@ -20,6 +19,21 @@ def test_the_meter_keywords_are_the_config_fields_with_the_same_defaults():
     keywords = {name: p.default for name, p in params.items() if name not in wiring}
     fields = {f.name: f.default for f in dataclasses.fields(MeterConfig)}
     assert keywords == fields
+
+
+def test_a_setting_the_meter_does_not_know_is_named_with_the_fix(tmp_path):
+    with pytest.raises(trainpace.ConfigError, match=r"windwo is not a Meter setting; the "
+                       r"settings are .*window"):
+        trainpace.Meter(tmp_path / "run", windwo=3)
+    with pytest.raises(trainpace.ConfigError, match="window must be an integer >= 1"):
+        trainpace.Meter(tmp_path / "run", window=0)  # checked by MeterConfig, once
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_meters_docstring_lists_every_setting_with_its_default():
+    for field in dataclasses.fields(MeterConfig):
+        if field.name != "out":
+            assert f"        {field.name}={field.default!r}\n" in trainpace.Meter.__doc__
 
 
 def test_meta_config_is_made_from_every_setting(tmp_path, clock):
@@ -72,26 +86,45 @@ def test_finish_closes_a_flop_counter_left_open(tmp_path):
     assert _get_current_dispatch_mode() is None
 
 
-@pytest.mark.slow
-def test_the_profiler_shutdown_is_not_charged_to_a_step(tmp_path, monkeypatch):
+def test_trainpaces_own_time_is_in_the_figures(tmp_path, clock, monkeypatch):
+    """What the loop achieved, trainpace's time included: its work at the window boundaries
+    (the hand-over, on the training thread) and the profiler's shutdown advance the clock,
+    and the step times add up to the wall time of the loop."""
+    from trainpace.meter.facade import Meter
     from trainpace.trace.capture import ProfileWindow
 
-    real_finish = ProfileWindow._finish
+    real_hand_over, real_finish = Meter._hand_over, ProfileWindow._finish
 
-    def slow_finish(self):  # the shutdown, made 0.3 s long: far above this machine's noise
-        time.sleep(0.3)
+    def slow_hand_over(self, final, flush):
+        clock.advance(0.5)  # the boundary's work, made long
+        real_hand_over(self, final, flush)
+
+    def slow_finish(self):
+        clock.advance(0.3)  # the profiler's shutdown, made long
         real_finish(self)
 
+    monkeypatch.setattr(Meter, "_hand_over", slow_hand_over)
     monkeypatch.setattr(ProfileWindow, "_finish", slow_finish)
-    meter = trainpace.Meter(tmp_path / "run", window=5, warmup=1, profile_steps=(3, 6),
-                            console=False, report=False, count_flops=False)
-    for b in meter.loader([torch.zeros(2)] * 10):
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=5, warmup=0,
+                            profile_steps=(3, 6), console=False, report=False, count_flops=False)
+    started = clock()
+    for b in meter.loader([torch.zeros(4)] * 20):
         with meter.step(b):
-            time.sleep(0.02)
-    meter.finish()
-    step_s = {r["step"]: r["step_s"] for r in read_run(meter.path).steps}
-    assert meter._recorder.overhead_s >= 0.3  # measured, and kept out of the steps
-    assert max(step_s.values()) < 0.2, step_s  # step 6 (after the stop) is not 0.3 s longer
+            clock.advance(0.1)
+    loop_s = clock() - started
+    summary = meter.finish()
+    steps = read_run(meter.path).steps
+    step_s = [r["step_s"] for r in steps]
+    # boundaries before steps 6, 11 and 16 (the one after step 20 comes with the loader's end)
+    assert step_s[5] == step_s[10] == step_s[15] == pytest.approx(0.6)
+    assert sum(step_s) == pytest.approx(20 * 0.1 + 3 * 0.5)
+    # the profiler stopped after step 5, between two steps: outside them, in the wall time
+    outside = [r["outside_s"] for r in steps]
+    assert outside[5] == pytest.approx(0.3) and sum(outside) == pytest.approx(0.3)
+    # the steps, the time outside them and the last boundary: the loop's wall time
+    assert sum(step_s) + sum(outside) + 0.5 == pytest.approx(loop_s)
+    assert summary.time.outside_steps_s == pytest.approx(0.3 + 0.5)
+    assert summary.throughput.samples_per_s == pytest.approx(80 / sum(step_s))
 
 
 def test_the_last_window_line_is_out_when_the_loader_is_exhausted(tmp_path, clock):

@@ -16,18 +16,6 @@ import trainpace
 from trainpace.runlog import STEPS_FILE, read_run
 
 
-class SleepySink:
-    def __init__(self, seconds):
-        self.seconds, self.records = seconds, 0
-
-    def log(self, record):
-        time.sleep(self.seconds)
-        self.records += 1
-
-    def close(self):
-        pass
-
-
 class Hanging:
     def __init__(self):
         self.release = threading.Event()
@@ -55,38 +43,24 @@ def lines(path):
         return 0
 
 
-def run(meter, steps, step_s=0.0):
+def run(meter, steps):
     for b in meter.loader([torch.zeros(2)] * steps):
         with meter.step(b):
-            if step_s:
-                time.sleep(step_s)
+            pass
 
 
-def test_a_slow_sink_never_holds_the_run_folder_back(tmp_path, caplog):
-    sink = SleepySink(1.0)
-    meter = trainpace.Meter(tmp_path / "run", window=10, console=False, report=False,
-                            count_flops=False, sinks=[sink], sink_timeout_s=0.5)
-    run(meter, 400, step_s=0.001)
-    assert lines(meter.path) >= 400 - 2 * 10  # before finish: within the open window + one
-    started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="trainpace"):
-        summary = meter.finish()
-    assert time.monotonic() - started < 5.0  # the sink got 0.5 s, not 1 s per record
+def test_a_held_sink_never_holds_the_run_folder_back(tmp_path, caplog, clock):
+    sink = Hanging()  # takes nothing until released: the slowest sink there is
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=10, console=False,
+                            report=False, count_flops=False, sinks=[sink], sink_timeout_s=0.2)
+    for b in meter.loader([torch.zeros(2)] * 400):
+        with meter.step(b):
+            clock.advance(0.01)
+    with caplog.at_level(logging.WARNING):
+        summary = meter.finish()  # gives the sink sink_timeout_s, then abandons it
     assert summary.steps.total == 400 and len(read_run(meter.path).steps) == 400
-    assert any("SleepySink did not finish" in r.getMessage() for r in caplog.records)
-
-
-def test_a_hanging_sink_is_abandoned_at_finish(tmp_path, caplog):
-    sink = Hanging()
-    meter = trainpace.Meter(tmp_path / "run", window=10, console=False, report=False,
-                            count_flops=False, sinks=[sink], sink_timeout_s=0.3)
-    run(meter, 100)
-    started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="trainpace"):
-        summary = meter.finish()
-    assert time.monotonic() - started < 3.0
-    assert summary.steps.total == 100 and len(read_run(meter.path).steps) == 100
-    assert any("abandoned" in r.getMessage() for r in caplog.records)
+    assert any("Hanging did not finish within sink_timeout_s=0.2s; abandoned" in r.getMessage()
+               for r in caplog.records)
     sink.release.set()
 
 
@@ -185,3 +159,38 @@ def test_a_run_never_finished_exits_without_waiting_on_a_hanging_sink(tmp_path):
     assert len(read_run(tmp_path / "run").steps) == 105  # the exit hook wrote every step
     # the child's exit did not wait on the sink (imports alone take seconds on a busy machine)
     assert exited_s < 60
+
+
+class Windows:
+    """A sink keeping the window records it gets."""
+
+    def __init__(self):
+        self.records = []
+
+    def log(self, record):
+        if record.kind == "window":
+            self.records.append(record.data)
+
+    def close(self):
+        pass
+
+
+def test_windows_shorter_than_sink_window_s_reach_the_sinks_together_every_step_once(
+        tmp_path, clock):
+    from trainpace.meter.pipeline import SINK_WINDOW_S
+
+    sink = Windows()
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=10, console=False,
+                            report=False, count_flops=False, sinks=[sink])
+    for b in meter.loader([torch.zeros(2)] * 203):
+        with meter.step(b):
+            clock.advance(1 / 512)  # windows of 19.5 ms (exact in binary): three to a record
+    meter.finish()
+    assert SINK_WINDOW_S == 0.05
+    steps = [[s["step"] for s in data["steps"]] for data in sink.records]
+    assert [s for part in steps for s in part] == list(range(1, 204))  # once each, in order
+    # a record per 50 ms of run time at least; the rest when the loader ran out
+    assert [(part[0], part[-1]) for part in steps] == [
+        (1, 30), (31, 60), (61, 90), (91, 120), (121, 150), (151, 180), (181, 203)]
+    assert [data["window"]["steps"] for data in sink.records] == [30] * 6 + [23]
+    assert [s["step"] for s in read_run(meter.path).steps] == list(range(1, 204))

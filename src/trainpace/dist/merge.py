@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from trainpace.stats import median
+from trainpace.stats import median, share_pct
 from trainpace.units import number_or_none
 
 HISTORY_WINDOWS = 16  # scores kept per rank for the persistence check of the diagnosis
@@ -154,7 +154,7 @@ class RankState:
             "final": self.final,
             "samples_per_s": self.samples / self.measured_s if self.measured_s > 0 else None,
             "step_s_median": median(list(self.step_s_medians)),
-            "wait_pct": 100.0 * self.wait_s / self.measured_s if self.measured_s > 0 else None,
+            "wait_pct": share_pct(self.wait_s, self.measured_s),
             "pre_collective_pct": (100.0 * self.pre_s / self.measured_s
                                    if self.pre_s is not None and self.measured_s > 0 else None),
             "communication_pct": (100.0 * self.comm_s / self.measured_s
@@ -309,10 +309,8 @@ class Merger:
                 and all(s.final for s in self.ranks.values()))
 
     def wait_pct(self) -> float | None:
-        measured = sum(s.measured_s for s in self.ranks.values())
-        if measured <= 0:
-            return None
-        return 100.0 * sum(s.wait_s for s in self.ranks.values()) / measured
+        return share_pct(sum(s.wait_s for s in self.ranks.values()),
+                         sum(s.measured_s for s in self.ranks.values()))
 
     def missing(self, *, done: bool) -> list[dict[str, Any]]:
         """Ranks not heard from (never, or not to their end when ``done``), since when."""

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from trainpace.measure.clock import DeviceTimer, Marker
-from trainpace.measure.steprow import StepRow, mean_of, step_loss
+from trainpace.measure.steprow import StepRow, record_of
 from trainpace.records import StepRecord
 
 
@@ -42,13 +42,14 @@ class DeviceReadback:
                     break
                 timer.wait(marker)
             pending.popleft()
-            row.record = self._resolve_times(row, t0, metered)
+            row.device_times = self._resolve_times(row)
             ready.append(row)
         self._reading.extend(ready)
         self._start_copy(ready)
-        return self._finish_copy(final)
+        return self._finish_copy(final, t0, metered)
 
-    def _resolve_times(self, row: StepRow, t0: float, metered: bool) -> StepRecord:
+    def _resolve_times(self, row: StepRow) -> tuple[float, float | None, float | None]:
+        """The step's time, exposed wait and copy time, from its events where it has them."""
         step_s = row.cycle_s
         exposed: float | None = None
         h2d = row.h2d_s
@@ -63,24 +64,8 @@ class DeviceReadback:
                            *(m for pair in row.h2d_markers for m in pair)]:
                 timer.release(marker)
             # the device ran the work done outside the step (an evaluation) in that time too
-            step_s = max(step_s - row.outside_s, 0.0)
-        else:
-            step_s -= row.outside_s
-        return {
-            "step": row.step,
-            "t_s": row.end_s - t0,
-            "step_s": step_s,
-            "wait_s": row.wait_s,
-            "exposed_wait_s": exposed,
-            "h2d_s": h2d,
-            "samples": None if row.samples_unknown else row.samples,
-            "tokens": None,
-            "micro_batches": row.batches,
-            "loss": None,
-            "metric": None,
-            "outside_s": row.outside_s if metered else None,
-            "loss_nonfinite": None,
-        }
+            return max(step_s - row.outside_s, 0.0), exposed, h2d
+        return step_s - row.outside_s, exposed, h2d
 
     def _start_copy(self, rows: list[StepRow]) -> None:
         """Fill host values now; start one async copy for the values still on a CUDA device."""
@@ -110,7 +95,7 @@ class DeviceReadback:
         host.copy_(stacked, non_blocking=True)
         self._copy = _Copy(self.timer.mark(), host, slots, blocked)
 
-    def _finish_copy(self, final: bool) -> list[StepRecord]:
+    def _finish_copy(self, final: bool, t0: float, metered: bool) -> list[StepRecord]:
         copy = self._copy
         if copy is not None:
             if final:
@@ -122,13 +107,9 @@ class DeviceReadback:
         out: list[StepRecord] = []
         while self._reading and id(self._reading[0]) not in blocked:
             row = self._reading.popleft()
-            record = row.record
-            assert record is not None
-            record["tokens"] = int(sum(row.tokens)) if row.tokens else None
-            record["loss"], record["loss_nonfinite"] = step_loss(row.losses)
-            record["metric"] = mean_of(row.metrics)
-            row.emitted = True
-            out.append(record)
+            assert row.device_times is not None
+            step_s, exposed, h2d = row.device_times
+            out.append(record_of(row, t0, metered, step_s, exposed, h2d))
         return out
 
 

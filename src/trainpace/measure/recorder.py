@@ -26,9 +26,8 @@ import torch
 from trainpace.measure.batch import TokenCount, count_tokens, samples_in
 from trainpace.measure.clock import DeviceTimer, Marker
 from trainpace.measure.readback import DeviceReadback
-from trainpace.measure.steprow import StepRow, host_batch
+from trainpace.measure.steprow import StepRow, host_records
 from trainpace.records import StepRecord
-from trainpace.stepcolumns import StepBatch
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -66,12 +65,7 @@ class StepRecorder:
         self._pending: deque[StepRow] = deque()  # closed, device times not read yet
         # on a device clock: its event times and values, read back without a synchronization
         self._readback = DeviceReadback(timer) if timer is not None else None
-        self.overhead_s = 0.0  # the meter's own boundary work, kept out of step times
         self.last_closed: StepRow | None = None
-        # Rows made ahead (by the Meter's writer thread, at window boundaries): making an
-        # object is the dearest thing the hot path would do after a long step, when little of
-        # it is in the CPU's caches, and popping one is cheap.
-        self._spare_rows: list[StepRow] = []
         self._plain_batches = samples is None and tokens is None
         self._tensors_layout: tuple[type, ...] | None = None  # see _count
         self.fault: tuple[str, Exception] | None = None  # a failure of ours, to report
@@ -222,17 +216,11 @@ class StepRecorder:
         Kept to few operations on purpose: it runs right after the step's own work, when
         little of trainpace is still in the CPU's caches.
         """
+        if failed:
+            self.abandon()
+            return False
         self.in_step = False
         row = self._cur
-        if failed:
-            # The step raised: it never finished, so it is not a step. Start afresh.
-            self._cur = StepRow()
-            self._prev_end_s = now = self.clock()
-            if self._metered:
-                self._idle_since = now
-            if self.timer is not None:
-                self._next_start_marker = self.timer.mark()
-            return False
         if row.fetched_since_micro:
             row.fetched_since_micro = 0
         elif batch is not None:
@@ -256,8 +244,7 @@ class StepRecorder:
             self._next_start_marker = row.end_marker
         self._pending.append(row)
         self.last_closed = row
-        spare = self._spare_rows
-        self._cur = spare.pop() if spare else StepRow()
+        self._cur = StepRow()
         if self._metered:
             self._idle_since = now
         return True
@@ -279,24 +266,23 @@ class StepRecorder:
             else:
                 row.metrics = [_keep(metric)]
 
-    def exclude_from_cycle(self, seconds: float) -> None:
-        """Time the meter spent on its own work between steps; kept out of the next step."""
-        self.overhead_s += seconds
-        if self._prev_end_s is not None:
-            self._prev_end_s += seconds
-        if self._idle_since is not None:
-            self._idle_since += seconds
+    def abandon(self) -> None:
+        """The open step raised (or was interrupted): it never finished, so it is not a step.
+        Start afresh from now."""
+        self.in_step = False
+        self._cur = StepRow()
+        if self.t0 is None:
+            return
+        self._prev_end_s = now = self.clock()
+        if self._metered:
+            self._idle_since = now
+        if self.timer is not None:
+            self._next_start_marker = self.timer.mark()
 
     @property
     def open_samples(self) -> int:
         """Samples counted so far for the step being recorded."""
         return self._cur.samples
-
-    def stock_rows(self, n: int) -> None:
-        """Make rows for the next ``n`` steps now, not one per step. Safe from another
-        thread: the training thread only pops from the stock (atomic, under the GIL)."""
-        made = [StepRow() for _ in range(n - len(self._spare_rows))]
-        self._spare_rows.extend(made)  # one list into another: atomic under the GIL
 
     def _count(self, row: StepRow, batch: Any) -> None:
         row.batches += 1
@@ -351,24 +337,23 @@ class StepRecorder:
         whose device values are still being copied, waits for a later call. With ``final``
         (end of run) it waits for the device and returns everything.
         """
-        return self.take_ready(final=final)().records
+        return self.take_ready(final=final)()
 
-    def take_ready(self, *, final: bool = False) -> Callable[[], StepBatch]:
-        """:meth:`take_records`, as records and columns, with the making of them left to the
-        caller of the function returned (another thread may call it): on the host clock the
-        steps are handed over as they are, which keeps the training thread's share of a
-        window short.
-        """
+    def take_ready(self, *, final: bool = False) -> Callable[[], list[StepRecord]]:
+        """:meth:`take_records`, the making of the records left to the caller of the function
+        returned (the writer thread): on the host clock the rows are handed over as they are,
+        which keeps the training thread's share of a window to a list copy."""
         if self.timer is None:  # every value is already on the host
             rows = list(self._pending)
             self._pending.clear()
             if rows:
                 rows[-1].emitted = True  # observe() looks no further back than this one
-            return partial(host_batch, rows, self.t0, self._metered)
+            return partial(host_records, rows, self.t0, self._metered)
         assert self._readback is not None  # made with the timer
         t0 = self.t0 if self.t0 is not None else 0.0  # None: no step closed, none pending
         records = self._readback.take(self._pending, final=final, t0=t0, metered=self._metered)
-        return partial(StepBatch.of, records)
+        return partial(list, records)
+
 
 def _add_tokens(row: StepRow, tokens: TokenCount) -> None:
     if isinstance(row.tokens, list):

@@ -7,21 +7,18 @@ figure means the same thing wherever it is shown.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from trainpace.records import StepRecord, WindowFigures
+from trainpace.records import Figures
 from trainpace.runlog import RunData
 from trainpace.series import StepSeries
-from trainpace.stats import linear_fit, median, percentile, percentile_sorted, steady_start
-from trainpace.stepcolumns import StepColumns, columns_of
+from trainpace.stats import Ema, linear_fit, median, per_s, percentile, share_pct, steady_start
 from trainpace.summary import (
     Data,
     RankEntry,
@@ -63,20 +60,18 @@ def warmup_steps(step_s: np.ndarray, setting: int | str) -> int:
     return 1 if start is None else start
 
 
-def window_figures(steps: StepColumns | Sequence[StepRecord], warmup: int) -> WindowFigures:
-    """Figures of one window: its steps past warm-up. The same definitions as the summary's,
-    in plain Python over the window's columns (a window is small, and this runs on the
-    writer thread between two training steps): sums in step order, so each figure is what
-    the records give to the last bit."""
-    cols = steps if isinstance(steps, StepColumns) else columns_of(steps)
-    n = cols.n
-    step = cols.column("step")
-    skip = bisect.bisect_right(step, warmup) if n else 0  # steps are in order
+def figures(steps: StepSeries, warmup: int) -> Figures:
+    """The figures of ``steps`` (a window's or the run's): throughput, step times and data
+    wait over the steps past warm-up (those numbered after ``warmup``); the loss, the time
+    outside the steps and the non-finite losses over them all."""
+    step = steps.column("step")
+    n = len(step)
+    past = step > warmup
+    skip = int(np.argmax(past)) if past.any() else n  # the warm-up steps lead
     measured = n - skip
-    ordered = sorted(cols.column("step_s")[skip:])
-    total_s = sum(ordered)
-    ok = total_s > 0
-    wait_s = sum(cols.column("wait_s")[skip:])
+    step_s = steps.column("step_s")[skip:]
+    total_s = float(step_s.sum())
+    wait_s = float(steps.column("wait_s")[skip:].sum())
     return {
         "first_step": int(step[0]) if n else None,
         "last_step": int(step[-1]) if n else None,
@@ -84,80 +79,38 @@ def window_figures(steps: StepColumns | Sequence[StepRecord], warmup: int) -> Wi
         "measured_steps": measured,
         "warmup_steps": warmup,
         "measured_s": total_s if measured else None,
-        "samples_per_s": _rate(cols, "samples", skip, total_s),
-        "tokens_per_s": _rate(cols, "tokens", skip, total_s),
-        "steps_per_s": measured / total_s if ok else None,
-        "step_s_median": percentile_sorted(ordered, 50.0),
-        "step_s_p90": percentile_sorted(ordered, 90.0),
+        # a step whose batch could not be counted makes samples/s unknown, not lower
+        "samples_per_s": per_s(_total(steps.column("samples")[skip:]), total_s),
+        "tokens_per_s": per_s(_total(steps.column("tokens")[skip:]), total_s),
+        "steps_per_s": per_s(measured, total_s),
+        "step_s_median": median(step_s),
+        "step_s_p90": percentile(step_s, 90.0),
         "step_s_mean": total_s / measured if measured else None,
         "wait_s_per_step": wait_s / measured if measured else None,
-        "wait_pct": 100.0 * wait_s / total_s if ok else None,
-        "exposed_wait_s_per_step": _mean_kept(cols, "exposed_wait_s", skip),
-        "h2d_s_per_step": _mean_kept(cols, "h2d_s", skip),
-        "outside_s": _sum_kept(cols, "outside_s"),
-        "loss": _mean_kept(cols, "loss", 0),
-        "loss_nonfinite_steps": cols.column("loss_nonfinite").count(1.0) if n else 0,
-        "t_s": cols.column("t_s")[-1] if n else None,
+        "wait_pct": share_pct(wait_s, total_s),
+        "exposed_wait_s_per_step": _finite_mean(steps.column("exposed_wait_s")[skip:]),
+        "h2d_s_per_step": _finite_mean(steps.column("h2d_s")[skip:]),
+        "outside_s": _finite_sum(steps.column("outside_s")),
+        "loss": _finite_mean(steps.column("loss")),
+        "loss_nonfinite_steps": int(np.count_nonzero(steps.column("loss_nonfinite") == 1.0)),
+        "t_s": float(steps.column("t_s")[-1]) if n else None,
     }
 
 
-def _kept(cols: StepColumns, name: str, skip: int) -> list[float]:
-    """The field's values from step ``skip`` on, nulls left out."""
-    if cols.is_null(name):
-        return []
-    return [v for v in cols.column(name)[skip:] if v == v]  # NaN != NaN: a null
-
-
-def _mean_kept(cols: StepColumns, name: str, skip: int) -> float | None:
-    kept = _kept(cols, name, skip)
-    return sum(kept) / len(kept) if kept else None
-
-
-def _sum_kept(cols: StepColumns, name: str) -> float | None:
-    kept = _kept(cols, name, 0)
-    return sum(kept) if kept else None
-
-
-def _rate(cols: StepColumns, name: str, skip: int, total_s: float) -> float | None:
-    """Counts per second over ``total_s``; None unless every measured step was counted."""
-    counts = cols.column(name)[skip:]
-    if total_s <= 0 or not counts:
-        return None
-    total = sum(counts)
-    return None if math.isnan(total) else total / total_s
-
-
-def _rates(series: StepSeries, lo: int) -> dict[str, Any]:
-    """Throughput, step-time percentiles and data wait over ``series[lo:]``."""
-    step_s = series.column("step_s")[lo:]
-    total_s = float(step_s.sum()) if step_s.size else 0.0
-    ok = total_s > 0
-    tokens = series.column("tokens")[lo:]
-    wait = series.column("wait_s")[lo:]
-    exposed = series.column("exposed_wait_s")[lo:]
-    h2d = series.column("h2d_s")[lo:]
-    samples = series.column("samples")[lo:]
-    return {
-        "measured_s": total_s if step_s.size else None,
-        # a step whose batch could not be counted makes samples/s unknown, not lower
-        "samples_per_s": (float(samples.sum()) / total_s
-                          if ok and np.isfinite(samples).all() else None),
-        "tokens_per_s": (float(tokens.sum()) / total_s
-                         if ok and tokens.size and np.isfinite(tokens).all() else None),
-        "steps_per_s": step_s.size / total_s if ok else None,
-        "step_s_median": median(step_s),
-        "step_s_p90": percentile(step_s, 90),
-        "step_s_mean": total_s / step_s.size if step_s.size else None,
-        "wait_s_per_step": float(wait.mean()) if wait.size else None,
-        "wait_pct": 100.0 * float(wait.sum()) / total_s if ok else None,
-        "exposed_wait_s_per_step": _finite_mean(exposed),
-        "h2d_s_per_step": _finite_mean(h2d),
-    }
+def _total(counts: np.ndarray) -> float | None:
+    """The sum of counts, None when a step's count is unknown (or there is none)."""
+    total = float(counts.sum())
+    return total if counts.size and math.isfinite(total) else None
 
 
 def _finite_mean(values: np.ndarray) -> float | None:
     finite = values[np.isfinite(values)]
     return float(finite.mean()) if finite.size else None
+
+
+def _finite_sum(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(finite.sum()) if finite.size else None
 
 
 @dataclass(frozen=True)
@@ -171,9 +124,9 @@ class TargetProgress:
 
 
 class TargetTracker:
-    """Follows a run toward its goal, one observed value at a time (O(1) each).
+    """Follows a run toward its goal, a window of steps at a time.
 
-    The value is smoothed by a bias-corrected EMA (:func:`trainpace.stats.ema`); the target is
+    The value is smoothed by a bias-corrected EMA (:class:`trainpace.stats.Ema`); the target is
     reached the first time the smoothed value is at or past it. Until then the ETA
     extrapolates a straight line fitted to the last ``ETA_FIT_POINTS`` smoothed values against
     wall time; it is None when that trend does not move toward the target.
@@ -182,28 +135,24 @@ class TargetTracker:
     def __init__(self, goal: Goal) -> None:
         self.goal = goal
         self._sign = 1.0 if goal.higher_is_better else -1.0  # reached: sign·(v − target) ≥ 0
-        self._acc = 0.0
-        self._count = 0
+        self._ema = Ema(goal.smoothing)
         self._reached: tuple[float, int] | None = None
         self._recent: deque[tuple[float, float]] = deque(maxlen=ETA_FIT_POINTS)
 
-    def add(self, t_s: float, step: int, value: float | None) -> None:
-        """One step's observed value (None or NaN: nothing observed at that step)."""
-        if value is None or not math.isfinite(value):
+    def add(self, steps: StepSeries) -> None:
+        """The next steps (those with no value observed are passed over)."""
+        values = steps.column(self.goal.name)
+        kept = np.isfinite(values)
+        if not kept.any():
             return
-        beta = self.goal.smoothing
-        self._count += 1
-        self._acc = beta * self._acc + (1.0 - beta) * value
-        smoothed = self._acc / (1.0 - beta**self._count)
-        if self._reached is None and self._sign * (smoothed - self.goal.value) >= 0:
-            self._reached = (t_s, step)
-        self._recent.append((t_s, smoothed))
-
-    def add_records(self, records: Iterable[Mapping[str, Any]]) -> None:
-        """Steps as ``steps.jsonl`` records."""
-        name = self.goal.name
-        for record in records:
-            self.add(record["t_s"], record["step"], record.get(name))
+        smoothed = self._ema.extend(values[kept])
+        t_s = steps.column("t_s")[kept]
+        if self._reached is None:
+            hit = np.flatnonzero(self._sign * (smoothed - self.goal.value) >= 0)
+            if hit.size:
+                self._reached = (float(t_s[hit[0]]), int(steps.column("step")[kept][hit[0]]))
+        recent = slice(-ETA_FIT_POINTS, None)
+        self._recent.extend(zip(t_s[recent].tolist(), smoothed[recent].tolist(), strict=True))
 
     def progress(self) -> TargetProgress:
         """Where the run stands now."""
@@ -222,9 +171,7 @@ class TargetTracker:
 def target_progress(series: StepSeries, goal: Goal) -> TargetProgress:
     """:class:`TargetTracker`'s verdict over a whole series."""
     tracker = TargetTracker(goal)
-    values, t_s, steps = series.column(goal.name), series.column("t_s"), series.column("step")
-    for i in np.flatnonzero(np.isfinite(values)):
-        tracker.add(float(t_s[i]), int(steps[i]), float(values[i]))
+    tracker.add(series)
     return tracker.progress()
 
 
@@ -251,15 +198,14 @@ def summarize(
     n = len(series)
     if excluded is None:
         excluded = warmup_steps(step_s, warmup)
-    rates = _rates(series, excluded)
+    # the same figures as a window's, past the last warm-up step
+    rates = figures(series, int(series.column("step")[excluded - 1]) if excluded else 0)
     t_s = series.column("t_s")
     if progress is None and goal is not None:
         progress = target_progress(series, goal)
-    outside = series.column("outside_s")
-    outside = outside[np.isfinite(outside)]
     # Measured only when the loop pulls its batches through meter.loader() (see StepRecord);
     # then the time from the last step to the end of the run (a last evaluation) is too.
-    outside_s = float(outside.sum()) if outside.size else None
+    outside_s = rates["outside_s"]
     if outside_s is not None and wall_s is not None and n:
         outside_s += max(wall_s - float(t_s[-1]), 0.0)
     wall_s = wall_s if wall_s is not None else (float(t_s[-1]) if n else None)
@@ -277,8 +223,7 @@ def summarize(
                 if goal is not None else None),
         clock=clock,
         outside_steps_s=outside_s,
-        outside_steps_pct=(100.0 * outside_s / wall_s
-                           if outside_s is not None and wall_s else None),
+        outside_steps_pct=share_pct(outside_s, wall_s),
     )
     return Summary(
         run_id=run_id,

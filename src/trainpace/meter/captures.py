@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from trainpace.meter.faults import Faults
+from trainpace.meter.log_once import LogOnce
 from trainpace.trace.capture import ProfileWindow
 from trainpace.trace.result import TraceAnalysis
 
@@ -37,7 +37,7 @@ class Captures:
     """Opens and closes the captures around steps; ``active`` is False when none is running
     (then the loop skips calling in at all)."""
 
-    def __init__(self, profile: ProfileWindow | None, faults: Faults, clock: Clock) -> None:
+    def __init__(self, profile: ProfileWindow | None, faults: LogOnce, clock: Clock) -> None:
         self.profile = profile
         self._faults = faults
         self._clock = clock

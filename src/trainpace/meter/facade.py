@@ -11,14 +11,24 @@ lifetimes; it holds no measuring logic.
             meter.observe(loss=loss)
     summary = meter.finish()
 
+A step's one path: the training thread fills a :class:`~trainpace.measure.steprow.StepRow`
+and, at each window boundary, hands the window's rows over as they are (no writing there);
+the one writer thread makes them ``steps.jsonl`` records (:class:`~trainpace.records.StepRecord`,
+the lines) and columns (:class:`~trainpace.series.StepSeries`, the window's and the run's), whose
+figures one function computes (:func:`~trainpace.measure.summarize.figures`), and gives the
+window records to one :class:`~trainpace.sinks.base.FanOut`. The time all of this takes on the
+training thread is in the step times: what is reported is what the loop achieved.
+
 The parts, one job each:
 
 - training thread: :class:`~trainpace.meter.loop.Loop` (step contexts, metered loaders) over
   the :class:`~trainpace.measure.recorder.StepRecorder`, and
   :class:`~trainpace.meter.captures.Captures` (profiler, FLOP counter);
-- writer thread: :class:`~trainpace.meter.pipeline.WindowPipeline` (records, figures, the run
-  folder, summary refreshes, window observers), feeding each sink through its own thread;
-- :class:`~trainpace.meter.state.RunState` (the steps as columns, the goal, the summary) and
+- writer thread (:class:`~trainpace.sinks.background.Writer`):
+  :class:`~trainpace.meter.pipeline.WindowPipeline` (records, columns, figures, the run folder,
+  summary refreshes, window observers), the sinks behind the fan-out;
+- :class:`~trainpace.meter.state.RunState` (the steps as columns, the goal, the summary),
+  :class:`~trainpace.meter.summaries.Summaries` (the summaries made of them) and
   :func:`~trainpace.meter.meta.run_meta` (meta.json from the MeterConfig).
 
 Nothing here may raise into the loop once it is made: a failure of trainpace's own work is
@@ -28,19 +38,21 @@ logged once and the training goes on.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import datetime as dt
+import inspect
 import logging
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
 import torch
 
-from trainpace.config import MeterConfig, WarmupSetting, is_int_at_least
+from trainpace.config import MeterConfig, is_int_at_least
 from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.errors import ConfigError
 from trainpace.measure.clock import device_timer_for, resolve_device
@@ -49,19 +61,19 @@ from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import Goal
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.captures import Captures, profile_window
-from trainpace.meter.conclusion import Conclusion
 from trainpace.meter.distributed import JobRank
-from trainpace.meter.faults import Faults
-from trainpace.meter.handover import HAND_OVER_S, HandOver
+from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
-from trainpace.meter.pipeline import ROWS_STOCKED, Window, WindowPipeline
+from trainpace.meter.pipeline import Window, WindowPipeline
 from trainpace.meter.state import RunState, device_name
+from trainpace.meter.summaries import Summaries
 from trainpace.report.console import print_report
 from trainpace.runlog import Record
-from trainpace.sinks.background import BackgroundWriter, SinkThread, close_all
-from trainpace.sinks.base import Sink
+from trainpace.sinks.background import Writer
+from trainpace.sinks.base import FanOut, Sink
+from trainpace.sinks.console import ConsoleSink
 from trainpace.sinks.runfolder import RunFolderSink, release_run_folder
 from trainpace.summary import Summary
 
@@ -69,14 +81,18 @@ logger = logging.getLogger(__name__)
 
 # The longest the end of the run (or the interpreter's exit) waits for the run folder.
 WRITER_CLOSE_S = 30.0
+# At a loader's end, the longest wait for the window's console line to be out.
+LINE_FLUSH_S = 1.0
+# The longest the training thread waits for a writer more than a window behind.
+LAG_WAIT_S = 0.5
 
 
 class Meter:
     """Measures a training loop: throughput, training time, device use, data wait.
 
-    Args: the settings of :class:`~trainpace.config.MeterConfig`, each documented there once
-    (``out``, ``window``, ``warmup``, ``target_loss``, ...; a test checks that the keywords
-    here are exactly its fields), and
+    ``Meter(out="runs/x", window=50, ...)``: ``out`` and the keywords are the settings of
+    :class:`~trainpace.config.MeterConfig`, each written and documented there once (this
+    signature and the list below are made from its fields); besides them
 
         sinks: more sinks (objects with ``log(record)`` and ``close()``), each fed from its
             own thread.
@@ -84,51 +100,17 @@ class Meter:
         clock: the host clock (seconds); injectable for tests.
     """
 
-    def __init__(
-        self,
-        out: str | os.PathLike[str] | None = None,
-        *,
-        window: int = 100,
-        warmup: WarmupSetting = "auto",
-        target_loss: float | None = None,
-        smoothing: float = 0.9,
-        samples: Callable[[Any], int] | None = None,
-        tokens: Callable[[Any], int] | None = None,
-        device: str | torch.device | None = None,
-        tensorboard: str | os.PathLike[str] | None = None,
-        wandb: Any = None,
-        mlflow: bool | str | None = None,
-        prometheus: int | None = None,
-        prometheus_host: str | None = None,
-        console: bool = True,
-        report: bool = True,
-        sample_interval_s: float = 0.1,
-        count_flops: bool = True,
-        flops_per_step: float | None = None,
-        profile_steps: tuple[int, int] | None = None,
-        peaks: Mapping[str, Any] | None = None,
-        dtype: str | None = None,
-        run_id: str | None = None,
-        price_per_hour: float | None = None,
-        grid_g_per_kwh: float | None = None,
-        rated_power_w: float | None = None,
-        tune_loader_s: float | None = None,
-        sink_timeout_s: float = 5.0,
-        sinks: Sequence[Sink] = (),
-        stream: TextIO | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        settings = dict(locals())
-        for wiring in ("self", "sinks", "stream", "clock"):
-            del settings[wiring]
-        self.config = config = MeterConfig(**settings)
+    def __init__(self, out: str | os.PathLike[str] | None = None, *, sinks: Sequence[Sink] = (),
+                 stream: TextIO | None = None, clock: Callable[[], float] = time.perf_counter,
+                 **settings: Any) -> None:
+        self.config = config = MeterConfig.of(out=out, **settings)
         self.device = resolve_device(config.device)
         extra_sinks = checked_sinks(sinks)
-        self._peaks = override_peaks(peaks) if peaks is not None else None
-        self._dtype = canonical_dtype(dtype) if dtype is not None else None
+        self._peaks = override_peaks(config.peaks) if config.peaks is not None else None
+        self._dtype = canonical_dtype(config.dtype) if config.dtype is not None else None
         self._stream = stream
         self._clock = clock
-        self._faults = Faults()
+        self._log_once = LogOnce()
         self._started_at = dt.datetime.now(dt.timezone.utc)
         # Under torchrun: rank{r}/ in the job's run folder, the window exchange, the merge.
         self._job = JobRank.from_environment(lambda: self._vitals)
@@ -143,43 +125,36 @@ class Meter:
             if self.path is not None and job_folder == self.path:
                 release_run_folder(self.path)  # nothing was written: the name is free again
             raise
-        if count_flops and flops_per_step is None and warmup == 0:
+        if config.count_flops and config.flops_per_step is None and config.warmup == 0:
             logger.info("trainpace: FLOPs are not counted with warmup=0: the counted step "
                         "would be measured; pass flops_per_step= or leave a warm-up step")
         self._recorder = StepRecorder(clock=clock, timer=device_timer_for(self.device),
-                                      samples=samples, tokens=tokens)
-        self._recorder.stock_rows(min(config.window, ROWS_STOCKED))
+                                      samples=config.samples, tokens=config.tokens)
         self._captures = Captures(profile_window(config.profile_steps, self.path),
-                                 self._faults, clock)
+                                 self._log_once, clock)
         self._vitals: DeviceVitals | None = None
         self._state = RunState(config, self.device, self.run_id)
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
         self._summary: Summary | None = None
         self._meta: dict[str, Any] = {}
-        self._sink_threads = [SinkThread(sink) for sink in outputs]
-        self._end = Conclusion(recorder=self._recorder, state=self._state, job=self._job,
-                               captures=self._captures, faults=self._faults, device=self.device,
+        self._sinks = FanOut(outputs)
+        self._summaries = Summaries(recorder=self._recorder, state=self._state, job=self._job,
+                               captures=self._captures, log_once=self._log_once, device=self.device,
                                vitals=lambda: self._vitals, peaks_given=self._peaks is not None,
                                tune_loader_s=config.tune_loader_s)
         self._pipeline = WindowPipeline(
-            state=self._state, recorder=self._recorder,
+            state=self._state,
             run_folder=RunFolderSink(self.path) if self.path is not None else None,
-            sinks=self._sink_threads, faults=self._faults, clock=clock,
-            vitals=lambda: self._vitals, refresh=self._end.refresh,
-            waited_on=lambda: self._writer.waited_on)
+            sinks=self._sinks, log_once=self._log_once, clock=clock,
+            vitals=lambda: self._vitals, refresh=self._summaries.refresh)
         if self._job.monitor is not None:  # a rank of a distributed job
             self._pipeline.observers.append(self._job.window)
-        self._writer = BackgroundWriter(
-            lambda exc: self._faults.report("writing the run", exc),
-            on_windows=self._windows, idle_s=HAND_OVER_S,
-            on_idle=lambda: self._pipeline.idle(self._hand_over.take_written()))
-        self._hand_over = HandOver(recorder=self._recorder, writer=self._writer,
-                                   run_folder=self._pipeline.run_folder,
-                                   sinks=self._sink_threads, stock=min(config.window, ROWS_STOCKED),
-                                   before=self._meta_from_window)
-        self._loop = Loop(recorder=self._recorder, captures=self._captures, faults=self._faults,
-                          clock=clock, window=config.window, hand_over=self._hand_over,
-                          first_step=self._begin_run, loader_done=self._hand_over.flush_lines)
+        self._writer_stalled = False
+        self._writer = Writer(self._pipeline.windows,
+                              lambda exc: self._log_once.report("writing the run", exc))
+        self._loop = Loop(recorder=self._recorder, captures=self._captures, log_once=self._log_once,
+                          window=config.window, hand_over=self._hand_over,
+                          first_step=self._begin_run, loader_done=self._console_line_out)
         self._context = self._loop.context
         # a run never finished still gets its windows out; never waits on a user sink
         self._exit_hook = _at_exit_of(self)
@@ -200,13 +175,14 @@ class Meter:
             return iterable
         try:
             if self.config.tune_loader_s is not None:
-                self._end.dataloader = find_dataloader(iterable)  # kept to be tuned at finish()
+                # kept to be tuned at finish()
+                self._summaries.dataloader = find_dataloader(iterable)
             settings = loader_settings(iterable)
             if settings is not None and settings != self._state.loader:
                 self._state.loader = settings
                 self._log_meta()
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._faults.report("reading the DataLoader settings", exc)
+            self._log_once.report("reading the DataLoader settings", exc)
         target = torch.device(device) if device is not None else None
         return MeteredLoader(self._loop, iterable, target, non_blocking)
 
@@ -220,16 +196,16 @@ class Meter:
             raise ConfigError("accumulate", accumulate, "must be an integer >= 1")
         context = self._context
         if context.depth or self._loop.finished:
-            return self._odd_step(context)
+            return self._nested_or_finished(context)
         context.batch = batch
         context.accumulate = accumulate
         return context
 
-    def _odd_step(self, context: StepContext) -> StepContext | NullStep:
+    def _nested_or_finished(self, context: StepContext) -> StepContext | NullStep:
         if self._loop.finished:
             self._after_finish("meter.step()")
             return NULL_STEP
-        self._faults.warn_once("nested", "meter.step() inside meter.step(): steps do not nest; "
+        self._log_once.warn_once("nested", "meter.step() inside meter.step(): steps do not nest; "
                                "the inner block is ignored (the outer one is the step)")
         return context
 
@@ -259,7 +235,7 @@ class Meter:
                     self._log_meta()
             self._recorder.observe(loss=loss, metric=metric)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._faults.report("observe()", exc)
+            self._log_once.report("observe()", exc)
 
     def finish(self) -> Summary:
         """End the run: flush the last window, write the summary, print the report."""
@@ -272,26 +248,26 @@ class Meter:
             end_s = self._clock()
             if self._vitals is not None:
                 self._vitals.stop()  # a last reading, then the thread is joined
-            self._hand_over(final=True)
+            self._loop.boundary(final=True)
             self._close_writer()  # every window written; from here on, one thread
-            self._end.first_ceilings()  # after the loop, before the summary
-            summary = self._end.build(final=True, end_s=end_s)
-            summary = self._end.with_profile(summary, self._pipeline.emit)
-            summary = self._end.diagnosed(summary, self._meta)
+            self._summaries.first_ceilings()  # after the loop, before the summary
+            summary = self._summaries.build(final=True, end_s=end_s)
+            summary = self._summaries.with_profile(summary, self._pipeline.emit)
+            summary = self._summaries.diagnosed(summary, self._meta)
             self._pipeline.emit(Record("summary", summary.to_dict(),
                                        self._recorder.steps_closed))
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._faults.report("finishing the run", exc)
+            self._log_once.report("finishing the run", exc)
         self._close_outputs()
         self._summary = summary if summary is not None else Summary(run_id=self.run_id)
         # rank 0: the job's merged summary, diagnosed with the job's meta
         shown = self._job.finish(
-            self._summary, lambda merged, meta: self._end.diagnosed(merged, meta, tune=False))
+            self._summary, lambda merged, meta: self._summaries.diagnosed(merged, meta, tune=False))
         if self.config.report and shown is not None:
             try:
                 print_report(shown, file=self._stream)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-                self._faults.report("printing the report", exc)
+                self._log_once.report("printing the report", exc)
         return self._summary
 
     def __enter__(self) -> Meter:
@@ -303,9 +279,29 @@ class Meter:
 
     # -- the training thread's side -------------------------------------------------------
 
-    def _meta_from_window(self) -> None:
-        if self._recorder.tokens_counted != self._meta.get("tokens_counted"):
+    def _hand_over(self, final: bool, flush: bool) -> None:
+        """The steps closed since the last window, to the writer as they are. When the writer
+        is still on an earlier window (steps far shorter than its work per step, holding the
+        GIL it needs), wait for it, at most LAG_WAIT_S: a SIGKILL then loses the open window
+        and the one handed over, no more. A writer that could not catch up once (a stalled
+        disk) is not waited for again until it has."""
+        rec = self._recorder
+        make_records = rec.take_ready(final=final)
+        if rec.tokens_counted != self._meta.get("tokens_counted"):
             self._log_meta()  # learnt from the first token batch: a killed run keeps it
+        writer = self._writer
+        number = writer.submit_window(Window(make_records, final, rec.steps_closed, flush))
+        if writer.windows_written >= number - 1:
+            self._writer_stalled = False
+        elif not final and not self._writer_stalled:
+            self._writer_stalled = not writer.wait_for(number - 1, LAG_WAIT_S)
+
+    def _console_line_out(self) -> None:
+        """At a loader's end: the window's console line is out before the user's code goes on
+        (an evaluation printing its own lines), within LINE_FLUSH_S."""
+        if self.config.console and self._writer.wait_for(self._writer.windows_submitted,
+                                                         LINE_FLUSH_S):
+            self._sinks.flush(LINE_FLUSH_S, only=lambda sink: isinstance(sink, ConsoleSink))
 
     def _begin_run(self) -> Any:
         """The first step begins: the sampler starts (its clock zero is the run's); returns
@@ -322,21 +318,15 @@ class Meter:
         self._vitals.start()
         return self._vitals.flop_counter(samples=self._recorder.open_samples or None)
 
-    def _windows(self, windows: list[Window]) -> None:
-        """The writer's work on the windows; steps it holds back go out if nothing follows."""
-        self._pipeline.windows(windows)
-        if self._pipeline.holding:
-            self._writer.arm()
-
     def _after_finish(self, call: str) -> None:
-        self._faults.warn_once("after-finish", f"{call} after meter.finish(): the run is over, "
+        self._log_once.warn_once("after-finish", f"{call} after meter.finish(): the run is over, "
                                "nothing more is recorded (make a new Meter for another run)")
 
     # -- lifetimes ------------------------------------------------------------------------
 
     def _close_writer(self) -> None:
         if not self._writer.close(WRITER_CLOSE_S):
-            self._faults.warn_once("writer", f"the run folder's writer did not finish within "
+            self._log_once.warn_once("writer", f"the run folder's writer did not finish within "
                                    f"{WRITER_CLOSE_S:g}s; the run folder may miss the end")
         atexit.unregister(self._exit_hook)
 
@@ -347,8 +337,8 @@ class Meter:
             if self._pipeline.run_folder is not None:
                 self._pipeline.run_folder.close()
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._faults.report("closing the run folder", exc)
-        close_all(self._sink_threads, self.config.sink_timeout_s)
+            self._log_once.report("closing the run folder", exc)
+        self._sinks.close(self.config.sink_timeout_s)
 
     def _exit_without_finish(self) -> None:
         """At interpreter exit, for a run never finished: its windows reach the run folder;
@@ -356,9 +346,9 @@ class Meter:
         if self._summary is not None or self._writer.closed:
             return
         try:
-            self._hand_over(flush=True)
+            self._loop.boundary(flush=True)
         except Exception as exc:  # noqa: BLE001 - at exit, nothing may raise
-            self._faults.report("writing the run at exit", exc)
+            self._log_once.report("writing the run at exit", exc)
         self._writer.close(WRITER_CLOSE_S)
 
     def _log_meta(self, *, finished: bool = False) -> None:
@@ -373,10 +363,9 @@ class Meter:
             profile=None if profile is None else {
                 "steps": [profile.start_step, profile.stop_step],
                 "trace": str(profile.trace_path) if profile.trace_path else None},
-            sinks={t.name: {"delivered": t.delivered, "dropped": t.dropped}
-                   for t in self._sink_threads},
+            sinks=self._sinks.counts(),
         )
-        ceilings = self._end.ceilings
+        ceilings = self._summaries.ceilings
         meta["ceilings"] = ceilings.to_dict() if ceilings is not None else None
         self._meta = meta
         record = Record("meta", meta, rec.steps_closed)
@@ -396,3 +385,21 @@ def _at_exit_of(meter: Meter) -> Callable[[], None]:
             alive._exit_without_finish()
 
     return hook
+
+
+def _with_the_settings(meter: type[Meter]) -> None:
+    """The Meter's signature and settings list, made from MeterConfig's fields: what
+    ``help()``, notebooks and IDEs that read signatures at run time show."""
+    init = meter.__init__
+    own = inspect.signature(init).parameters
+    settings = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                  annotation=f.type)
+                for f in dataclasses.fields(MeterConfig) if f.name != "out"]
+    init.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [own["self"], own["out"], *settings, own["sinks"], own["stream"], own["clock"]])
+    listed = "\n".join(f"        {f.name}={f.default!r}" for f in dataclasses.fields(MeterConfig)
+                       if f.name != "out")
+    meter.__doc__ = f"{meter.__doc__}\n    The settings and their defaults:\n\n{listed}\n"
+
+
+_with_the_settings(Meter)

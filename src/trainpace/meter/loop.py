@@ -17,28 +17,27 @@ import torch
 from trainpace.measure.batch import is_pinned, move_to
 from trainpace.measure.recorder import StepRecorder
 from trainpace.meter.captures import Captures
-from trainpace.meter.faults import Faults
+from trainpace.meter.log_once import LogOnce
 
 
 class Loop:
     """The training thread's side of a Meter.
 
-    ``hand_over(flush=False)`` gives the steps closed since the last window to the writer
-    (``flush``: their window record goes to the sinks now, not with later windows);
+    ``hand_over(final, flush)`` gives the steps closed since the last window to the writer;
     ``first_step()`` runs when the first step begins (the sampler starts then, and returns a
     FLOP counter for that step, or None); ``loader_done()`` runs when a metered loader is
-    exhausted. Each is the Meter's; their time is kept out of the step times.
+    exhausted. Each is the Meter's. Their time is the loop's: it is in the step times (or the
+    time outside the steps) like any other work between two steps.
     """
 
-    def __init__(self, *, recorder: StepRecorder, captures: Captures, faults: Faults,
-                 clock: Callable[[], float], window: int, hand_over: Callable[..., None],
+    def __init__(self, *, recorder: StepRecorder, captures: Captures, log_once: LogOnce,
+                 window: int, hand_over: Callable[[bool, bool], None],
                  first_step: Callable[[], Any], loader_done: Callable[[], None]) -> None:
         self.recorder = recorder
         self.captures = captures
-        self.faults = faults
-        self.clock = clock
+        self.log_once = log_once
         self.window = window
-        self.flushed = 0  # steps handed over to the writer
+        self.handed_over = 0  # steps handed over to the writer
         self.started = False
         self.finished = False
         self._hand_over = hand_over
@@ -46,12 +45,11 @@ class Loop:
         self._loader_done = loader_done
         self.context = StepContext(self)
 
-    def boundary(self) -> None:
-        """Hand the window over, its cost kept out of the next step."""
-        started = self.clock()
-        self._hand_over()
-        self.flushed = self.recorder.steps_closed
-        self.recorder.exclude_from_cycle(self.clock() - started)
+    def boundary(self, *, final: bool = False, flush: bool = False) -> None:
+        """Hand the steps closed since the last window over to the writer (``flush``: their
+        window record goes to the sinks now)."""
+        self._hand_over(final, flush)
+        self.handed_over = self.recorder.steps_closed
 
     def begin_run(self) -> None:
         self.started = True
@@ -63,22 +61,17 @@ class Loop:
     def loader_exhausted(self) -> None:
         """The metered loader ran out: the window so far goes out now (console line included),
         not after whatever the user's code does next."""
-        started = self.clock()
-        if self.recorder.steps_closed > self.flushed:
-            self._hand_over(flush=True)
-            self.flushed = self.recorder.steps_closed
+        if self.recorder.steps_closed > self.handed_over:
+            self.boundary(flush=True)
         self._loader_done()
-        self.recorder.exclude_from_cycle(self.clock() - started)
 
     def profile_begin(self) -> None:
         rec = self.recorder
         if not rec.in_step:
-            spent = self.captures.step_begin(rec.steps_closed)
-            if spent:
-                rec.exclude_from_cycle(spent)
+            self.captures.step_begin(rec.steps_closed)
 
     def fault(self, where: str, exc: BaseException) -> None:
-        self.faults.report(where, exc)
+        self.log_once.report(where, exc)
 
 
 class StepContext:
@@ -99,14 +92,13 @@ class StepContext:
         self.depth = 0
 
     def __enter__(self) -> StepContext:
-        self.depth += 1
-        if self.depth != 1:
+        if self.depth:  # nested: the outer block is the step
+            self.depth += 1
             return self
         loop, rec = self._loop, self._rec
         try:
-            # The previous window is handed over here, between steps, and its cost kept out
-            # of the step times (it is reported as trainpace's own overhead).
-            if rec.steps_closed - loop.flushed >= loop.window:
+            self.depth = 1
+            if rec.steps_closed - loop.handed_over >= loop.window:
                 loop.boundary()
             if loop.captures.active:
                 loop.profile_begin()
@@ -115,6 +107,13 @@ class StepContext:
                 loop.begin_run()
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             loop.fault("starting a step", exc)
+        except BaseException:
+            # A Ctrl-C (or SystemExit) inside the entry: the ``with`` body never runs and
+            # __exit__ is never called, so no step is open. A loop that catches it and goes on
+            # gets its next step recorded.
+            self.depth = 0
+            rec.abandon()
+            raise
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -130,14 +129,17 @@ class StepContext:
         except Exception as error:  # noqa: BLE001 - monitoring never breaks training
             loop.fault("ending a step", error)
             closed = False
-        self.batch = None  # do not keep the batch alive until the next step
+        except BaseException:
+            rec.abandon()  # a Ctrl-C inside the exit: that step is lost, the next ones are not
+            raise
+        finally:
+            self.batch = None  # do not keep the batch alive until the next step
         if rec.fault is not None:
             loop.fault(*rec.fault)
             rec.fault = None
         if loop.captures.active:  # always reached: a capture never outlives its step
             try:
-                spent = loop.captures.step_end(closed, rec.steps_closed, exc_type, exc, tb)
-                rec.exclude_from_cycle(spent)
+                loop.captures.step_end(closed, rec.steps_closed, exc_type, exc, tb)
             except Exception as error:  # noqa: BLE001 - monitoring never breaks training
                 loop.fault("ending a capture", error)
 

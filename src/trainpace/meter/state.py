@@ -57,7 +57,7 @@ class RunState:
         """A new goal, followed from the run's first step."""
         self.goal = goal
         self.tracker = TargetTracker(goal)
-        self.tracker.add_records(self.series.records())
+        self.tracker.add(self.series)
 
     def keep_system_rows(self, rows: list[dict[str, Any]]) -> None:
         self.system_rows.extend(_kept(row) for row in rows)

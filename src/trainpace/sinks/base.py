@@ -1,21 +1,37 @@
-"""One small sink interface, a null sink and a fan-out.
+"""One small sink interface and the fan-out the Meter sees.
 
-Every output (the run folder, the console line, TensorBoard, W&B, MLflow, Prometheus) is a
-:class:`Sink`. The Meter writes the run folder itself, on its writer thread, and gives every
-other sink its own thread and bounded queue (:class:`trainpace.sinks.background.SinkThread`),
-so that no sink can hold the run folder back. :class:`FanOut` is the synchronous fan-out for
-other callers: a sink that raises is logged once and the others go on.
+Every output (the console line, TensorBoard, W&B, MLflow, Prometheus, ``sinks=``) is a
+:class:`Sink`. The Meter writes the run folder itself, on its writer thread, and gives the
+records to one :class:`FanOut`, which hands each sink its copy through a bounded queue drained
+by the sink's own daemon thread: a slow sink loses its oldest records (counted, warned once), a
+failing one is reported once, and neither holds back the run folder or another sink. One
+thread per sink because a sink's ``log`` may block (a network call) and nothing can interrupt
+it; a sink that sleeps must not delay the console line.
+
+Whatever a sink raises, ``BaseException`` included (a sink's ``SystemExit``), is contained,
+reported once, and never reaches the training loop.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, runtime_checkable
 
 from trainpace.runlog import Record
 
 logger = logging.getLogger(__name__)
+
+SINK_QUEUE_RECORDS = 64
+"""Records a sink may have waiting (two or three per window; a window record holds its step
+records, ~50 kB at window 100): beyond, the oldest are dropped."""
+SINK_QUEUE_STEPS = 6_400
+"""Step records a sink may have waiting in its window records: beyond, the oldest records are
+dropped, so the memory a slow sink holds stays that of 64 windows of 100 steps whatever the
+step rate."""
 
 
 @runtime_checkable
@@ -23,8 +39,7 @@ class Sink(Protocol):
     """Receives records; must not block the training loop for long.
 
     A sink whose class sets ``reads_steps = False`` reads only a window record's figures: the
-    Meter then gives it window records whose ``"steps"`` list is empty (making a record per
-    step costs the writer ~1 µs a step, most of its work when steps are tiny). Without it,
+    Meter then gives it window records whose ``"steps"`` list is empty. Without it,
     ``"steps"`` holds the window's step records.
     """
 
@@ -35,48 +50,140 @@ class Sink(Protocol):
         """Flush and release resources; called once, at the end of the run."""
 
 
-class NullSink:
-    """Drops everything."""
-
-    def log(self, record: Record) -> None:
-        """Drop the record."""
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
 class FanOut:
-    """Sends each record to every sink; a failing sink is logged once and skipped."""
+    """Sends each record to every sink, each behind its own bounded queue and thread.
 
-    def __init__(self, sinks: Iterable[Sink]) -> None:
-        self.sinks: list[Sink] = list(sinks)
-        self._reported: set[int] = set()
+    ``log`` never blocks for longer than a lock per sink; ``flush`` and ``close`` wait at most
+    the time they are given, then abandon what is left (with a warning).
+    """
+
+    def __init__(self, sinks: Iterable[Sink], *, capacity: int = SINK_QUEUE_RECORDS,
+                 capacity_steps: int = SINK_QUEUE_STEPS) -> None:
+        self._queues = [_Queue(sink, capacity, capacity_steps) for sink in sinks]
+
+    @property
+    def reads_steps(self) -> bool:
+        """True when some sink reads the step records of a window record."""
+        return any(getattr(q.sink, "reads_steps", True) for q in self._queues)
 
     def log(self, record: Record) -> None:
-        """Send ``record`` to every sink, containing the failure of any one."""
-        for sink in self.sinks:
-            try:
-                sink.log(record)
-            except Exception as exc:  # noqa: BLE001 - a sink must never break training
-                self._report(sink, "log", exc)
+        """Queue ``record`` for every sink."""
+        for queue in self._queues:
+            queue.put(record)
 
-    def close(self) -> None:
-        """Close every sink, containing failures."""
-        for sink in self.sinks:
-            try:
-                sink.close()
-            except Exception as exc:  # noqa: BLE001 - a sink must never break training
-                self._report(sink, "close", exc)
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Each sink's records delivered and dropped, by its class name."""
+        return {q.name: {"delivered": q.delivered, "dropped": q.dropped} for q in self._queues}
 
-    def _report(self, sink: Sink, action: str, exc: Exception) -> None:
-        if id(sink) in self._reported:
-            return
-        self._reported.add(id(sink))
-        logger.warning(
-            "trainpace: %s.%s failed (%s: %s); training goes on, further errors of this sink "
-            "are not shown",
-            type(sink).__name__,
-            action,
-            type(exc).__name__,
-            exc,
-        )
+    def flush(self, timeout_s: float, only: Callable[[Sink], bool] = lambda sink: True) -> None:
+        """Wait until the sinks ``only`` picks have taken everything queued, ``timeout_s`` at
+        most for each."""
+        for queue in self._queues:
+            if only(queue.sink):
+                queue.flush(timeout_s)
+
+    def close(self, timeout_s: float) -> list[str]:
+        """Let every sink take what is queued and close, ``timeout_s`` for all together; the
+        names of those abandoned (each warned about)."""
+        for queue in self._queues:
+            queue.stop()
+        deadline = time.monotonic() + timeout_s
+        return [q.name for q in self._queues
+                if not q.join(max(0.0, deadline - time.monotonic()), timeout_s)]
+
+
+class _Queue:
+    """One sink's bounded queue (oldest dropped first) and the daemon thread that drains it."""
+
+    def __init__(self, sink: Sink, capacity: int, capacity_steps: int) -> None:
+        self.sink = sink
+        self.name = type(sink).__name__
+        self._queue: deque[tuple[Record, int]] = deque()  # (record, its step records)
+        self._capacity = capacity
+        self._capacity_steps = capacity_steps
+        self._queued_steps = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
+        self._busy = False
+        self._stopping = False
+        self.dropped = 0
+        self.delivered = 0
+        self._errors = 0
+        self._thread = threading.Thread(target=self._run, name=f"trainpace-sink-{self.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def put(self, record: Record) -> None:
+        with self._lock:
+            if self._stopping:
+                return
+            steps = len(record.data.get("steps", ())) if record.kind == "window" else 0
+            while self._queue and (len(self._queue) >= self._capacity or
+                                   self._queued_steps + steps > self._capacity_steps):
+                self._queued_steps -= self._queue.popleft()[1]
+                self.dropped += 1
+                if self.dropped == 1:
+                    logger.warning(
+                        "trainpace: sink %s is slower than the run (%d records waiting); its "
+                        "oldest records are dropped (counted in meta.json; the run folder has "
+                        "them all)", self.name, len(self._queue) + 1)
+            self._queue.append((record, steps))
+            self._queued_steps += steps
+            self._wake.notify()
+
+    def flush(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while (self._queue or self._busy) and self._thread.is_alive():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+            return True
+
+    def stop(self) -> None:
+        """Ask the thread to deliver what is queued, close the sink and end (no wait)."""
+        with self._lock:
+            self._stopping = True
+            self._wake.notify()
+
+    def join(self, timeout_s: float, configured_s: float) -> bool:
+        self._thread.join(max(timeout_s, 0.0))
+        if not self._thread.is_alive():
+            return True
+        with self._lock:
+            left = len(self._queue)
+        logger.warning("trainpace: sink %s did not finish within sink_timeout_s=%gs; abandoned "
+                       "with %d record(s) not delivered (the run folder is complete)",
+                       self.name, configured_s, left)
+        return False
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._stopping:
+                    self._idle.notify_all()
+                    self._wake.wait()
+                if not self._queue:  # stopping, and everything delivered
+                    break
+                record, steps = self._queue.popleft()
+                self._queued_steps -= steps
+                self._busy = True
+            self._call("log", self.sink.log, record)
+            with self._lock:
+                self._busy = False
+                self.delivered += 1
+        self._call("close", self.sink.close)
+        with self._lock:
+            self._idle.notify_all()
+
+    def _call(self, action: str, fn: Callable[..., object], *args: Any) -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - a sink's SystemExit is the sink's end only
+            self._errors += 1
+            if self._errors == 1:
+                logger.warning("trainpace: sink %s.%s raised %s: %s; training goes on, further "
+                               "errors of this sink are not shown", self.name, action,
+                               type(exc).__name__, exc)

@@ -104,8 +104,8 @@ def _claim(folder: Path, *, key_value: Path) -> bool:
 class RunFolderSink:
     """Writes one run folder (see :mod:`trainpace.runlog` for the format).
 
-    Safe to call from two threads (the Meter's training thread appends the lines of tiny
-    windows itself, its writer thread writes the rest): one write at a time.
+    Safe to call from two threads (the Meter's writer thread, and ``finish()`` once the writer
+    has stopped): one write at a time.
     """
 
     def __init__(self, path: Path) -> None:
@@ -149,8 +149,7 @@ class RunFolderSink:
             self._fds.clear()
 
     def append_steps(self, steps: Sequence[Any]) -> None:
-        """Append step records (dicts, or :class:`~trainpace.stepcolumns.StepLine`) to
-        steps.jsonl (a failed write is counted in missing_steps)."""
+        """Append step records to steps.jsonl (a failed write is counted in missing_steps)."""
         with self._lock:
             self._append_steps(steps)
 
@@ -160,14 +159,14 @@ class RunFolderSink:
         try:
             self._append(STEPS_FILE, steps)
         except OSError as exc:
-            self._lost(_step_of(steps[0]), _step_of(steps[-1]), exc)
+            self._lost(int(steps[0]["step"]), int(steps[-1]["step"]), exc)
             return
         if self._failing is not None:
             self._failing = None
             ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in self.missing_steps)
             logger.warning("trainpace: %s is written again from step %s; steps %s are missing "
                            "from it (listed in meta.json as missing_steps)",
-                           self.path / STEPS_FILE, _step_of(steps[0]), ranges)
+                           self.path / STEPS_FILE, steps[0]["step"], ranges)
         if self._meta_stale:
             self._write_meta()
 
@@ -234,8 +233,3 @@ class RunFolderSink:
                 raise OSError(exc.errno, exc.strerror, str(target)) from exc
             raise
         os.replace(temporary, target)  # atomic: a reader sees the old file or the new one
-
-
-def _step_of(line: Any) -> int:
-    """The step number of a record (a dict) or a line (a StepLine)."""
-    return int(line["step"] if isinstance(line, Mapping) else line.step)

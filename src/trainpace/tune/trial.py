@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from trainpace.stats import share_pct
 from trainpace.tune.clock import HOST_CLOCK, TuneClock
 from trainpace.tune.result import Setting, Trial
 from trainpace.tune.source import (
@@ -200,7 +201,7 @@ def run_trial(
         setting=setting, batches=window, warmup_batches=warmup or fetched, startup_s=startup_s,
         batches_per_s=window / window_s if window_s > 0 else 0.0,
         wait_s_per_batch=wait_mean,
-        wait_pct=100.0 * wait_mean / (wait_mean + step_s) if step_s and window else None,
+        wait_pct=share_pct(wait_mean, wait_mean + step_s) if step_s and window else None,
         worker_cpu_s_per_batch=cpu_per_batch, worker_rss_gb=rss_gb, worker_uss_gb=uss_gb,
         memory_gb=memory_gb, duration_s=clock.wall() - started,
         complete=window >= min_batches)

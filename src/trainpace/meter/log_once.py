@@ -7,7 +7,7 @@ import logging
 logger = logging.getLogger(__name__)
 
 
-class Faults:
+class LogOnce:
     """Reports a failure of trainpace's own work once per place; the training goes on."""
 
     def __init__(self) -> None:

@@ -21,7 +21,7 @@ from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.captures import Captures
 from trainpace.meter.distributed import JobRank
-from trainpace.meter.faults import Faults
+from trainpace.meter.log_once import LogOnce
 from trainpace.meter.state import RunState
 from trainpace.runlog import Record
 from trainpace.summary import Diagnosis, Summary
@@ -29,18 +29,18 @@ from trainpace.trace.evidence import with_trace_evidence
 from trainpace.tune.hint import tune_advice
 
 
-class Conclusion:
+class Summaries:
     """Builds the run's summaries from its parts (none of which it owns)."""
 
     def __init__(self, *, recorder: StepRecorder, state: RunState, job: JobRank,
-                 captures: Captures, faults: Faults, device: torch.device,
+                 captures: Captures, log_once: LogOnce, device: torch.device,
                  vitals: Callable[[], DeviceVitals | None], peaks_given: bool,
                  tune_loader_s: float | None) -> None:
         self._recorder = recorder
         self._state = state
         self._job = job
         self._captures = captures
-        self._faults = faults
+        self._log_once = log_once
         self._device = device
         self._vitals = vitals
         self._peaks_given = peaks_given
@@ -88,7 +88,7 @@ class Conclusion:
             diagnosis = diagnose(summary, steps=self._state.series,
                                  system=self._state.system_rows, meta=meta)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._faults.report("diagnosing the run", exc)
+            self._log_once.report("diagnosing the run", exc)
             return summary
         if tune and self.dataloader is not None:
             diagnosis = self._tuned(summary, diagnosis)
