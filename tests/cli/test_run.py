@@ -80,8 +80,10 @@ def test_gradient_accumulation_is_inferred_and_evaluation_left_out(tmp_path):
 
 def test_without_a_terminal_one_line_per_window_and_the_html_report(tmp_path):
     page = tmp_path / "run.html"
+    # steps of 20 ms at least: windows of 10 steps are longer than the 50 ms below which
+    # windows share one line (meter.pipeline.SINK_WINDOW_S), whatever the machine's load
     done = trainpace_run("--window", "10", "--out", tmp_path / "lines", "--html", page,
-                         "plain_loop.py", "--steps", "30")
+                         "plain_loop.py", "--steps", "30", "--sleep-ms", "20")
     assert done.returncode == 0, done.stderr
     assert page.read_text().lstrip().lower().startswith("<!doctype html")
     assert f"trainpace run: wrote {page}" in done.stderr
