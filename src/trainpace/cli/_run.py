@@ -12,17 +12,25 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import contextlib
-import dataclasses
 import logging
 import os
 import signal
 import sys
 import threading
-import traceback
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
+
+from trainpace.cli._run_end import report_run, run_unmeasured
+from trainpace.cli._run_signals import (
+    TERM_GRACE_S,
+    RunEnding,
+    Terminated,
+    die_of,
+    exit_status,
+    raising_is_safe,
+    restore_sigterm,
+)
 
 HELP = "run an unmodified training script under the Meter (-- SCRIPT ARGS, or -m MODULE ARGS)"
 
@@ -150,16 +158,6 @@ def _one_line_errors(parser: argparse.ArgumentParser) -> None:
     parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
-class _Terminated(BaseException):
-    """SIGTERM, raised in the script so that it unwinds and the report can be made."""
-
-
-# After SIGTERM, the script has this long to unwind (a bare ``except:`` may swallow the
-# exception and train on); then the run is ended from another thread and the process dies
-# of SIGTERM, as it would have at once without trainpace.
-TERM_GRACE_S = 5.0
-
-
 def _target(args: argparse.Namespace) -> Any:
     from trainpace.integrations._script import target_of
 
@@ -215,22 +213,6 @@ def _check_html(html: str | None) -> None:
         path.unlink()
 
 
-class _Ending:
-    """The end of the run (summary, report, run folder), made once: by the main thread after
-    the script, or by the SIGTERM watchdog when the script does not unwind in time."""
-
-    def __init__(self, make: Any) -> None:
-        self._make = make
-        self._lock = threading.Lock()
-        self.done = False
-
-    def __call__(self) -> None:
-        with self._lock:
-            if not self.done:
-                self.done = True
-                self._make()
-
-
 def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tokens: Any,
              saved_stdout: int | None) -> int:
     import trainpace
@@ -258,7 +240,7 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
         print(f"trainpace run: warning: cannot write the run folder at {where} "
               f"({exc.strerror or exc}); the script runs without being measured",
               file=sys.stderr)
-        return _unmeasured(target)
+        return run_unmeasured(target)
     patch = AutoPatch(meter, samples=samples, tokens=tokens)
     main_pid = os.getpid()
     terminated = threading.Event()
@@ -267,16 +249,16 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
     def end_run() -> None:
         if live is not None:
             live.close()  # (the watchdog's end: the panel is still up)
-        _report(args, target, meter, patch, outcome, saved_stdout)
+        report_run(args, target, meter, patch, outcome, saved_stdout)
 
-    ending = _Ending(end_run)
+    ending = RunEnding(end_run)
 
     def watchdog() -> None:
         # The script swallowed the SIGTERM exception and trains on: end it from here.
         if not ending_started.wait(TERM_GRACE_S):
-            outcome.append(_Terminated())
+            outcome.append(Terminated())
             ending()
-            _die_of(signal.SIGTERM)
+            die_of(signal.SIGTERM)
 
     ending_started = threading.Event()
 
@@ -294,8 +276,8 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         sys.unraisablehook = lambda unraisable: None
         threading.Thread(target=watchdog, name="trainpace-sigterm", daemon=True).start()
-        if _raising_is_safe(frame):
-            raise _Terminated
+        if raising_is_safe(frame):
+            raise Terminated
         # Else the watchdog ends the run: an exception raised in a finalizer or inside
         # multiprocessing (DataLoader workers shutting down) is printed, not raised.
 
@@ -318,113 +300,21 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
         for handler, stream in rerouted:
             handler.setStream(stream)
         if not terminated.is_set():
-            _restore_sigterm(previous)
-    if terminated.is_set() and not isinstance(failure, _Terminated):
+            restore_sigterm(previous)
+    if terminated.is_set() and not isinstance(failure, Terminated):
         # Swallowed, or another error raised while unwinding from it: Python without
         # trainpace would have died of the signal, silently.
-        failure = _Terminated()
+        failure = Terminated()
     outcome.append(failure)
-    code, kill_with = _outcome(failure)  # its traceback first, then the report
+    code, kill_with = exit_status(failure)  # its traceback first, then the report
     ending()
     if kill_with is not None:
         # Ctrl-C or SIGTERM: end as Python would have (killed by the signal), now that the
         # report is out.
         if kill_with == signal.SIGINT:
             atexit._run_exitfuncs()  # Python runs them before it ends itself with SIGINT
-        _die_of(kill_with)
+        die_of(kill_with)
     return code
-
-
-def _raising_is_safe(frame: FrameType | None) -> bool:
-    """Whether an exception raised where ``frame`` was interrupted reaches the script:
-    not in a ``__del__`` (Python prints "Exception ignored" and goes on) nor inside
-    multiprocessing's machinery (a DataLoader's workers and queues, whose threads and
-    finalizers print their own tracebacks)."""
-    marker = f"{os.sep}multiprocessing{os.sep}"
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "__del__" or marker in code.co_filename:
-            return False
-        frame = frame.f_back
-    return True
-
-
-def _die_of(sig: signal.Signals) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(sig, signal.SIG_DFL)  # (the SIGTERM watchdog finds it so already)
-    os.kill(os.getpid(), sig)
-
-
-def _unmeasured(target: Any) -> int:
-    from trainpace.integrations._script import run_target
-
-    try:
-        run_target(target)
-    except BaseException as exc:  # noqa: BLE001 - the script's outcome, re-created below
-        code, kill_with = _outcome(exc)
-        if kill_with is not None:
-            _die_of(kill_with)
-        return code
-    return 0
-
-
-def _report(args: argparse.Namespace, target: Any, meter: Any, patch: Any,
-            outcome: list[BaseException | None], saved_stdout: int | None) -> None:
-    """Finish the run and print its report (or, when the script ended in failure before
-    anything was trained, leave no run folder: a usage error is not a run)."""
-    failure = outcome[0]
-    sys.stdout.flush()
-    summary = _finished(meter, patch)
-    if not patch.trained and _failed(failure):
-        _discard(meter.path)
-        return
-    from rich.markup import escape
-
-    from trainpace.report.console import print_report
-
-    print_report(summary, file=sys.stderr,
-                 title=escape(f"trainpace run {target.name} · {meter.path}"))
-    if args.html and meter.path is not None:
-        try:
-            _write_html(summary, meter.path, args.html)
-        except OSError as exc:  # said, and the script's exit status kept
-            print(f"trainpace run: cannot write the HTML report {args.html} "
-                  f"({exc.strerror or exc})", file=sys.stderr)
-    if args.json:
-        from trainpace.cli._output import print_json
-
-        sys.stdout.flush()
-        if saved_stdout is not None:
-            os.dup2(saved_stdout, 1)
-        print_json(summary.to_dict())
-    else:
-        print(f"run folder: {meter.path}  (see it again: trainpace report {meter.path})",
-              file=sys.stderr)
-
-
-def _failed(failure: BaseException | None) -> bool:
-    if failure is None:
-        return False
-    if isinstance(failure, SystemExit):
-        return failure.code not in (None, 0)
-    return True
-
-
-def _discard(path: Path | None) -> None:
-    """Remove the files trainpace wrote for a run that never trained, and the folder if it
-    is then empty (nothing else in it is touched)."""
-    from trainpace.runlog import META_FILE, PROFILE_FILE, STEPS_FILE, SUMMARY_FILE, SYSTEM_FILE
-    from trainpace.sinks.runfolder import release_run_folder
-
-    if path is None:
-        return
-    for name in (META_FILE, STEPS_FILE, SYSTEM_FILE, SUMMARY_FILE, PROFILE_FILE):
-        for file in (path / name, path / f"{name}.tmp"):
-            with contextlib.suppress(OSError):
-                file.unlink()
-    release_run_folder(path)
 
 
 def _reroute_logging(old: Any, new: Any) -> list[tuple[logging.StreamHandler[Any], Any]]:
@@ -433,86 +323,6 @@ def _reroute_logging(old: Any, new: Any) -> list[tuple[logging.StreamHandler[Any
         return []
     return [(handler, handler.setStream(new)) for handler in logging.getLogger().handlers
             if isinstance(handler, logging.StreamHandler) and handler.stream is old]
-
-
-def _restore_sigterm(previous: Any) -> None:
-    signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-
-
-def _outcome(failure: BaseException | None) -> tuple[int, signal.Signals | None]:
-    """(exit code, signal to die of): what ``python script.py`` would have given."""
-    from trainpace.integrations._script import trimmed
-
-    if failure is None:
-        return 0, None
-    if isinstance(failure, SystemExit):
-        code = failure.code
-        if code is None:
-            return 0, None
-        if isinstance(code, int):
-            return code, None
-        print(code, file=sys.stderr)
-        return 1, None
-    if isinstance(failure, _Terminated):
-        return 128 + signal.SIGTERM, signal.SIGTERM
-    trimmed(failure)
-    traceback.print_exception(type(failure), failure, failure.__traceback__, file=sys.stderr)
-    if isinstance(failure, KeyboardInterrupt):
-        return 128 + signal.SIGINT, signal.SIGINT
-    return 1, None
-
-
-def _finished(meter: Any, patch: Any) -> Any:
-    """The Meter's summary, with unmeasured counts as unknown and what was not seen."""
-    from trainpace.runlog import Record
-    from trainpace.sinks.runfolder import RunFolderSink
-
-    summary = meter.finish()
-    blind = patch.blind_spots()
-    if not blind:
-        return summary
-    if not patch.saw_batches:
-        # No batch was counted: the Meter's zeros are "not measured" here.
-        summary = dataclasses.replace(
-            summary,
-            throughput=dataclasses.replace(
-                summary.throughput,
-                tokens_per_s=summary.throughput.tokens_per_s if patch.tokens_given else None,
-                samples_per_s=summary.throughput.samples_per_s if patch.samples_given
-                else None),
-            data=dataclasses.replace(summary.data, wait_s_per_step=None, wait_pct=None))
-        summary = _rediagnosed(summary, meter.path)
-    diagnosis = dataclasses.replace(summary.diagnosis,
-                                    findings=[*blind, *summary.diagnosis.findings])
-    summary = dataclasses.replace(summary, diagnosis=diagnosis)
-    if meter.path is not None:
-        sink = RunFolderSink(meter.path)
-        sink.log(Record("summary", summary.to_dict(), summary.steps.total))
-        sink.close()
-    return summary
-
-
-def _rediagnosed(summary: Any, path: Path | None) -> Any:
-    from trainpace.diagnosis import diagnose
-    from trainpace.runlog import read_run
-
-    if path is None:
-        return dataclasses.replace(summary, diagnosis=diagnose(summary))
-    folder = read_run(path)
-    steps: Any = folder.series  # the diagnosis reads the steps as columns
-    return dataclasses.replace(summary, diagnosis=diagnose(
-        summary, steps=steps, system=folder.system, meta=folder.meta))
-
-
-def _write_html(summary: Any, path: Path, html: str) -> None:
-    from trainpace.report.html import write_page
-    from trainpace.report.run_html import run_page
-    from trainpace.runlog import read_run
-
-    folder = read_run(path)
-    page = run_page(summary, series=folder.series, system=folder.system, meta=folder.meta,
-                    source=str(path), notes=folder.notes)
-    print(f"trainpace run: wrote {write_page(html, page)}", file=sys.stderr)
 
 
 def _stdout_to_stderr() -> int:

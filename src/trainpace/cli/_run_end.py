@@ -1,0 +1,143 @@
+"""The end of ``trainpace run``: the summary with what the patches could not see, the report,
+the HTML page, and no run folder left by a script that failed before it trained."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainpace.cli._run_signals import die_of, exit_status
+
+
+def run_unmeasured(target: Any) -> int:
+    from trainpace.integrations._script import run_target
+
+    try:
+        run_target(target)
+    except BaseException as exc:  # noqa: BLE001 - the script's outcome, re-created below
+        code, kill_with = exit_status(exc)
+        if kill_with is not None:
+            die_of(kill_with)
+        return code
+    return 0
+
+
+
+def report_run(args: argparse.Namespace, target: Any, meter: Any, patch: Any,
+            outcome: list[BaseException | None], saved_stdout: int | None) -> None:
+    """Finish the run and print its report (or, when the script ended in failure before
+    anything was trained, leave no run folder: a usage error is not a run)."""
+    failure = outcome[0]
+    sys.stdout.flush()
+    summary = _finished(meter, patch)
+    if not patch.trained and _failed(failure):
+        _discard(meter.path)
+        return
+    from rich.markup import escape
+
+    from trainpace.report.console import print_report
+
+    print_report(summary, file=sys.stderr,
+                 title=escape(f"trainpace run {target.name} · {meter.path}"))
+    if args.html and meter.path is not None:
+        try:
+            _write_html(summary, meter.path, args.html)
+        except OSError as exc:  # said, and the script's exit status kept
+            print(f"trainpace run: cannot write the HTML report {args.html} "
+                  f"({exc.strerror or exc})", file=sys.stderr)
+    if args.json:
+        from trainpace.cli._output import print_json
+
+        sys.stdout.flush()
+        if saved_stdout is not None:
+            os.dup2(saved_stdout, 1)
+        print_json(summary.to_dict())
+    else:
+        print(f"run folder: {meter.path}  (see it again: trainpace report {meter.path})",
+              file=sys.stderr)
+
+
+
+def _failed(failure: BaseException | None) -> bool:
+    if failure is None:
+        return False
+    if isinstance(failure, SystemExit):
+        return failure.code not in (None, 0)
+    return True
+
+
+
+def _discard(path: Path | None) -> None:
+    """Remove the files trainpace wrote for a run that never trained, and the folder if it
+    is then empty (nothing else in it is touched)."""
+    from trainpace.runlog import META_FILE, PROFILE_FILE, STEPS_FILE, SUMMARY_FILE, SYSTEM_FILE
+    from trainpace.sinks.runfolder import release_run_folder
+
+    if path is None:
+        return
+    for name in (META_FILE, STEPS_FILE, SYSTEM_FILE, SUMMARY_FILE, PROFILE_FILE):
+        for file in (path / name, path / f"{name}.tmp"):
+            with contextlib.suppress(OSError):
+                file.unlink()
+    release_run_folder(path)
+
+
+
+def _finished(meter: Any, patch: Any) -> Any:
+    """The Meter's summary, with unmeasured counts as unknown and what was not seen."""
+    from trainpace.runlog import Record
+    from trainpace.sinks.runfolder import RunFolderSink
+
+    summary = meter.finish()
+    blind = patch.blind_spots()
+    if not blind:
+        return summary
+    if not patch.saw_batches:
+        # No batch was counted: the Meter's zeros are "not measured" here.
+        summary = dataclasses.replace(
+            summary,
+            throughput=dataclasses.replace(
+                summary.throughput,
+                tokens_per_s=summary.throughput.tokens_per_s if patch.tokens_given else None,
+                samples_per_s=summary.throughput.samples_per_s if patch.samples_given
+                else None),
+            data=dataclasses.replace(summary.data, wait_s_per_step=None, wait_pct=None))
+        summary = _rediagnosed(summary, meter.path)
+    diagnosis = dataclasses.replace(summary.diagnosis,
+                                    findings=[*blind, *summary.diagnosis.findings])
+    summary = dataclasses.replace(summary, diagnosis=diagnosis)
+    if meter.path is not None:
+        sink = RunFolderSink(meter.path)
+        sink.log(Record("summary", summary.to_dict(), summary.steps.total))
+        sink.close()
+    return summary
+
+
+
+def _rediagnosed(summary: Any, path: Path | None) -> Any:
+    from trainpace.diagnosis import diagnose
+    from trainpace.runlog import read_run
+
+    if path is None:
+        return dataclasses.replace(summary, diagnosis=diagnose(summary))
+    folder = read_run(path)
+    steps: Any = folder.series  # the diagnosis reads the steps as columns
+    return dataclasses.replace(summary, diagnosis=diagnose(
+        summary, steps=steps, system=folder.system, meta=folder.meta))
+
+
+
+def _write_html(summary: Any, path: Path, html: str) -> None:
+    from trainpace.report.html import write_page
+    from trainpace.report.run_html import run_page
+    from trainpace.runlog import read_run
+
+    folder = read_run(path)
+    page = run_page(summary, series=folder.series, system=folder.system, meta=folder.meta,
+                    source=str(path), notes=folder.notes)
+    print(f"trainpace run: wrote {write_page(html, page)}", file=sys.stderr)
