@@ -31,7 +31,7 @@ def _fake_measure(device, *, dtypes=None, quick=False):
     kind, name, threads = device_identity(device)
     return Ceilings(kind=kind, name=name, threads=threads, bandwidth_gb_s=10.0,
                     matmul_tflops={"float32": 0.5}, skipped={"float8": "needs a GPU"},
-                    measured_at="2026-01-01T00:00:00+00:00", method={"matmul_n": {"float32": 512}})
+                    measured_at="2026-01-01T00:00:00+00:00", method={"matmul_n": {"float32": 512}, "quiet": True})
 
 
 def test_text_output_and_cached_read(cache, capsys, monkeypatch):
@@ -105,7 +105,7 @@ def test_a_quick_run_warns_and_keeps_the_full_figures(cache, capsys, monkeypatch
     def quick(device, *, dtypes=None, quick=False):
         full = _fake_measure(device)
         return Ceilings(**{**full.__dict__, "matmul_tflops": {"float32": 0.006},
-                           "method": {"quick": True}})
+                           "method": {"quick": True, "quiet": True}})
 
     monkeypatch.setattr(ceilings_module, "measure_ceilings", quick)
     assert main(["ceilings", "--device", "cpu", "--quick", "--json"]) == 0

@@ -102,7 +102,7 @@ def _fake(**overrides):
     kind, name, threads = device_identity("cpu")
     fields = {"kind": kind, "name": name, "threads": threads, "bandwidth_gb_s": 12.5,
               "matmul_tflops": {"float32": 0.25}, "measured_at": "2026-01-02T03:04:05+00:00",
-              "torch_version": "2.13", "method": {"quick": True}}
+              "torch_version": "2.13", "method": {"quick": True, "quiet": True}}
     fields.update(overrides)
     return Ceilings(**fields)
 
@@ -143,9 +143,9 @@ def test_from_dict_rejects_other_schemas():
 
 # ---- the cache keeps its best figures ----------------------------------------------------
 
-def _measured(bandwidth=12.5, tflops=0.25, quick=False, **overrides):
+def _measured(bandwidth=12.5, tflops=0.25, quick=False, quiet=True, **overrides):
     return _fake(bandwidth_gb_s=bandwidth, matmul_tflops={"float32": tflops},
-                 method={"quick": quick}, **overrides)
+                 method={"quick": quick, "quiet": quiet}, **overrides)
 
 
 def test_a_quick_figure_never_replaces_a_full_one(tmp_path):
@@ -268,7 +268,12 @@ def test_the_first_run_measures_for_real(tmp_path):
     # the real measurement; how long it takes is the machine's (benchmarks measure speed)
     env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
     started = time.perf_counter()
-    found = ensure_ceilings("cpu", threads=1, env=env)
+    # the load reading is injected: whether other processes held the CPU meanwhile is the
+    # machine's, and the provisional path has its own tests
+    def quiet(device, **kwargs):
+        return measure_ceilings(device, load=lambda: (0.0, 0.0), **kwargs)
+
+    found = ensure_ceilings("cpu", threads=1, env=env, measure=quiet)
     elapsed = time.perf_counter() - started
     assert found.status == "measured", found.note
     assert found.ceilings.matmul_tflops["float32"] > 0
@@ -285,7 +290,7 @@ def test_a_first_run_never_overwrites_a_full_measurement_and_says_so(tmp_path):
 
     def quick_fp16(device, **kwargs):
         return Ceilings(kind=kind, name=name, threads=threads, bandwidth_gb_s=0.1,
-                        matmul_tflops={"float16": 0.1}, method={"quick": True})
+                        matmul_tflops={"float16": 0.1}, method={"quick": True, "quiet": True})
 
     # float16 is not in the full measurement: the first run measures it, quick
     found = ensure_ceilings("cpu", threads=1, dtype="fp16", env=env, measure=quick_fp16)
