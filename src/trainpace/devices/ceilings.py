@@ -181,8 +181,8 @@ def measure_ceilings(
             sizes[dtype] = n
     finally:
         torch.set_float32_matmul_precision(previous_precision)
-    busy_after, own_after = load()
     wall_s = max(clock() - started, 1e-9)
+    busy_after, own_after = load()
     others_cores = max(0.0, (busy_after - busy_before) - (own_after - own_before)) / wall_s
     # a GPU's copy and products do not share the CPU's cores: only a CPU's figures are judged
     quiet = kind != "cpu" or others_cores < QUIET_OTHERS_CORES
