@@ -84,15 +84,16 @@ class Ceilings:
     @property
     def why_provisional(self) -> str | None:
         """Why these figures are not the machine's peak (None when they are)."""
-        if self.method.get("exceeded"):
-            return str(self.method["exceeded"])
-        if self.method.get("quiet") is True:
-            return None
+        reasons = []
         others = self.method.get("others_cpu_cores")
-        if isinstance(others, (int, float)):
-            return (f"measured while other processes took {others:.2f} CPU cores "
-                    f"(quiet is under {QUIET_OTHERS_CORES})")
-        return "measured without a check of what other processes took"
+        if self.method.get("quiet") is not True:
+            reasons.append(
+                f"measured while other processes took {others:.2f} CPU cores (quiet is under "
+                f"{QUIET_OTHERS_CORES})" if isinstance(others, (int, float))
+                else "measured without a check of what other processes took")
+        if self.method.get("exceeded"):
+            reasons.append(str(self.method["exceeded"]))
+        return "; ".join(reasons) or None
 
     @property
     def standing(self) -> tuple[bool, bool]:

@@ -311,9 +311,9 @@ def ensure_ceilings(
         if why is not None:
             return FirstRun(
                 "provisional",
-                f"the peak of {where} is provisional: a quick ceiling measured after the run "
-                f"({seconds:.1f} s) was {why}; it is cached as provisional, not used, and "
-                "measured again after the next run; `trainpace ceilings"
+                f"the peak of {where} is provisional ({why}): a quick ceiling measured after "
+                f"the run ({seconds:.1f} s) is cached as provisional, not used, and measured "
+                "again after the next run; `trainpace ceilings"
                 + (f" --threads {threads_now}" if threads_now else "")
                 + "` on a quiet machine measures the machine's",
                 seconds, str(stored.path), stored.ceilings, stored.warnings)
