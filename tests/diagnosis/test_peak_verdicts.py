@@ -15,7 +15,7 @@ from trainpace.measure.device_peaks import resolve_peaks
 from trainpace.measure.flops import FamilyCount, StepCount
 from trainpace.measure.roofline import step_figures
 from trainpace.report._signs import signs
-from trainpace.summary import Bandwidth, Device, Flops, Host, Summary
+from trainpace.summary import Bandwidth, Device, Host, Summary
 
 # ---- §6: a peak judged wrong is used nowhere; bandwidth-bound needs a real share -----------
 
