@@ -95,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
     if provisional is not None:
         print(f"provisional: {provisional}; cached as provisional, never used as this "
               "machine's peak: measure again when the machine is quiet")
-    if saved and not warnings:
+    if saved and not warnings and provisional is not None:
+        print(f"cached in {path} as provisional")
+    elif saved and not warnings:
         print(f"cached in {path}; the meter uses these where the spec table has no entry")
     elif saved:
         print(f"the cache at {path} keeps its earlier figures where the warnings above say so")
