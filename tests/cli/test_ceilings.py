@@ -31,7 +31,7 @@ def _fake_measure(device, *, dtypes=None, quick=False):
     kind, name, threads = device_identity(device)
     return Ceilings(kind=kind, name=name, threads=threads, bandwidth_gb_s=10.0,
                     matmul_tflops={"float32": 0.5}, skipped={"float8": "needs a GPU"},
-                    measured_at="2026-01-01T00:00:00+00:00", method={"matmul_n": {"float32": 512}})
+                    measured_at="2026-01-01T00:00:00+00:00", method={"matmul_n": {"float32": 512}, "quiet": True})
 
 
 def test_text_output_and_cached_read(cache, capsys, monkeypatch):
@@ -105,7 +105,7 @@ def test_a_quick_run_warns_and_keeps_the_full_figures(cache, capsys, monkeypatch
     def quick(device, *, dtypes=None, quick=False):
         full = _fake_measure(device)
         return Ceilings(**{**full.__dict__, "matmul_tflops": {"float32": 0.006},
-                           "method": {"quick": True}})
+                           "method": {"quick": True, "quiet": True}})
 
     monkeypatch.setattr(ceilings_module, "measure_ceilings", quick)
     assert main(["ceilings", "--device", "cpu", "--quick", "--json"]) == 0
@@ -115,3 +115,19 @@ def test_a_quick_run_warns_and_keeps_the_full_figures(cache, capsys, monkeypatch
     assert out["cached"]["matmul_tflops"] == {"float32": 0.5}
     assert main(["ceilings", "--device", "cpu", "--cached", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["matmul_tflops"] == {"float32": 0.5}
+
+
+def test_a_busy_measurement_is_cached_as_provisional_and_says_so(cache, capsys, monkeypatch):
+    def busy(device, *, dtypes=None, quick=False):
+        full = _fake_measure(device)
+        return Ceilings(**{**full.__dict__, "method": {"quiet": False, "others_cpu_cores": 1.3}})
+
+    monkeypatch.setattr(ceilings_module, "measure_ceilings", busy)
+    assert main(["ceilings", "--device", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert ("provisional: measured while other processes took 1.30 CPU cores (quiet is under "
+            "0.25); cached as provisional, never used as this machine's peak") in text
+    assert text.rstrip().endswith("as provisional")
+    assert "the meter uses these" not in text
+    assert main(["ceilings", "--device", "cpu", "--cached", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["provisional"].startswith("measured while other")

@@ -102,7 +102,7 @@ def _fake(**overrides):
     kind, name, threads = device_identity("cpu")
     fields = {"kind": kind, "name": name, "threads": threads, "bandwidth_gb_s": 12.5,
               "matmul_tflops": {"float32": 0.25}, "measured_at": "2026-01-02T03:04:05+00:00",
-              "torch_version": "2.13", "method": {"quick": True}}
+              "torch_version": "2.13", "method": {"quick": True, "quiet": True}}
     fields.update(overrides)
     return Ceilings(**fields)
 
@@ -143,9 +143,9 @@ def test_from_dict_rejects_other_schemas():
 
 # ---- the cache keeps its best figures ----------------------------------------------------
 
-def _measured(bandwidth=12.5, tflops=0.25, quick=False, **overrides):
+def _measured(bandwidth=12.5, tflops=0.25, quick=False, quiet=True, **overrides):
     return _fake(bandwidth_gb_s=bandwidth, matmul_tflops={"float32": tflops},
-                 method={"quick": quick}, **overrides)
+                 method={"quick": quick, "quiet": quiet}, **overrides)
 
 
 def test_a_quick_figure_never_replaces_a_full_one(tmp_path):
@@ -268,7 +268,12 @@ def test_the_first_run_measures_for_real(tmp_path):
     # the real measurement; how long it takes is the machine's (benchmarks measure speed)
     env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
     started = time.perf_counter()
-    found = ensure_ceilings("cpu", threads=1, env=env)
+    # the load reading is injected: whether other processes held the CPU meanwhile is the
+    # machine's, and the provisional path has its own tests
+    def quiet(device, **kwargs):
+        return measure_ceilings(device, load=lambda: (0.0, 0.0), **kwargs)
+
+    found = ensure_ceilings("cpu", threads=1, env=env, measure=quiet)
     elapsed = time.perf_counter() - started
     assert found.status == "measured", found.note
     assert found.ceilings.matmul_tflops["float32"] > 0
@@ -285,7 +290,7 @@ def test_a_first_run_never_overwrites_a_full_measurement_and_says_so(tmp_path):
 
     def quick_fp16(device, **kwargs):
         return Ceilings(kind=kind, name=name, threads=threads, bandwidth_gb_s=0.1,
-                        matmul_tflops={"float16": 0.1}, method={"quick": True})
+                        matmul_tflops={"float16": 0.1}, method={"quick": True, "quiet": True})
 
     # float16 is not in the full measurement: the first run measures it, quick
     found = ensure_ceilings("cpu", threads=1, dtype="fp16", env=env, measure=quick_fp16)
@@ -293,3 +298,128 @@ def test_a_first_run_never_overwrites_a_full_measurement_and_says_so(tmp_path):
     assert "a quick measurement does not replace the full one" in found.note
     with thread_count(1):
         assert load_ceilings("cpu", env) == full
+
+
+# ---- a peak measured on a busy machine is provisional (issue 25 §3) -----------------------
+
+class Load:
+    """(machine busy CPU s, own CPU s) readings: others take ``others_cores`` per clock second."""
+
+    def __init__(self, clock, others_cores, own_cores=1.0):
+        self.clock, self.others, self.own = clock, others_cores, own_cores
+
+    def __call__(self):
+        t = self.clock.now  # reads the time without moving it
+        return (self.others + self.own) * t, self.own * t
+
+
+class TickingClock(ManualClock):
+    def __call__(self):
+        self.now += 0.001
+        return self.now
+
+
+@pytest.mark.parametrize(("others", "quiet"), [(0.0, True), (0.24, True), (0.25, False),
+                                               (1.3, False)])
+def test_what_other_processes_took_decides_whether_a_ceiling_is_quiet(others, quiet):
+    clock = TickingClock()
+    result = measure_ceilings("cpu", dtypes=["fp32"], quick=True, copy_mib=1, matmul_n=64,
+                              clock=clock, load=Load(clock, others))
+    assert result.method["others_cpu_cores"] == pytest.approx(others, abs=1e-3)
+    assert result.quiet is quiet
+    assert (result.why_provisional is None) is quiet
+    assert bool(result.peaks().tflops) is quiet  # a provisional ceiling is never a peak
+    if not quiet:
+        assert f"other processes took {others:.2f} CPU cores" in result.why_provisional
+
+
+def test_a_cache_without_a_load_check_is_provisional():
+    old = _fake(method={"quick": False})  # written before trainpace checked the load
+    assert not old.quiet
+    assert old.why_provisional == "measured without a check of what other processes took"
+    assert old.peaks().bandwidth_gb_s is None
+
+
+def test_a_quiet_measurement_replaces_a_provisional_one_whatever_its_figures(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    # the issue's figures: 0.0225 TFLOP/s and 6.99 GB/s busy, 0.304 and 26 quiet (13×, 3.7×)
+    busy = _measured(bandwidth=6.99, tflops=0.0225, quiet=False)
+    assert store_ceilings(busy, env).saved
+    stored = store_ceilings(_measured(bandwidth=26.0, tflops=0.304, quick=True), env)
+    assert stored.saved and not stored.rejected
+    kept = load_ceilings("cpu", env)
+    assert (kept.quiet, kept.bandwidth_gb_s, kept.matmul_tflops) == (True, 26.0, {"float32": 0.304})
+    # and a busy one never replaces the quiet one
+    stored = store_ceilings(_measured(bandwidth=6.99, tflops=0.0225, quiet=False), env)
+    assert not stored.saved
+    assert "a full provisional measurement does not replace the quick one" in stored.warnings[0]
+    assert load_ceilings("cpu", env).matmul_tflops == {"float32": 0.304}
+
+
+def test_a_full_measurement_replaces_a_quick_one_even_28x_higher(tmp_path):
+    # the issue's case: `ceilings --threads 2` rejected a float16 figure 28× the quick one
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    store_ceilings(_fake(matmul_tflops={"float16": 0.0095}, method={"quick": True, "quiet": True}),
+                   env)
+    full = _fake(matmul_tflops={"float16": 0.0095 * 28, "float32": 0.3},
+                 method={"quick": False, "quiet": True})
+    stored = store_ceilings(full, env)
+    assert stored.saved and not stored.rejected and not stored.warnings
+    assert load_ceilings("cpu", env).matmul_tflops == {"float16": pytest.approx(0.266),
+                                                       "float32": 0.3}
+
+
+def test_at_equal_standing_a_higher_figure_is_taken_a_far_lower_one_rejected(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    store_ceilings(_measured(tflops=0.1), env)
+    assert not store_ceilings(_measured(tflops=0.5), env).rejected  # 5× higher: a load only lowers
+    stored = store_ceilings(_measured(tflops=0.1), env)  # 5× lower: a loaded machine
+    assert set(stored.rejected) == {"matmul float32"}
+    assert load_ceilings("cpu", env).matmul_tflops == {"float32": 0.5}
+
+
+def test_a_provisional_first_run_says_so_and_measures_again_next_time(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    busy = {"value": True}
+
+    def measure(device, **kwargs):
+        with thread_count(kwargs["threads"]):
+            kind, name, threads = device_identity(device)
+        if busy["value"]:
+            return _fake(bandwidth_gb_s=6.99, matmul_tflops={"float32": 0.0225}, kind=kind,
+                         name=name, threads=threads,
+                         method={"quick": True, "quiet": False, "others_cpu_cores": 1.3})
+        return _measured(bandwidth=26.0, tflops=0.304, quick=True, kind=kind, name=name,
+                         threads=threads)
+
+    first = ensure_ceilings("cpu", threads=1, env=env, measure=measure)
+    assert first.status == "provisional" and first.peaks_changed
+    assert "other processes took 1.30 CPU cores" in first.note
+    assert "measured again after the next run" in first.note
+    # the next run: the provisional cache is not a peak, so it measures again; now quiet
+    busy["value"] = False
+    second = ensure_ceilings("cpu", threads=1, env=env, measure=measure)
+    assert second.status == "measured"
+    with thread_count(1):
+        assert load_ceilings("cpu", env).peaks().flops("fp32").value == 0.304
+    third = ensure_ceilings("cpu", threads=1, env=env, measure=measure)
+    assert third.status == "cached" and third.peaks_changed  # written by another run: read it
+
+
+def test_a_run_above_a_cached_ceiling_marks_it_and_measures_again(tmp_path):
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    with thread_count(1):
+        kind, name, threads = device_identity("cpu")
+    store_ceilings(_measured(tflops=0.0225, kind=kind, name=name, threads=threads), env)
+    measure = Counting(tflops=0.304)
+    found = ensure_ceilings("cpu", threads=1, env=env, measure=measure,
+                            achieved={"matmul float32": 0.03})  # "MFU 133%"
+    assert len(measure.calls) == 1
+    assert found.status == "measured"
+    with thread_count(1):
+        assert load_ceilings("cpu", env).matmul_tflops == {"float32": 0.304}
+    # and a measurement that is below the run's figure is provisional itself
+    found = ensure_ceilings("cpu", threads=1, env=env, measure=Counting(tflops=0.2),
+                            achieved={"matmul float32": 0.35})
+    assert found.status == "provisional"
+    assert "a run achieved 0.35 TFLOP/s matmul float32, above the ceiling's 0.2" in found.note

@@ -102,7 +102,9 @@ def cpu_ceilings(tmp_path, monkeypatch):
     from trainpace.devices.ceilings import measure_ceilings, save_ceilings
 
     monkeypatch.setenv("TRAINPACE_CACHE_DIR", str(tmp_path / "cache"))
-    return save_ceilings(measure_ceilings("cpu", dtypes=["float32"], quick=True))
+    # quiet by the injected load reading: whether other processes hold the CPU is the machine's
+    return save_ceilings(measure_ceilings("cpu", dtypes=["float32"], quick=True,
+                                          load=lambda: (0.0, 0.0)))
 
 
 def run_steps(out, step, steps=30):
@@ -145,7 +147,11 @@ def test_a_matmul_heavy_step_is_compute(tmp_path, cpu_ceilings):
     assert finding.evidence["mfu_pct"] == summary.flops.mfu_pct
 
 
-def test_an_elementwise_heavy_step_is_memory_bandwidth(tmp_path, cpu_ceilings):
+def test_an_elementwise_step_far_below_the_memory_roof_is_not_bandwidth_bound(
+        tmp_path, cpu_ceilings):
+    # below the ridge, but moving ~8% of the measured bandwidth (autograd and Python between
+    # small ops): like issue 25's MNIST at 7.4%, the memory is not what limits it; even a
+    # ceiling measured 4× low would leave it far under the 60% a bandwidth verdict needs
     weight = torch.nn.Parameter(torch.randn(2_000_000))
     opt = torch.optim.SGD([weight], lr=1e-4)
     x = torch.randn(2_000_000)
@@ -157,6 +163,6 @@ def test_an_elementwise_heavy_step_is_memory_bandwidth(tmp_path, cpu_ceilings):
 
     summary = run_steps(tmp_path / "elementwise", step)
     assert summary.flops.roofline == "bandwidth_bound"
-    assert_limit(summary, "memory_bandwidth")
-    finding = next(f for f in summary.diagnosis.findings if f.id == "bandwidth_bound")
-    assert finding.evidence["intensity_flop_per_byte"] == summary.flops.intensity_flop_per_byte
+    assert summary.bandwidth.util_pct < 60
+    assert summary.diagnosis.bottleneck != "memory_bandwidth"
+    assert "bandwidth_bound" not in [f.id for f in summary.diagnosis.findings]

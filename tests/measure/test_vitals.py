@@ -309,7 +309,8 @@ def test_cached_ceilings_are_the_cpu_peaks(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINPACE_CACHE_DIR", str(tmp_path))
     kind, name, threads = device_identity("cpu")
     save_ceilings(Ceilings(kind=kind, name=name, threads=threads, bandwidth_gb_s=20.0,
-                           matmul_tflops={"float32": 0.5}, measured_at="2026-02-03T00:00:00"))
+                           matmul_tflops={"float32": 0.5}, measured_at="2026-02-03T00:00:00",
+                           method={"quiet": True}))
     vitals = _cpu_vitals(Clock(), ScriptedHost())
     assert vitals.meta()["peaks"]["tflops"]["float32"]["value"] == 0.5
     assert vitals.meta()["peaks"]["note"] is None

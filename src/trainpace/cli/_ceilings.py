@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     saved = args.cached or not args.no_save
     if args.json:
         print_json({**ceilings.to_dict(), "cache": str(path) if saved else None,
+                    "provisional": ceilings.why_provisional,
                     "warnings": list(warnings),
                     "cached": kept.to_dict() if kept is not None and warnings else None})
         return 0
@@ -90,7 +91,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"  matmul {dtype:<10} {tflops:10.4g} TFLOP/s   (n={sizes.get(dtype, UNKNOWN)})")
     for dtype, why in ceilings.skipped.items():
         print(f"  matmul {dtype:<10} not measured: {why}")
-    if saved and not warnings:
+    provisional = ceilings.why_provisional
+    if provisional is not None:
+        print(f"provisional: {provisional}; cached as provisional, never used as this "
+              "machine's peak: measure again when the machine is quiet")
+    if saved and not warnings and provisional is not None:
+        print(f"cached in {path} as provisional")
+    elif saved and not warnings:
         print(f"cached in {path}; the meter uses these where the spec table has no entry")
     elif saved:
         print(f"the cache at {path} keeps its earlier figures where the warnings above say so")

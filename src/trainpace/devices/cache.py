@@ -2,8 +2,10 @@
 
 The cache lives under ``$TRAINPACE_CACHE_DIR``, else ``$XDG_CACHE_HOME/trainpace``, else
 ``~/.cache/trainpace``; a CPU's identity includes torch's thread count. Storing guards the
-cache (:func:`store_ceilings`): a quick figure never replaces a full one, and a figure far
-from the cached one or the spec sheet is rejected with a warning.
+cache (:func:`store_ceilings`): a measurement taken while other processes held the CPU is
+*provisional* (kept, labelled, never used as the machine's peak), a quiet one always replaces a
+provisional one and a full one a quick one, and a figure far below the cached one of the same
+standing, or outside the spec sheet's bounds, is rejected with a warning.
 """
 
 from __future__ import annotations
@@ -72,8 +74,38 @@ class Ceilings:
         """Measured with small sizes and short budgets (``--quick``, or the Meter's first run)."""
         return bool(self.method.get("quick"))
 
+    @property
+    def quiet(self) -> bool:
+        """Measured while other processes left the machine alone (see
+        :data:`QUIET_OTHERS_CORES`), and no run has since gone faster than these figures.
+        A cache written before trainpace checked the load says nothing: not quiet."""
+        return self.method.get("quiet") is True and not self.method.get("exceeded")
+
+    @property
+    def why_provisional(self) -> str | None:
+        """Why these figures are not the machine's peak (None when they are)."""
+        reasons = []
+        others = self.method.get("others_cpu_cores")
+        if self.method.get("quiet") is not True:
+            reasons.append(
+                f"measured while other processes took {others:.2f} CPU cores (quiet is under "
+                f"{QUIET_OTHERS_CORES})" if isinstance(others, (int, float))
+                else "measured without a check of what other processes took")
+        if self.method.get("exceeded"):
+            reasons.append(str(self.method["exceeded"]))
+        return "; ".join(reasons) or None
+
+    @property
+    def standing(self) -> tuple[bool, bool]:
+        """(quiet, full): a measurement of higher standing replaces one of lower."""
+        return self.quiet, not self.quick
+
     def peaks(self) -> Peaks:
-        """These ceilings as :class:`Peaks`, each naming where it came from."""
+        """These ceilings as :class:`Peaks`, each naming where it came from; none at all when
+        they are provisional (:attr:`quiet` is false): a loaded machine's figure is not the
+        machine's peak, and a verdict drawn from it changes from run to run."""
+        if not self.quiet:
+            return Peaks()
         day = (self.measured_at or "")[:10] or "at an unknown date"
         where = f"{self.name}" + (f", {self.threads} threads" if self.threads else "")
         how = "quick, " if self.quick else ""
@@ -125,8 +157,14 @@ def save_ceilings(ceilings: Ceilings, env: Mapping[str, str] | None = None) -> P
     return path
 
 
-# A measured figure this far from the cached one, or outside these bounds of the spec sheet,
-# is a broken measurement (a loaded machine, a throttled card), not the machine's ceiling.
+# Other processes' average CPU use (cores) while a ceiling was measured, under which the
+# measurement is quiet: a quarter of a core takes at most a quarter of one measuring thread's
+# time, against the 13× (matmul) and 4× (bandwidth) that busy machines gave (issue 25 §3).
+QUIET_OTHERS_CORES = 0.25
+
+# A measured figure this far below the cached one of the same standing, or outside these bounds
+# of the spec sheet, is a broken measurement (a loaded machine, a throttled card), not the
+# machine's ceiling. A higher one is taken: a load only ever lowers a ceiling.
 WILD_VS_CACHED = 4.0
 ABOVE_SPEC = 1.1  # nothing sustains more than its sheet
 BELOW_SPEC = 0.1
@@ -165,20 +203,26 @@ def _unit(key: str) -> str:
 def store_ceilings(new: Ceilings, env: Mapping[str, str] | None = None) -> Stored:
     """Cache ``new`` unless it would make the cache worse; say what was kept and why.
 
-    - a quick measurement never replaces a full one (the full one is kept as it is);
-    - a figure more than :data:`WILD_VS_CACHED` × from the cached one, or outside
-      [:data:`BELOW_SPEC`, :data:`ABOVE_SPEC`] × the spec sheet, is rejected: the cached
-      figure stays (or none, with nothing cached);
-    - otherwise the new figures replace the cached ones of the same dtypes; dtypes not
-      measured now keep their cached figures.
+    Standing (:attr:`Ceilings.standing`) decides first: a quiet measurement beats a
+    provisional one, then a full one beats a quick one.
+
+    - a measurement of lower standing than the cached one never replaces it;
+    - one of higher standing replaces it whole (the cached figures do not judge it);
+    - at equal standing, a figure more than :data:`WILD_VS_CACHED` × below the cached one is
+      rejected (the cached figure stays), a higher one is taken;
+    - any figure outside [:data:`BELOW_SPEC`, :data:`ABOVE_SPEC`] × the spec sheet is
+      rejected (the cached figure stays, or none, with nothing cached);
+    - dtypes not measured now keep their cached figures.
     """
     path = cache_path(new.kind, new.name, new.threads, env)
     cached = load_cached(new.kind, new.name, new.threads, env)
-    if cached is not None and new.quick and not cached.quick:
+    if cached is not None and new.standing < cached.standing:
         return Stored(cached, path, False, (
-            f"a quick measurement does not replace the full one cached at {path} "
-            f"(measured {cached.measured_at}); run `trainpace ceilings` without --quick "
-            "to measure again",))
+            f"a {_describe(new)} measurement does not replace the {_describe(cached)} one "
+            f"cached at {path} (measured {cached.measured_at}); run `trainpace ceilings` "
+            "without --quick on a quiet machine to measure again",))
+    if cached is not None and new.standing > cached.standing:
+        cached = None  # outranked: its figures neither judge nor fill in the new ones
     spec, before = _spec_figures(new.name), _figures(cached) if cached is not None else {}
     rejected: dict[str, str] = {}
     for key, value in _figures(new).items():
@@ -186,30 +230,41 @@ def store_ceilings(new: Ceilings, env: Mapping[str, str] | None = None) -> Store
         if sheet is not None and not BELOW_SPEC * sheet <= value <= ABOVE_SPEC * sheet:
             rejected[key] = (f"{value:.4g} {unit} is {value / sheet:.2g}× the spec sheet's "
                              f"{sheet:.4g} {unit}")
-        elif old is not None and not old / WILD_VS_CACHED <= value <= old * WILD_VS_CACHED:
+        elif old is not None and value < old / WILD_VS_CACHED:
             rejected[key] = (f"{value:.4g} {unit} is {value / old:.2g}× the cached "
                              f"{old:.4g} {unit}")
     keep_bw = "bandwidth" in rejected or new.bandwidth_gb_s is None
     tflops = dict(cached.matmul_tflops) if cached is not None else {}
     tflops.update({k: v for k, v in new.matmul_tflops.items() if f"matmul {k}" not in rejected})
-    for key in rejected:  # a rejected figure with nothing cached is unknown, not wrong
-        if key.startswith("matmul ") and key[7:] not in (cached.matmul_tflops if cached else {}):
-            tflops.pop(key[7:], None)
     merged = dataclasses.replace(
         new,
         bandwidth_gb_s=(cached.bandwidth_gb_s if cached is not None else None) if keep_bw
         else new.bandwidth_gb_s,
         matmul_tflops=tflops,
-        # the figures kept are full ones when the cache held full ones and only some changed
-        method={**new.method, "quick": new.quick and (cached is None or cached.quick)},
     )
     warnings = tuple(
         f"measured {key} rejected: {why}; a loaded machine or a throttled device gives such "
-        f"figures — the cached figure stays" + (f" (delete {path} to measure afresh)"
-                                                if key in before else "")
+        f"figures — " + (f"the cached figure stays (delete {path} to measure afresh)"
+                         if key in before else "nothing is kept for it")
         for key, why in rejected.items())
     if not _figures(merged):
         return Stored(merged, path, False, warnings, rejected)
     return Stored(merged, save_ceilings(merged, env), True, warnings, rejected)
 
 
+def _describe(c: Ceilings) -> str:
+    return ("quick" if c.quick else "full") + ("" if c.quiet else " provisional")
+
+
+def with_exceeded(ceilings: Ceilings, achieved: Mapping[str, float]) -> Ceilings | None:
+    """``ceilings`` marked provisional when a run achieved more than one of its figures
+    (``achieved``: ``{"bandwidth": GB/s, "matmul float32": TFLOP/s, ...}``); None when none
+    was exceeded. MFU over 100% is not a measurement: the peak is wrong, and is measured
+    again."""
+    figures = _figures(ceilings)
+    over = [f"a run achieved {value:.4g} {_unit(key)} {key}, above the ceiling's "
+            f"{figures[key]:.4g}" for key, value in achieved.items()
+            if key in figures and value > figures[key]]
+    if not over:
+        return None
+    return dataclasses.replace(ceilings, method={**ceilings.method, "exceeded": "; ".join(over)})

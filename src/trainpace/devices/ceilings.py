@@ -8,7 +8,10 @@ below its sheet (power caps, clocks). ``trainpace ceilings`` measures both figur
 - matmul: square matrix products per dtype, 2·n³ FLOPs each.
 
 Each runs a warm-up, then repeats in batches (each batch long enough for the clock), and
-keeps the best batch: a ceiling is what the machine can do, not what it usually does. The
+keeps the best batch: a ceiling is what the machine can do, not what it usually does. Around
+the measurement, the machine's busy CPU time less this process's says what other processes
+took: a CPU ceiling measured while they took more than a quarter of a core is provisional
+(cached, labelled, never used as the machine's peak; see :mod:`trainpace.devices.cache`). The
 result is cached per device (the CPU's thread count is part of a CPU's identity; see
 :mod:`trainpace.devices.cache`); the meter reads the cache where the spec table has no
 entry, and on a run where neither knows a peak, :func:`ensure_ceilings` measures a quick
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import platform
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,6 +33,7 @@ import torch
 
 from trainpace.devices._timing import best_seconds, copy_gb_s, matmul_runner, matmul_size
 from trainpace.devices.cache import (
+    QUIET_OTHERS_CORES,
     SCHEMA,
     Ceilings,
     Stored,
@@ -37,13 +42,14 @@ from trainpace.devices.cache import (
     load_cached,
     save_ceilings,
     store_ceilings,
+    with_exceeded,
 )
 from trainpace.devices.specs import canonical_dtype, table_peaks
 from trainpace.errors import ConfigError, DeviceError
 
 __all__ = [
     "CPU_DTYPES", "CUDA_DTYPES", "SCHEMA", "Ceilings", "FirstRun", "Stored", "cache_dir",
-    "cache_path", "cpu_name", "device_identity", "ensure_ceilings", "load_ceilings",
+    "cache_path", "cpu_name", "cpu_seconds", "device_identity", "ensure_ceilings", "load_ceilings",
     "measure_ceilings", "save_ceilings", "store_ceilings", "thread_count",
 ]
 
@@ -61,6 +67,17 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(the machine's busy CPU seconds, all cores; this process's CPU seconds, all threads)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    busy = sum(float(getattr(t, f, 0.0)) for f in ("user", "nice", "system", "irq", "softirq",
+                                                   "steal"))
+    own = os.times()
+    return busy, own.user + own.system
 
 
 def device_identity(device: str | torch.device) -> tuple[str, str, int | None]:
@@ -102,6 +119,7 @@ def measure_ceilings(
     clock: Callable[[], float] = time.perf_counter,
     threads: int | None = None,
     budget_s: float | None = None,
+    load: Callable[[], tuple[float, float]] = cpu_seconds,
 ) -> Ceilings:
     """Measure the bandwidth and matmul ceilings of ``device`` (see the module docstring).
 
@@ -112,11 +130,14 @@ def measure_ceilings(
     ``quick`` uses small sizes and short budgets (a second or two on a CPU): good enough to
     check that it works, less exact. ``dtypes`` defaults to every dtype the device kind
     supports; a dtype the device cannot run is listed in ``skipped`` with the reason.
+    ``load``: (machine busy CPU s, own CPU s) — read before and after, it says what other
+    processes took meanwhile (``method.others_cpu_cores``, ``method.quiet``).
     """
     if threads is not None:
         with thread_count(threads):
             return measure_ceilings(device, dtypes=dtypes, quick=quick, copy_mib=copy_mib,
-                                    matmul_n=matmul_n, clock=clock, budget_s=budget_s)
+                                    matmul_n=matmul_n, clock=clock, budget_s=budget_s,
+                                    load=load)
     kind, name, threads = device_identity(device)
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
@@ -139,6 +160,7 @@ def measure_ceilings(
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
+    started, (busy_before, own_before) = clock(), load()
     bandwidth = copy_gb_s(dev, copy_mib, sync, budget_s=budget_s, clock=clock)
 
     rates: dict[str, float] = {}
@@ -159,6 +181,11 @@ def measure_ceilings(
             sizes[dtype] = n
     finally:
         torch.set_float32_matmul_precision(previous_precision)
+    wall_s = max(clock() - started, 1e-9)
+    busy_after, own_after = load()
+    others_cores = max(0.0, (busy_after - busy_before) - (own_after - own_before)) / wall_s
+    # a GPU's copy and products do not share the CPU's cores: only a CPU's figures are judged
+    quiet = kind != "cpu" or others_cores < QUIET_OTHERS_CORES
 
     return Ceilings(
         kind=kind,
@@ -174,6 +201,8 @@ def measure_ceilings(
             "matmul": "n x n @ n x n, 2·n³ FLOPs, best batch",
             "matmul_n": sizes,
             "quick": quick,
+            "others_cpu_cores": round(others_cores, 3),
+            "quiet": quiet,
         },
     )
 
@@ -195,7 +224,8 @@ def thread_count(threads: object) -> Iterator[None]:
 class FirstRun:
     """What :func:`ensure_ceilings` did: the Meter puts :meth:`to_dict` in meta.json."""
 
-    status: str  # "table", "cached", "measured", "rejected", "skipped" or "failed"
+    # "table", "cached", "measured", "provisional", "rejected", "skipped" or "failed"
+    status: str
     note: str
     seconds: float = 0.0
     path: str | None = None
@@ -206,6 +236,12 @@ class FirstRun:
     def measured(self) -> bool:
         """A quick ceiling was measured and cached now: the peaks must be read again."""
         return self.status == "measured"
+
+    @property
+    def peaks_changed(self) -> bool:
+        """The cache may hold other figures than the run read at its start (measured now, or
+        written by another run meanwhile): the peaks must be read again."""
+        return self.status in ("measured", "cached", "provisional")
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "note": self.note, "seconds": self.seconds,
@@ -222,13 +258,17 @@ def ensure_ceilings(
     env: Mapping[str, str] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     measure: Callable[..., Ceilings] | None = None,
+    achieved: Mapping[str, float] | None = None,
 ) -> FirstRun:
     """Make sure a peak is known for ``device`` at ``threads``: the spec table's, the cached
     ceilings', or a quick ceiling measured now (once; then cached). Never raises.
 
     Call it once after the training loop (never during it: it keeps the device busy for up
     to ``budget_s``). ``threads``: the run's torch thread count (default: the current one);
-    ``dtype``: the dtype whose matmul peak the run needs (default float32).
+    ``dtype``: the dtype whose matmul peak the run needs (default float32). ``achieved``:
+    the run's figures (``{"bandwidth": GB/s, "matmul float32": TFLOP/s}``); a cached ceiling
+    below one of them is wrong: it is marked provisional and measured again. A provisional
+    cached ceiling (a loaded machine's) is measured again too, until a quiet one replaces it.
     """
     started = clock()
     try:
@@ -243,7 +283,12 @@ def ensure_ceilings(
             return FirstRun("table", f"{name}: peaks from the spec table")
         path = cache_path(kind, name, threads_now, env)
         cached = load_cached(kind, name, threads_now, env)
-        if cached is not None and dtype_key in cached.matmul_tflops and cached.bandwidth_gb_s:
+        exceeded = with_exceeded(cached, achieved or {}) if cached is not None else None
+        if exceeded is not None:
+            save_ceilings(exceeded, env)  # never used again as the machine's peak
+            cached = exceeded
+        if (cached is not None and cached.quiet and dtype_key in cached.matmul_tflops
+                and cached.bandwidth_gb_s):
             return FirstRun("cached", f"{name}: measured ceilings from {path}", path=str(path),
                             ceilings=cached)
         if kind != "cpu" and torch.device(device).type != "cuda":
@@ -253,6 +298,7 @@ def ensure_ceilings(
         run = measure or measure_ceilings
         measured = run(device, dtypes=[dtype_key], quick=True, threads=threads,
                        budget_s=per_figure)
+        measured = with_exceeded(measured, achieved or {}) or measured
         stored = store_ceilings(measured, env)
         seconds = clock() - started
         where = f"{name}" + (f", {threads_now} thread{'s' if threads_now > 1 else ''}"
@@ -261,6 +307,16 @@ def ensure_ceilings(
             return FirstRun("rejected", f"a quick ceiling of {where} was measured "
                             f"({seconds:.1f} s) but not kept: " + "; ".join(stored.warnings),
                             seconds, str(stored.path), stored.ceilings, stored.warnings)
+        why = stored.ceilings.why_provisional
+        if why is not None:
+            return FirstRun(
+                "provisional",
+                f"the peak of {where} is provisional ({why}): a quick ceiling measured after "
+                f"the run ({seconds:.1f} s) is cached as provisional, not used, and measured "
+                "again after the next run; `trainpace ceilings"
+                + (f" --threads {threads_now}" if threads_now else "")
+                + "` on a quiet machine measures the machine's",
+                seconds, str(stored.path), stored.ceilings, stored.warnings)
         return FirstRun(
             "measured",
             f"no peak was known for {where}: measured a quick ceiling after the run "

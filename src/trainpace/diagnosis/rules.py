@@ -53,11 +53,39 @@ def hardware(ctx: Context) -> Outcome:
                   "peak_tflops": f.peak_tflops, "peak_source": f.peak_source,
                   "peak_gb_s": b.peak_gb_s, "bandwidth_peak_source": b.peak_source,
                   "mfu_pct": f.mfu_pct, "bandwidth_util_pct": b.util_pct},
-        advice=["MFU over 100% is not a measurement: the peak (or the FLOP count) is wrong; "
-                "measure this machine's ceilings in full (`trainpace ceilings`, with the run's "
-                "--threads on a CPU) or pass the right one (Meter(peaks={...}))"]))
+        advice=_peak_wrong_advice(ctx)))
     return Outcome(verdicts=(wrong, *outcome.verdicts), checked=outcome.checked,
                    skipped=None if outcome.verdicts else outcome.skipped)
+
+
+def _peak_wrong_advice(ctx: Context) -> list[str]:
+    """What to do about each figure above its peak: the matmul peak is measured again; the
+    bandwidth estimate counts bytes that never left the cache."""
+    s = ctx.summary
+    advice = []
+    if s.flops.error:
+        threads = s.host.cpu_threads
+        flag = f" --threads {threads}" if s.device.kind == "cpu" and threads else ""
+        advice.append("MFU over 100% is not a measurement: the matmul peak (or the FLOP count) "
+                      f"is wrong; a measured ceiling below it is measured again after the next "
+                      f"run, or measure it in full now (`trainpace ceilings{flag}` on a quiet "
+                      "machine), or pass the right one (Meter(peaks={...}))")
+    if s.bandwidth.error:
+        advice.append("the bandwidth estimate counts every byte an op touches, including bytes "
+                      "that stay in cache, so here it neither gives a share of the peak nor a "
+                      "roofline verdict; a GPU's sampled DRAM activity (NVML GPM, DCGM) does")
+    return advice
+
+
+def _provisional_note(ctx: Context) -> str | None:
+    """meta.json's note when the only peak known is a provisional ceiling, else None."""
+    ceilings = ctx.meta.get("ceilings")  # what the end of the run did about the peaks
+    if isinstance(ceilings, dict) and ceilings.get("status") == "provisional":
+        return str(ceilings.get("note"))
+    vitals = ctx.meta.get("vitals")
+    peaks = vitals.get("peaks") if isinstance(vitals, dict) else None
+    note = peaks.get("note") if isinstance(peaks, dict) else None
+    return note if isinstance(note, str) and "provisional" in note else None
 
 
 def _roofline(ctx: Context) -> Outcome:
@@ -65,6 +93,9 @@ def _roofline(ctx: Context) -> Outcome:
     s, t = ctx.summary, ctx.t
     f, b, d = s.flops, s.bandwidth, s.device
     bw_high = b.util_pct is not None and b.util_pct >= t.bandwidth_high_pct
+    # below the ridge, yet far from the memory's roof: neither memory nor arithmetic limits the
+    # step (launches, the host do); bandwidth-bound needs a real share of the peak
+    below_roof = (f.roofline == "bandwidth_bound" and b.util_pct is not None and not bw_high)
     evidence = {
         "roofline": f.roofline,
         "intensity_flop_per_byte": f.intensity_flop_per_byte,
@@ -79,7 +110,14 @@ def _roofline(ctx: Context) -> Outcome:
         "bandwidth_source": b.source,
         "flops_error": f.error,
         "bandwidth_error": b.error,
+        "peak_note": _provisional_note(ctx),
     }
+    if below_roof:
+        return Outcome(checked=f"below the ridge ({f.intensity_flop_per_byte:.3g} FLOP/byte) "
+                       f"but moving only {b.util_pct:.1f}% of peak bandwidth ({b.source}): not "
+                       f"bandwidth-bound (that needs ≥ {t.bandwidth_high_pct:.0f}%)"
+                       if f.intensity_flop_per_byte is not None else
+                       f"moving only {b.util_pct:.1f}% of peak bandwidth: not bandwidth-bound")
     lower_precision = f.dtype in ("float32", "torch.float32") and d.kind == "cuda"
     if f.roofline == "bandwidth_bound" or bw_high:
         if f.roofline == "bandwidth_bound" and f.intensity_flop_per_byte == 0:
@@ -126,7 +164,11 @@ def _roofline(ctx: Context) -> Outcome:
         return verdict("compute_bound", "info", title, evidence, advice, bottleneck="compute")
     if f.roofline is None and d.util_pct is not None and d.util_pct >= t.device_busy_pct:
         # FLOPs counted but no peak known (a CPU before `trainpace ceilings`), or not counted.
-        if f.per_step is not None:
+        provisional = _provisional_note(ctx)
+        if f.per_step is not None and provisional is not None:
+            missing = "the peak is provisional (measured on a busy machine), so not used"
+            fix = provisional
+        elif f.per_step is not None:
             missing = f"no peak known for the {d.kind or 'device'}"
             threads = ctx.summary.host.cpu_threads
             flag = f" --threads {threads}" if d.kind == "cpu" and threads else ""
@@ -145,6 +187,8 @@ def _roofline(ctx: Context) -> Outcome:
             bottleneck="compute",
         )
     if f.roofline is None and b.util_pct is None:
+        if f.per_step is not None and _provisional_note(ctx) is not None:
+            return Outcome(skipped=f"FLOPs counted but {_provisional_note(ctx)}")
         if f.per_step is not None:
             return Outcome(skipped=f"FLOPs counted but no peak known for the {d.kind or 'device'}"
                            " (trainpace ceilings measures one), so no roofline verdict")

@@ -24,6 +24,12 @@ def resolve_peaks(device: torch.device, name: str | None, gpu: GpuInfo | None,
     peaks = table.merged_over(measured)
     if user is not None:
         peaks = user.merged_over(peaks)
+    why = ceilings.why_provisional if ceilings is not None else None
+    if why is not None and not peaks.tflops and peaks.bandwidth_gb_s is None:
+        threads = f" --threads {ceilings.threads}" if ceilings and ceilings.threads else ""
+        return peaks, (f"the peak of {name or device} is provisional, so not used (its cached "
+                       f"ceiling: {why}); run `trainpace ceilings{threads}` on a quiet "
+                       "machine, or pass peaks")
     if not peaks.tflops and peaks.bandwidth_gb_s is None:
         return peaks, (f"no peaks for {name or device}: not in the spec table and no "
                        "measured ceilings; run `trainpace ceilings` once on this machine, or "

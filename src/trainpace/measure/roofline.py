@@ -5,7 +5,8 @@ byte moved) with the device's ridge point (peak FLOP/s ÷ peak bytes/s, for the 
 carried most FLOPs): at or above the ridge the step can be compute-bound; below it the memory
 system caps it (bandwidth-bound). A figure above its peak (MFU over 100%, an estimated
 bandwidth over the peak) is not a measurement but a wrong count or a wrong peak: it becomes
-an ``error`` in the figures and the percentage is null.
+an ``error`` in the figures and the percentage is null; a peak judged wrong so is not used
+anywhere else either (no ridge, no roofline verdict from it).
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ def step_figures(
         )
         mfu = None
 
+    estimate = _bandwidth(bytes_per_step, steps_per_s, peaks)
+    if error is not None or estimate.error is not None:
+        ridge = None  # one of its peaks is wrong: the ridge it gives is too
     intensity = per_step / bytes_per_step if per_step is not None and bytes_per_step else None
     flops = Flops(
         per_step=per_step,
@@ -119,14 +123,15 @@ def step_figures(
         bytes_per_step=bytes_per_step,
         intensity_flop_per_byte=intensity,
         ridge_flop_per_byte=ridge,
+        # bytes counted above what the memory could move stay in cache: no verdict from them
         roofline=roofline_verdict(per_step, bytes_per_step, ridge)
-        if per_step is not None and bytes_per_step is not None
+        if per_step is not None and bytes_per_step is not None and estimate.error is None
         else None,
         by_family=_by_family(count, ridge),
         source=None if per_step is None else ("user" if flops_per_step is not None else "counted"),
         error=error,
     )
-    return flops, _bandwidth(bytes_per_step, steps_per_s, peaks)
+    return flops, estimate
 
 
 def _by_family(count: StepCount | None, ridge: float | None) -> list[dict[str, Any]] | None:

@@ -101,6 +101,9 @@ class DeviceVitals:
         self._count_error: str | None = None
         self._count_cpu_s: float | None = None  # CPU time of the counted ops, counting included
         self._counted = False
+        # the highest matmul rate a window reached, per dtype ("matmul float32": TFLOP/s): a
+        # cached ceiling below it is wrong and measured again after the loop
+        self._achieved: dict[str, float] = {}
         self._faults: set[str] = set()
         self._started = False
 
@@ -139,6 +142,13 @@ class DeviceVitals:
     def threads(self) -> int:
         """The torch threads of the run (the CPU's 100%-per-thread scale, its ceiling's key)."""
         return self._sources.threads
+
+    @property
+    def achieved(self) -> dict[str, float]:
+        """The highest matmul rate the run's windows reached, per dtype (``"matmul
+        float32"``: TFLOP/s); the bandwidth estimate is left out (counted bytes that stay in
+        cache overstate DRAM traffic: above the peak, the estimate is wrong, not the peak)."""
+        return dict(self._achieved)
 
     def refresh_peaks(self) -> None:
         """Read the peaks again (a ceiling was measured after the loop)."""
@@ -199,8 +209,13 @@ class DeviceVitals:
                 kind=self.device.type, name=sources.name, gpu=sources.gpu,
                 threads=sources.threads, count=self._count, peaks=self._peaks,
                 flops_per_step=self._flops_per_step, dtype=self._dtype)
-            return device_sections.sections(self._sampler.window(t_start_s, t_end_s), facts,
-                                            step_s, samples_per_s)
+            found = device_sections.sections(self._sampler.window(t_start_s, t_end_s), facts,
+                                             step_s, samples_per_s)
+            flops = found[2]
+            if flops.achieved_tflops is not None and flops.dtype is not None:
+                key = f"matmul {flops.dtype}"
+                self._achieved[key] = max(self._achieved.get(key, 0.0), flops.achieved_tflops)
+            return found
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._fault("aggregating device vitals", exc)
             return Device(kind=self.device.type, name=sources.name), Bandwidth(), Flops(), Host()

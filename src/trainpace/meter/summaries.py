@@ -70,8 +70,9 @@ class Summaries:
             dtype = canonical_dtype(count.dtype) if count and count.dtype else None
         except Exception:  # noqa: BLE001 - an integer step: float32's peak is the one asked
             dtype = None
-        self.ceilings = ensure_ceilings(self._device, threads=vitals.threads, dtype=dtype)
-        if self.ceilings.measured:
+        self.ceilings = ensure_ceilings(self._device, threads=vitals.threads, dtype=dtype,
+                                        achieved=vitals.achieved)
+        if self.ceilings.peaks_changed:
             vitals.refresh_peaks()
 
     def with_profile(self, summary: Summary, emit: Callable[[Record], None]) -> Summary:

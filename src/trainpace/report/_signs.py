@@ -84,7 +84,9 @@ def signs(summary: Summary) -> list[Sign]:
             num(tp.samples_per_s, "samples/s") if tp.samples_per_s is not None
             else num(tp.steps_per_s, "steps/s"),
             _details(("", tokens), ("steps/s", num(tp.steps_per_s)),
-                     ("achieved", num(f.achieved_tflops, "TFLOP/s")), ("MFU", pct(f.mfu_pct)),
+                     ("achieved", num(f.achieved_tflops, "TFLOP/s")),
+                     ("MFU", "not shown: the peak is wrong (see peak_wrong)" if f.error
+                      else pct(f.mfu_pct)),
                      ("over", f"{s.steps.measured} steps ({s.steps.warmup} warm-up excluded)"
                       if s.steps.total else None)),
         ),
@@ -112,7 +114,10 @@ def signs(summary: Summary) -> list[Sign]:
             _status(s, "memory bandwidth", b.util_pct is not None or b.achieved_gb_s is not None),
             f"{pct(b.util_pct)} of peak" if b.util_pct is not None
             else num(b.achieved_gb_s, "GB/s"),
-            _details(("", f"{num(b.achieved_gb_s, 'GB/s')} of {num(b.peak_gb_s, 'GB/s')}"
+            # an estimate above its peak is not used here either (peak_wrong says why)
+            _details(("", "estimated above the peak, so no share of it (see peak_wrong)"
+                      if b.error else
+                      f"{num(b.achieved_gb_s, 'GB/s')} of {num(b.peak_gb_s, 'GB/s')}"
                       if b.achieved_gb_s is not None and b.peak_gb_s is not None else
                       "no peak known: share of peak not measured"
                       if b.achieved_gb_s is not None else None),
