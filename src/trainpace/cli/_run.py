@@ -25,7 +25,7 @@ from trainpace.cli._run_end import report_run, run_unmeasured
 from trainpace.cli._run_signals import (
     TERM_GRACE_S,
     RunEnding,
-    Terminated,
+    _Terminated,
     die_of,
     exit_status,
     raising_is_safe,
@@ -256,7 +256,7 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
     def watchdog() -> None:
         # The script swallowed the SIGTERM exception and trains on: end it from here.
         if not ending_started.wait(TERM_GRACE_S):
-            outcome.append(Terminated())
+            outcome.append(_Terminated())
             ending()
             die_of(signal.SIGTERM)
 
@@ -277,7 +277,7 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
         sys.unraisablehook = lambda unraisable: None
         threading.Thread(target=watchdog, name="trainpace-sigterm", daemon=True).start()
         if raising_is_safe(frame):
-            raise Terminated
+            raise _Terminated
         # Else the watchdog ends the run: an exception raised in a finalizer or inside
         # multiprocessing (DataLoader workers shutting down) is printed, not raised.
 
@@ -301,10 +301,10 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
             handler.setStream(stream)
         if not terminated.is_set():
             restore_sigterm(previous)
-    if terminated.is_set() and not isinstance(failure, Terminated):
+    if terminated.is_set() and not isinstance(failure, _Terminated):
         # Swallowed, or another error raised while unwinding from it: Python without
         # trainpace would have died of the signal, silently.
-        failure = Terminated()
+        failure = _Terminated()
     outcome.append(failure)
     code, kill_with = exit_status(failure)  # its traceback first, then the report
     ending()

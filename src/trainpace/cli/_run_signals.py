@@ -13,7 +13,7 @@ from types import FrameType
 from typing import Any
 
 
-class Terminated(BaseException):
+class _Terminated(BaseException):
     """SIGTERM, raised in the script so that it unwinds and the report can be made."""
 
 
@@ -84,7 +84,7 @@ def exit_status(failure: BaseException | None) -> tuple[int, signal.Signals | No
             return code, None
         print(code, file=sys.stderr)
         return 1, None
-    if isinstance(failure, Terminated):
+    if isinstance(failure, _Terminated):
         return 128 + signal.SIGTERM, signal.SIGTERM
     trimmed(failure)
     traceback.print_exception(type(failure), failure, failure.__traceback__, file=sys.stderr)
