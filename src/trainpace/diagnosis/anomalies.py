@@ -20,7 +20,7 @@ from trainpace.diagnosis._context import Context, Outcome, Verdict, severity_for
 from trainpace.diagnosis.phases import HostSigns, find_phases, host_signs
 from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.stats import median
-from trainpace.summary import Bottleneck
+from trainpace.summary import Bottleneck, Severity
 from trainpace.units import format_duration as duration
 
 PERIOD_COVERAGE = 0.8  # a period holds when the slow steps fill 80% of its places in the run
@@ -258,6 +258,60 @@ def _grown_pct(ctx: Context, head: np.ndarray, tail: np.ndarray) -> float | None
     return None
 
 
+MEMORY_GROWTH = 1.2  # the process's memory grew by a fifth: something is kept across steps
+MEMORY_GROWTH_MIN_GB = 0.05  # ... and by more than the sampler's noise
+
+
+def _drift_cause(ctx: Context, head: np.ndarray, tail: np.ndarray, drift_pct: float,
+                 grown: float | None, wait_growth_s: float, step_growth_s: float,
+                 evidence: dict[str, Any]) -> tuple[str, str]:
+    """(cause, the advice) of a step time that grew: from the signs recorded in the first
+    and last quarters; a cause the signs do not show is said as unknown, with them."""
+    before, after = _signs_of(ctx, head), _signs_of(ctx, tail)
+    evidence["first_quarter_signs"] = before.to_dict() if before is not None else None
+    evidence["last_quarter_signs"] = after.to_dict() if after is not None else None
+    if wait_growth_s >= 0.5 * step_growth_s:
+        return "data_wait", ("the growth is in the data wait: the loader slows down (a cache "
+                             "filling, files growing, workers leaking memory)")
+    if after is not None and after.contended(ctx.t, before):
+        was = f"; in the first quarter {before.text()}" if before is not None else ""
+        return "cpu_contention", (
+            f"the machine's, not the step's: other processes took the CPU in the last "
+            f"quarter ({after.text()}{was}) — compare on a quiet machine; nothing in the "
+            "code needs to change for it")
+    temps = ctx.system_values("temperature_c")
+    if len(temps) >= 2 and temps[-1] - temps[0] >= 10:
+        return "thermal", (f"the device warmed from {temps[0]:.0f} to {temps[-1]:.0f} °C: "
+                           "check clocks and throttling")
+    if grown is not None and grown >= 0.5 * drift_pct:
+        return "inputs", (f"the inputs grew: the work per step (tokens, else samples) rose "
+                          f"{grown:.0f}% from the first quarter to the last, the step time "
+                          f"{drift_pct:.0f}% — the step is as fast per unit of work")
+    rss_before = before.rss_gb if before is not None else None
+    rss_after = after.rss_gb if after is not None else None
+    if (rss_before is not None and rss_after is not None
+            and rss_after >= MEMORY_GROWTH * rss_before
+            and rss_after - rss_before >= MEMORY_GROWTH_MIN_GB):
+        return "memory_growth", (
+            f"this process's memory grew from {rss_before:.2f} to {rss_after:.2f} GB as the "
+            "step slowed: tensors kept across steps (summing losses without .item() or "
+            ".detach() keeps their graphs alive)")
+    seen = [f"the data wait did not grow ({duration(max(wait_growth_s, 0.0))} of "
+            f"{duration(step_growth_s)})"]
+    if after is not None:
+        seen.append(f"in the last quarter {after.text()}: no more contention than in the first")
+        if rss_after is not None:
+            seen.append(f"this process's memory {rss_after:.2f} GB"
+                        + (f" (from {rss_before:.2f})" if rss_before is not None else ""))
+    else:
+        seen.append("no host readings (system.jsonl) to tell the machine's part")
+    if grown is not None:
+        seen.append(f"the work per step changed {grown:+.0f}%")
+    return "unknown", ("the recorded signs do not tell the cause: " + "; ".join(seen)
+                       + " — a profiler trace of early and late steps (profile_steps) shows "
+                       "where the time went")
+
+
 def drift(ctx: Context) -> Outcome:
     """Step time that grows (or falls) over the run: first quarter against last quarter."""
     t, times = ctx.t, ctx.times
@@ -288,34 +342,13 @@ def drift(ctx: Context) -> Outcome:
     }
     span = f"from {duration(first)} to {duration(last)} over {n} steps"
     if drift_pct >= t.drift_warning_pct:
-        temps = ctx.system_values("temperature_c")
-        if wait_last - wait_first >= 0.5 * (last - first):
-            cause = ("the growth is in the data wait: the loader slows down (a cache filling, "
-                     "files growing, workers leaking memory)")
-        elif len(temps) >= 2 and temps[-1] - temps[0] >= 10:
-            cause = (
-                f"the device warmed from {temps[0]:.0f} to {temps[-1]:.0f} °C: "
-                "check clocks and throttling"
-            )
-        elif grown is not None and grown >= 0.5 * drift_pct:
-            cause = (f"the inputs grew: the work per step (tokens, else samples) rose "
-                     f"{grown:.0f}% from the first quarter to the last, the step time "
-                     f"{drift_pct:.0f}% — the step is as fast per unit of work")
-        else:
-            inputs = (f"; the work per step changed {grown:+.0f}%, so the inputs do not "
-                      "explain it" if grown is not None else "")
-            cause = (
-                "the growth is in the step itself: tensors kept across steps (summing losses "
-                "without .item() or .detach() keeps their graphs alive) or allocator "
-                f"fragmentation{inputs}"
-            )
-        return verdict(
-            "drift",
-            "warning",
-            f"Step time drifts up {drift_pct:.0f}% {span}",
-            evidence,
-            [cause],
-        )
+        cause, text = _drift_cause(ctx, head, tail, drift_pct, grown, wait_last - wait_first,
+                                   last - first, evidence)
+        evidence["cause"] = cause
+        # the machine's slowness (others took the CPU) is said, but is not the user's bug
+        severity: Severity = "info" if cause == "cpu_contention" else "warning"
+        return verdict("drift", severity, f"Step time drifts up {drift_pct:.0f}% {span}",
+                       evidence, [text])
     if drift_pct <= -t.drift_warning_pct:
         return verdict(
             "drift",

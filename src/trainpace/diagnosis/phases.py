@@ -47,6 +47,7 @@ class HostSigns:
     memory_used_pct_max: float | None
     throttled_pct: float | None
     temperature_c_max: float | None
+    rss_gb: float | None = None  # this process's resident memory (time-weighted)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +120,7 @@ def host_signs(ctx: Context, spans: Sequence[tuple[float, float]]) -> HostSigns 
         memory_used_pct_max=float(np.nanmax(memory)) if np.isfinite(memory).any() else None,
         throttled_pct=_weighted(rows["throttled"], weights),
         temperature_c_max=float(np.nanmax(temps)) if np.isfinite(temps).any() else None,
+        rss_gb=_weighted(rows["rss_gb"], weights),
     )
 
 
