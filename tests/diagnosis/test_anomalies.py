@@ -282,3 +282,76 @@ def test_a_drift_with_the_process_memory_growing_names_tensors_kept():
     assert v.finding.evidence["cause"] == "memory_growth"
     assert v.finding.advice[0].startswith(
         "this process's memory grew from 0.40 to 0.90 GB as the step slowed: tensors kept")
+
+
+def test_a_period_equal_to_trainpaces_window_is_trainpaces_own():
+    # every 14th step slow, and the run's window is 14: trainpace's boundary, not the user's
+    step_s = [0.2 if i % 14 == 0 else 0.1 for i in range(1, 71)]
+    v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta={"config": {"window": 14}})))
+    ev = v.finding.evidence
+    assert (ev["period_steps"], ev["cause"]) == (14, "trainpace_window")
+    assert v.finding.severity == "info" and v.bottleneck is None
+    assert v.finding.title.endswith(": trainpace's own window boundary")
+    assert v.finding.advice == [
+        "the slow steps fall on trainpace's own window boundary (every 14 steps, config.window): "
+        "the 100 ms each time is trainpace's work at the boundary, not the training's; a larger "
+        "window (Meter(window=...)) makes it rarer"]
+    # from `trainpace run`, the flag
+    meta = {"config": {"window": 14}, "argv": ["/venv/bin/trainpace", "run", "train.py"]}
+    v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta=meta)))
+    assert "a larger window (--window)" in v.finding.advice[0]
+    # another window: the period is the user's
+    v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta={"config": {"window": 20}})))
+    assert v.finding.evidence["cause"] == "unknown"
+    assert v.finding.advice[0].startswith(
+        "the recorded signs do not tell what costs 100 ms every 14 steps (not in the data wait, "
+        "not trainpace's window (20 steps)): it is outside the loader; look in the loop for "
+        "work every 14 steps — a checkpoint save")
+
+
+def test_a_period_of_one_epoch_with_workers_restarting_names_them():
+    # DCGAN: ~200 ms more every epoch of 8 batches, persistent_workers=False, outside the wait
+    step_s = [0.62 if i % 8 == 1 else 0.4 for i in range(1, 81)]
+    loader = {"num_workers": 2, "persistent_workers": False, "length": 8}
+    v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta={"loader": loader})))
+    ev = v.finding.evidence
+    assert (ev["period_steps"], ev["cause"]) == (8, "worker_restart")
+    assert (v.finding.severity, v.bottleneck) == ("warning", "data_loading")
+    assert v.finding.advice[0].startswith(
+        "the period is the epoch (8 batches) and the DataLoader's 2 workers restart every "
+        "epoch (persistent_workers=False): the extra 220 ms is their start-up and first "
+        "batches — `DataLoader(persistent_workers=True)` keeps them")
+    # persistent workers: not a restart
+    loader["persistent_workers"] = True
+    v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta={"loader": loader})))
+    assert v.finding.evidence["cause"] == "unknown"
+
+
+def test_slow_steps_scattered_by_noise_are_no_period():
+    # a loop with no periodic work on a busy machine: a third of the steps slow at random
+    rng = random.Random(3)
+    step_s = [0.1 + (rng.uniform(0.06, 0.2) if rng.random() < 0.35 else 0.0) for _ in range(70)]
+    outcome = anomalies.step_outliers(ctx(steps=records(step_s)))
+    assert all(v.finding.id != "periodic_stall" for v in outcome.verdicts), outcome
+    # steps 3+14k on a lattice among as many others, all alike: chance fills its places
+    noise = dict.fromkeys((3, 5, 9, 11, 17, 23, 31, 33, 37, 45, 47, 51, 59, 61, 65, 67), 0.1)
+    on = [3, 17, 31, 45, 59]
+    assert not anomalies._stands_out(noise, on, period=14, residue=3, tolerance=1, first=1,
+                                     last=70)
+    # the same steps, larger than the others: periodic work
+    assert anomalies._stands_out(noise | dict.fromkeys(on, 0.5), on, 14, 3, 1, 1, 70)
+    # alike, but the others are rare: the places are filled beyond chance
+    assert anomalies._stands_out(dict.fromkeys([*on, 9, 40], 0.1), on, 14, 3, 1, 1, 70)
+    assert not anomalies._stands_out(dict.fromkeys([*on, 9, 40, 22, 27], 0.1), on[:3], 14, 3, 1, 1,
+                                     42)
+
+
+def test_stalls_while_others_took_the_cpu_name_no_bottleneck():
+    steps = records([0.1] * 15 + [0.5] + [0.1] * 14)
+    system = host_rows(1.4, 50.0, 100.0, 0.4, every_s=0.1) + host_rows(
+        2.0, 100.0, 20.0, 0.4, start_s=1.4, every_s=0.1) + host_rows(
+        3.5, 50.0, 100.0, 0.4, start_s=2.0, every_s=0.1)
+    v = only(anomalies.step_outliers(ctx(steps=steps, system=system, meta={"cpu_count": 2})))
+    assert v.finding.evidence["cause"] == "cpu_contention"
+    assert v.bottleneck is None
+    assert "other processes took the CPU" in v.finding.advice[0]

@@ -27,6 +27,7 @@ PERIOD_COVERAGE = 0.8  # a period holds when the slow steps fill 80% of its plac
 PERIOD_CANDIDATES = 12  # the most frequent gaps tried as periods (bounds the work on noisy runs)
 PERIOD_EXPLAINED = 0.8  # a multiple wins if it explains 80% of the best period's extra time
 BIG_SHARES = (0.5, 0.25, 0.1)  # tiers of slow steps (share of the largest extra time)
+PERIOD_CHANCE = 0.001  # a lattice that scattered slow steps fill this likely is no period
 
 
 def _best_residue(spikes: Mapping[int, float], period: int, tolerance: int) -> int:
@@ -95,7 +96,8 @@ def periodic(
             chosen = _on_lattice(spikes, period, residue, tolerance, first, last)
         on = sorted(s for _, _, s in chosen.values())
         places = len(range(first + (residue - first) % period, last + 1, period))
-        if len(on) >= t.spike_min_count and len(on) >= PERIOD_COVERAGE * places:
+        if (len(on) >= t.spike_min_count and len(on) >= PERIOD_COVERAGE * places
+                and _stands_out(spikes, on, period, residue, tolerance, first, last)):
             found.append((sum(spikes[s] for s in on), -sum(d for _, d, _ in chosen.values()),
                           period, on))
     if not found:
@@ -106,6 +108,42 @@ def periodic(
     _, _, period, on = max((f for f in found if f[2] % best[2] == 0
                             and f[0] >= PERIOD_EXPLAINED * best[0]), key=lambda f: (f[2], f[1]))
     return period, on
+
+
+def _stands_out(spikes: Mapping[int, float], on: list[int], period: int, residue: int,
+                tolerance: int, first: int, last: int) -> bool:
+    """Whether the slow steps on a lattice are evidence of periodic work, not slow steps
+    scattered over a noisy run (some lattice always catches those, the shorter the period
+    the more easily). Either they are clearly larger than the others (their median extra
+    time over twice the others'), or chance would rarely fill as many of its places: with
+    slow steps as dense as they are away from the places (everywhere, when the places
+    cover every step), a place of 2·tolerance + 1 steps holds one by chance with
+    probability q = 1 − (1 − density)^width, and :data:`PERIOD_CHANCE` bounds the
+    binomial chance of ``len(on)`` or more of the places."""
+    inside = [s for s in spikes if first <= s <= last]
+    chosen = set(on)
+    others = [spikes[s] for s in inside if s not in chosen]
+    if not others:
+        return True
+    if (median(others) or 0.0) < 0.5 * (median([spikes[s] for s in on]) or 0.0):
+        return True
+    places = len(range(first + (residue - first) % period, last + 1, period))
+    width = 2 * tolerance + 1
+    span = last - first + 1
+
+    def near_a_place(s: int) -> bool:
+        return min((s - residue) % period, (residue - s) % period) <= tolerance
+
+    away = span - sum(1 for s in range(first, last + 1) if near_a_place(s))
+    if away > 0:
+        density = sum(1 for s in inside if not near_a_place(s)) / away
+    else:
+        density = len(inside) / span
+    q = 1.0 - (1.0 - min(density, 1.0)) ** width
+    hits = min(len(on), places)
+    tail = sum(math.comb(places, k) * q**k * (1.0 - q) ** (places - k)
+               for k in range(hits, places + 1))
+    return tail <= PERIOD_CHANCE
 
 
 def too_few_steps(ctx: Context, need: int, what: str) -> Outcome | None:
@@ -148,30 +186,18 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
     if signs is not None:
         evidence["host_signs"] = signs.to_dict()
     each, gain = duration(lost_s / len(chosen)), adv.gain_text(lost_pct)
-    persistent = bool((ctx.loader or {}).get("persistent_workers"))
+    cause = None
     if period:
         kind = "stall" if float(slow.max()) > t.stall_factor * med else "slow step"
         title = (f"Periodic {kind} every {period} steps: {len(chosen)} steps took "
                  f"{duration(median(slow) or 0.0)} instead of {duration(med)} "
                  f"({lost_pct:.1f}% of the time)")
-        restart = ("an epoch boundary that restarts the workers (persistent_workers=True)"
-                   if not persistent else "a slow first batch of each epoch (the workers "
-                   "persist already: shuffle cost or files opened per epoch)")
-        if in_loader:
-            advice = (f"the extra {each} each time is in the data wait: the loader runs dry "
-                      f"every {period} steps — {restart} or a prefetch queue too short for "
-                      f"slow batches (raise prefetch_factor) — {gain}")
-        elif _outside_known(ctx):
-            advice = (f"periodic work inside the step costs {each} every {period} steps (work "
-                      "between steps, such as an evaluation, is kept out of the step time): "
-                      "a synchronizing call, logging or a checkpoint save inside the step — "
-                      f"save asynchronously (torch.distributed.checkpoint.async_save) or less "
-                      f"often — {gain}")
-        else:
-            advice = (f"periodic work outside the loader costs {each} every {period} steps: "
-                      "a checkpoint save, an evaluation or a logging sync; save "
-                      "asynchronously (torch.distributed.checkpoint.async_save) or less "
-                      f"often, evaluate less often — {gain}")
+        cause, advice = _periodic_cause(ctx, period, [int(s) for s in times.step[ix]],
+                                        in_loader, each, gain)
+        evidence["cause"] = cause
+        if cause == "trainpace_window":
+            title += ": trainpace's own window boundary"
+            severity = "info"
     else:
         title = (f"{len(chosen)} stall{'s' if len(chosen) > 1 else ''} over "
                  f"{t.stall_factor:g}× the median step: worst "
@@ -181,6 +207,8 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
             advice = ("the stalls are in the data wait: a slow read or a slow sample (check "
                       f"storage and samples that decode slowly) — {gain}")
         elif signs is not None and signs.contended(t):
+            cause = "cpu_contention"  # the machine's, not the code's: no bottleneck named
+            evidence["cause"] = cause
             advice = (f"the stalls are outside the loader, while {signs.text()}: other "
                       f"processes took the CPU — run where the cores are free — {gain}")
         else:
@@ -188,11 +216,65 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
             advice = ("the stalls are outside the loader" + measured + ": garbage collection "
                       "(gc.freeze() after setup), host memory swapping, or a synchronizing "
                       f"call (.item(), .cpu()) behind queued work — {gain}")
-    category: Bottleneck | None = (None if severity == "info" else
-                                   "data_loading" if in_loader else "host_overhead")
+    category: Bottleneck | None = (None if severity == "info" or cause == "cpu_contention" else
+                                   "data_loading" if in_loader or cause == "worker_restart"
+                                   else "host_overhead")
     outcome = verdict("periodic_stall" if period else "stalls", severity, title, evidence,
                       [advice], bottleneck=category, lost_pct=lost_pct)
     return outcome.verdicts[0]
+
+
+def _near(period: int, length: int, t: Thresholds) -> bool:
+    """Whether ``period`` is ``length`` within the period tolerance."""
+    return abs(period - length) <= max(1, int(length * t.period_tolerance_pct / 100.0))
+
+
+def _periodic_cause(ctx: Context, period: int, steps: list[int], in_loader: bool, each: str,
+                    gain: str) -> tuple[str, str]:
+    """(cause, advice) of slow steps every ``period`` steps, from what the run recorded:
+    trainpace's own window boundary, DataLoader workers restarting each epoch, the data wait;
+    what none of them shows is said as not told, with what was checked."""
+    t = ctx.t
+    window = ctx.window_steps
+    # trainpace's window work (device timings read, the window's records written) runs at
+    # the end of the window's last step or in the first of the next
+    if (window is not None and _near(period, window, t)
+            and sum(s % window in (0, 1) for s in steps) >= 0.8 * len(steps)):
+        flag = "--window" if ctx.from_cli else "Meter(window=...)"
+        return "trainpace_window", (
+            f"the slow steps fall on trainpace's own window boundary (every {window} steps, "
+            f"config.window): the {each} each time is trainpace's work at the boundary, not the "
+            f"training's; a larger window ({flag}) makes it rarer")
+    loader = ctx.loader or {}
+    workers = int(loader.get("num_workers") or 0)
+    length = loader.get("length")
+    restart = workers > 0 and not loader.get("persistent_workers")
+    if restart and isinstance(length, int) and length > 1 and _near(period, length, t):
+        return "worker_restart", (
+            f"the period is the epoch ({length} batches) and the DataLoader's {workers} "
+            f"workers restart every epoch (persistent_workers=False): the extra {each} is "
+            "their start-up and first batches — `DataLoader(persistent_workers=True)` keeps "
+            f"them — {gain}")
+    if in_loader:
+        why = ("an epoch boundary that restarts the workers (persistent_workers=True)"
+               if restart or workers == 0 else "a slow first batch of each epoch (the workers "
+               "persist already: shuffle cost or files opened per epoch)")
+        return "data_wait", (
+            f"the extra {each} each time is in the data wait: the loader runs dry every "
+            f"{period} steps — {why} or a prefetch queue too short for slow batches (raise "
+            f"prefetch_factor) — {gain}")
+    checked = ["not in the data wait"]
+    if window is not None:
+        checked.append(f"not trainpace's window ({window} steps)")
+    if isinstance(length, int) and length > 0:
+        checked.append(f"not the epoch ({length} batches)")
+    where = ("inside the step (time between steps, such as an evaluation, is kept out of it)"
+             if _outside_known(ctx) else "outside the loader")
+    return "unknown", (
+        f"the recorded signs do not tell what costs {each} every {period} steps ("
+        + ", ".join(checked) + f"): it is {where}; look in the loop for work every {period} "
+        "steps — a checkpoint save (torch.distributed.checkpoint.async_save saves "
+        f"asynchronously), a logging sync or an evaluation — {gain}")
 
 
 def _signs_of(ctx: Context, ix: np.ndarray) -> HostSigns | None:
@@ -331,7 +413,7 @@ def drift(ctx: Context) -> Outcome:
     wait_first = median(times.wait_s[head]) or 0.0
     wait_last = median(times.wait_s[tail]) or 0.0
     grown = _grown_pct(ctx, head, tail)
-    evidence = {
+    evidence: dict[str, Any] = {
         "measured_steps": n,
         "first_quarter_step_s": first,
         "last_quarter_step_s": last,
