@@ -9,6 +9,9 @@ evidence (the numbers) and advice computed from them, or what it checked, or why
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 
 from trainpace.diagnosis import advice as adv
 from trainpace.diagnosis._context import Context, Outcome, Verdict, verdict
@@ -227,22 +230,37 @@ def memory(ctx: Context) -> Outcome:
         return Outcome(skipped=f"no memory reading for the {d.kind or 'device'}")
     if peak < ctx.t.memory_used_risk_pct:
         return Outcome(checked=f"memory {peak:.0f}% used at most")
+    evidence: dict[str, Any] = {
+        "memory_used_pct": d.memory_used_pct, "memory_used_pct_max": peak,
+        "memory_used_gb": d.memory_used_gb, "memory_total_gb": d.memory_total_gb,
+        "kind": d.kind, "process_rss_gb_max": None, "process_pct": None}
+    if d.kind == "cpu":
+        # host memory: this process's share of it says whose the pressure is
+        rss, total = ctx.host_rows["rss_gb"], ctx.host_rows["memory_total_gb"]
+        rss_max = float(np.nanmax(rss)) if np.isfinite(rss).any() else None
+        total_gb = (float(np.nanmax(total)) if np.isfinite(total).any()
+                    else d.memory_total_gb)
+        mine = 100.0 * rss_max / total_gb if rss_max is not None and total_gb else None
+        evidence.update(process_rss_gb_max=rss_max, process_pct=mine)
+        if mine is not None and rss_max is not None and mine < 0.5 * peak:
+            return verdict(
+                "memory_full", "warning",
+                f"Host memory {peak:.0f}% used, by other processes: this one held at most "
+                f"{rss_max:.2f} GB ({mine:.0f}% of {total_gb:.0f} GB)", evidence,
+                ["the pressure is the machine's, not this run's: free memory held by other "
+                 "processes (or run where it is free) so nothing swaps; nothing in the "
+                 "training needs to change for it"])
     which = "Host memory (the CPU's)" if d.kind == "cpu" else "Device memory"
-    return verdict(
-        "memory_full",
-        "warning",
-        f"{which} {peak:.0f}% used: close to running out",
-        {"memory_used_pct": d.memory_used_pct, "memory_used_pct_max": peak,
-         "memory_used_gb": d.memory_used_gb, "memory_total_gb": d.memory_total_gb,
-         "kind": d.kind},
-        [
-            "activation checkpointing (torch.utils.checkpoint) on the largest blocks",
-            "halve the micro-batch and accumulate two micro-batches per step to keep the batch",
-            "bf16 autocast; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against "
-            "fragmentation",
-        ],
-        bottleneck="memory_capacity",
-    )
+    advice = ["activation checkpointing (torch.utils.checkpoint) on the largest blocks",
+              "halve the micro-batch and accumulate two micro-batches per step to keep the "
+              "batch"]
+    if d.kind == "cuda":
+        advice.append("bf16 autocast; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                      "against fragmentation")
+    else:
+        advice.append("bf16 autocast halves the activations' memory")
+    return verdict("memory_full", "warning", f"{which} {peak:.0f}% used: close to running out",
+                   evidence, advice, bottleneck="memory_capacity")
 
 
 POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown", "board_limit")
