@@ -155,6 +155,10 @@ def test_falling_step_time_hints_at_warmup():
     v = only(anomalies.drift(ctx(Summary(steps=Steps(warmup=3)), steps=records([0.2] * 10 + [0.1] * 30))))
     assert v.finding.severity == "info"
     assert v.finding.advice[0].startswith("exclude more warm-up, e.g. Meter(warmup=12)")
+    meta = {"argv": ["/venv/bin/trainpace", "run", "train.py"]}
+    v = only(anomalies.drift(ctx(Summary(steps=Steps(warmup=3)), steps=records([0.2] * 10 + [0.1] * 30),
+                                 meta=meta)))
+    assert v.finding.advice[0].startswith("exclude more warm-up, e.g. `trainpace run --warmup 12`")
 
 
 def test_drift_ignores_stalls_and_needs_twenty_steps():
@@ -270,8 +274,8 @@ def test_a_small_drift_on_a_quiet_machine_without_memory_growth_names_no_leak():
         "the recorded signs do not tell the cause: the data wait did not grow (0 µs of 15 ms); "
         "in the last quarter the machine's CPU was 50% busy, this process had 50% of it: no "
         "more contention than in the first; this process's memory 0.41 GB (from 0.41); the "
-        "work per step changed +0% — a profiler trace of early and late steps (profile_steps) "
-        "shows where the time went")
+        "work per step changed +0% — a profiler trace of early and late steps "
+        "(Meter(profile_steps=START:STOP)) shows where the time went")
 
 
 def test_a_drift_with_the_process_memory_growing_names_tensors_kept():
@@ -295,11 +299,11 @@ def test_a_period_equal_to_trainpaces_window_is_trainpaces_own():
     assert v.finding.advice == [
         "the slow steps fall on trainpace's own window boundary (every 14 steps, config.window): "
         "the 100 ms each time is trainpace's work at the boundary, not the training's; a larger "
-        "window (Meter(window=...)) makes it rarer"]
+        "window (Meter(window=28)) makes it rarer"]
     # from `trainpace run`, the flag
     meta = {"config": {"window": 14}, "argv": ["/venv/bin/trainpace", "run", "train.py"]}
     v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta=meta)))
-    assert "a larger window (--window)" in v.finding.advice[0]
+    assert "a larger window (`trainpace run --window 28`)" in v.finding.advice[0]
     # another window: the period is the user's
     v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta={"config": {"window": 20}})))
     assert v.finding.evidence["cause"] == "unknown"

@@ -295,15 +295,17 @@ class Context:
         return value if isinstance(value, int) and value > 1 else None
 
     @property
-    def from_cli(self) -> bool:
-        """Whether the run was made by ``trainpace run`` or ``trainpace demo`` (its advice then
-        names their flags, not the Meter's keywords): meta.json's ``made_by``, else its argv."""
+    def made_by(self) -> str | None:
+        """``"run"`` or ``"demo"`` when the run was made by that CLI verb (its advice then names
+        the verb's flags, not the Meter's keywords): meta.json's ``made_by``, else its argv."""
         made_by = self.meta.get("made_by")
         if isinstance(made_by, str):
-            return made_by in ("run", "demo")
+            return made_by if made_by in ("run", "demo") else None
         argv = self.meta.get("argv")
-        return (isinstance(argv, list) and len(argv) >= 2 and isinstance(argv[0], str)
-                and "trainpace" in argv[0] and argv[1] in ("run", "demo"))
+        if (isinstance(argv, list) and len(argv) >= 2 and isinstance(argv[0], str)
+                and "trainpace" in argv[0] and argv[1] in ("run", "demo")):
+            return str(argv[1])
+        return None
 
     @property
     def samples_per_step(self) -> float | None:

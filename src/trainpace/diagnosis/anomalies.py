@@ -240,7 +240,7 @@ def _periodic_cause(ctx: Context, period: int, steps: list[int], in_loader: bool
     # the end of the window's last step or in the first of the next
     if (window is not None and _near(period, window, t)
             and sum(s % window in (0, 1) for s in steps) >= 0.8 * len(steps)):
-        flag = "--window" if ctx.from_cli else "Meter(window=...)"
+        flag = adv.setting(ctx.made_by, "window", 2 * window)
         return "trainpace_window", (
             f"the slow steps fall on trainpace's own window boundary (every {window} steps, "
             f"config.window): the {each} each time is trainpace's work at the boundary, not the "
@@ -390,7 +390,8 @@ def _drift_cause(ctx: Context, head: np.ndarray, tail: np.ndarray, drift_pct: fl
     if grown is not None:
         seen.append(f"the work per step changed {grown:+.0f}%")
     return "unknown", ("the recorded signs do not tell the cause: " + "; ".join(seen)
-                       + " — a profiler trace of early and late steps (profile_steps) shows "
+                       + " — a profiler trace of early and late steps "
+                       f"({adv.setting(ctx.made_by, 'profile_steps', 'START:STOP')}) shows "
                        "where the time went")
 
 
@@ -438,7 +439,8 @@ def drift(ctx: Context) -> Outcome:
             f"Step time falls {-drift_pct:.0f}% {span}: warm-up may reach into the measured steps",
             evidence,
             [
-                f"exclude more warm-up, e.g. Meter(warmup={ctx.summary.steps.warmup + n // 4}), "
+                "exclude more warm-up, e.g. "
+                f"{adv.setting(ctx.made_by, 'warmup', ctx.summary.steps.warmup + n // 4)}, "
                 "or run longer so the steady window dominates"
             ],
         )
