@@ -23,6 +23,11 @@ def test_one_stall_over_three_medians():
     assert ev["lost_pct"] == pytest.approx(100 * 0.21 / 3.21)
     assert v.finding.severity == "warning"
     assert v.bottleneck == "host_overhead"
+    assert ev["cause"] == "unknown"
+    assert v.finding.advice[0].startswith(
+        "the recorded signs do not tell the cause: the stalls are outside the loader, no host "
+        "readings (system.jsonl) for them; a profiler trace over a stall "
+        "(Meter(profile_steps=START:STOP)) shows where the time went")
 
 
 def test_a_step_under_three_medians_is_not_a_stall():

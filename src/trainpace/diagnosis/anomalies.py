@@ -212,10 +212,17 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
             advice = (f"the stalls are outside the loader, while {signs.text()}: other "
                       f"processes took the CPU — run where the cores are free — {gain}")
         else:
-            measured = f" ({signs.text()}: no contention)" if signs is not None else ""
-            advice = ("the stalls are outside the loader" + measured + ": garbage collection "
-                      "(gc.freeze() after setup), host memory swapping, or a synchronizing "
-                      f"call (.item(), .cpu()) behind queued work — {gain}")
+            cause = "unknown"
+            evidence["cause"] = cause
+            measured = (f"{signs.text()}: no contention" if signs is not None
+                        else "no host readings (system.jsonl) for them")
+            if signs is not None and signs.memory_used_pct_max is not None:
+                measured += f", memory {signs.memory_used_pct_max:.0f}% used at most"
+            trace = adv.setting(ctx.made_by, "profile_steps", "START:STOP")
+            advice = (f"the recorded signs do not tell the cause: the stalls are outside the "
+                      f"loader, {measured}; a profiler trace over a stall ({trace}) shows "
+                      "where the time went (in the loop: a garbage-collection pass, or a "
+                      f"synchronizing call such as .item() behind queued work) — {gain}")
     category: Bottleneck | None = (None if severity == "info" or cause == "cpu_contention" else
                                    "data_loading" if in_loader or cause == "worker_restart"
                                    else "host_overhead")

@@ -351,7 +351,10 @@ def _phase_verdict(ctx: Context, line: Timeline, phases: list[Phase]) -> Verdict
     lost_pct = 100.0 * sum(max(p.extra_s, 0.0) for p in counted) / line.wall_s
     count = f"{len(phases)} slow phases" if len(phases) > 1 else "A slow phase"
     title = f"{count}: {_describe(worst)}"
-    advice = [_describe(p) + f" — {_ADVICE[p.cause]}" for p in phases[:5]]
+    trace = adv.setting(ctx.made_by, "profile_steps", "START:STOP")
+    advice = [_describe(p) + " — "
+              + _ADVICE[p.cause].replace("Meter(profile_steps=...)", trace)
+              for p in phases[:5]]
     if lost_pct > 0:
         advice.append(f"without the slow phases the run would take less wall time — "
                       f"{adv.gain_text(lost_pct)}")
