@@ -250,6 +250,22 @@ def test_saturated_host_cpu_matters_only_when_a_device_does_the_compute():
     assert rules.host_overhead(ctx(Summary())).skipped is not None
 
 
+def test_a_host_cpu_busy_with_other_processes_is_the_machines():
+    # 4 cores 95% busy; this run and its workers use 180% = 45% of the machine: others 50%
+    busy = Host(system_cpu_pct=95.0, process_cpu_pct=180.0)
+    v = only(rules.host_overhead(ctx(Summary(device=Device(kind="cuda"), host=busy),
+                                     meta={"cpu_count": 4})))
+    assert v.finding.title == ("The host CPUs are 95% busy, 50% of them with other processes "
+                               "(this run and its workers: 45%)")
+    assert v.finding.evidence["others_pct"] == pytest.approx(50.0)
+    assert v.bottleneck is None
+    # on 2 cores the same 180% is 90% of the machine: the run's own load
+    v = only(rules.host_overhead(ctx(Summary(device=Device(kind="cuda"), host=busy),
+                                     meta={"cpu_count": 2})))
+    assert v.bottleneck == "host_overhead"
+    assert v.finding.advice[0].startswith("this run keeps the CPU busy")
+
+
 def test_rules_run_in_the_experts_order():
     names = [name for name, _ in rules.RULES]
     assert names.index("step-time outliers") < names.index("roofline and bandwidth")

@@ -339,16 +339,32 @@ def host_overhead(ctx: Context) -> Outcome:
             "host_overhead", lost))
     saturated = (h.system_cpu_pct is not None and h.system_cpu_pct >= t.host_cpu_saturated_pct
                  and s.device.kind not in (None, "cpu"))
-    if saturated:
-        verdicts.append(Verdict(Finding(
-            id="host_cpu", severity="warning",
-            title=f"The host CPUs are {h.system_cpu_pct:.0f}% busy",
-            evidence={"system_cpu_pct": h.system_cpu_pct, "process_cpu_pct": h.process_cpu_pct,
-                      "cpu_count": ctx.cpu_count},
-            advice=["DataLoader workers, tokenization or other processes compete with the "
-                    "training loop for the CPU: fewer workers doing cheaper work, or move "
-                    "preprocessing offline"]),
-            "host_overhead", None))
+    if saturated and h.system_cpu_pct is not None:
+        cores = ctx.cpu_count
+        share = (min(100.0, h.process_cpu_pct / cores)
+                 if h.process_cpu_pct is not None and cores else None)
+        others = max(0.0, h.system_cpu_pct - share) if share is not None else None
+        evidence = {"system_cpu_pct": h.system_cpu_pct, "process_cpu_pct": h.process_cpu_pct,
+                    "cpu_count": cores, "process_share_pct": share, "others_pct": others}
+        if others is not None and others >= t.cpu_others_pct:
+            # the machine's, not the run's: no bottleneck in the user's code is named
+            verdicts.append(Verdict(Finding(
+                id="host_cpu", severity="warning",
+                title=f"The host CPUs are {h.system_cpu_pct:.0f}% busy, {others:.0f}% of them "
+                      f"with other processes (this run and its workers: {share:.0f}%)",
+                evidence=evidence,
+                advice=["other processes take the cores that feed the device: run where the "
+                        "cores are free; nothing in the training needs to change for it"]),
+                None, None))
+        else:
+            verdicts.append(Verdict(Finding(
+                id="host_cpu", severity="warning",
+                title=f"The host CPUs are {h.system_cpu_pct:.0f}% busy",
+                evidence=evidence,
+                advice=["this run keeps the CPU busy (its DataLoader workers, tokenization, "
+                        "the loop): fewer workers doing cheaper work, or move preprocessing "
+                        "offline"]),
+                "host_overhead", None))
     py = h.python_pct
     if py is not None and py >= t.python_overhead_warning_pct:
         verdicts.append(Verdict(Finding(
