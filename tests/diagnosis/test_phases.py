@@ -224,7 +224,11 @@ def test_trainpaces_own_first_step_work_is_not_the_users_warmup():
     outcome = phases.slow_phases(ctx(summary, steps=records(step_s), meta=meta,
                                      slow_phase_min_steps=1))
     assert not any(v.finding.id == "long_warmup" for v in outcome.verdicts)
-    [v] = outcome.verdicts
+    v, own = outcome.verdicts
+    assert (own.finding.id, own.finding.severity, own.bottleneck) == (
+        "trainpace_first_step", "info", None)
+    assert own.finding.title == ("trainpace's own first-step work (counting the step's FLOPs) "
+                                 "took 2.4 s, 36% of the wall time")
     [phase] = v.finding.evidence["phases"]
     assert phase["cause"] == "trainpace_first_step"
     assert v.finding.severity == "info" and v.bottleneck is None

@@ -386,7 +386,18 @@ def _long_warmup(ctx: Context, line: Timeline) -> Verdict | None:
     far_longer = (0 < compile_s < (warmup_s - own_s) / 2.0  # 0: first steps' records missing
                   and wall_pct >= t.slow_phase_warning_pct)
     if not (too_long or far_longer):
-        return None
+        own_pct = 100.0 * own_s / line.wall_s
+        if own_pct < t.slow_phase_warning_pct:
+            return None
+        # the warm-up is long only by trainpace's own work: said as trainpace's
+        return Verdict(Finding(
+            id="trainpace_first_step", severity="info",
+            title=f"trainpace's own first-step work (counting the step's FLOPs) took "
+                  f"{duration(own_s)}, {own_pct:.0f}% of the wall time",
+            evidence={"trainpace_first_step_s": own_s, "wall_pct": own_pct,
+                      "warmup_steps": warmup, "warmup_s": warmup_s},
+            advice=["trainpace's cost, once per run, not the training's; the first step is "
+                    "left out of the figures with the warm-up"]), None, None)
     why = (f"{wall_pct:.0f}% of the wall time" if too_long else
            f"{(warmup_s - own_s) / compile_s:.1f}× what compile warm-up ({compile_n} steps) "
            "and steady steps would take")
