@@ -97,7 +97,7 @@ def periodic(
         on = sorted(s for _, _, s in chosen.values())
         places = len(range(first + (residue - first) % period, last + 1, period))
         if (len(on) >= t.spike_min_count and len(on) >= PERIOD_COVERAGE * places
-                and _stands_out(spikes, on, period, residue, tolerance, first, last)):
+                and _stands_out(spikes, on, period, tolerance, first, last)):
             found.append((sum(spikes[s] for s in on), -sum(d for _, d, _ in chosen.values()),
                           period, on))
     if not found:
@@ -110,39 +110,27 @@ def periodic(
     return period, on
 
 
-def _stands_out(spikes: Mapping[int, float], on: list[int], period: int, residue: int,
-                tolerance: int, first: int, last: int) -> bool:
+def _stands_out(spikes: Mapping[int, float], on: list[int], period: int, tolerance: int,
+                first: int, last: int) -> bool:
     """Whether the slow steps on a lattice are evidence of periodic work, not slow steps
     scattered over a noisy run (some lattice always catches those, the shorter the period
-    the more easily). Either they are clearly larger than the others (their median extra
-    time over twice the others'), or chance would rarely fill as many of its places: with
-    slow steps as dense as they are away from the places (everywhere, when the places
-    cover every step), a place of 2·tolerance + 1 steps holds one by chance with
-    probability q = 1 − (1 − density)^width, and :data:`PERIOD_CHANCE` bounds the
-    binomial chance of ``len(on)`` or more of the places."""
-    inside = [s for s in spikes if first <= s <= last]
+    the more easily). Only slow steps of their size count (at least half their median extra
+    time), and a run of adjacent ones is one event (a cold cache after it). Either no such
+    event lies off the lattice, or chance would rarely fill as many of its places: events
+    scattered at their density d over the run fill a place (2·tolerance + 1 steps) with
+    probability q = 1 − (1 − d)^width, and :data:`PERIOD_CHANCE` bounds the binomial chance
+    of ``len(on)`` or more of the places."""
+    size = 0.5 * (median([spikes[s] for s in on]) or 0.0)
+    big = {s for s in spikes if first <= s <= last and spikes[s] >= size}
+    starts = {s for s in big if s - 1 not in big}  # one per event
     chosen = set(on)
-    others = [spikes[s] for s in inside if s not in chosen]
-    if not others:
+    if all(s in chosen or s - 1 in big for s in starts):
         return True
-    if (median(others) or 0.0) < 0.5 * (median([spikes[s] for s in on]) or 0.0):
-        return True
-    places = len(range(first + (residue - first) % period, last + 1, period))
-    width = 2 * tolerance + 1
-    span = last - first + 1
-
-    def near_a_place(s: int) -> bool:
-        return min((s - residue) % period, (residue - s) % period) <= tolerance
-
-    away = span - sum(1 for s in range(first, last + 1) if near_a_place(s))
-    if away > 0:
-        density = sum(1 for s in inside if not near_a_place(s)) / away
-    else:
-        density = len(inside) / span
-    q = 1.0 - (1.0 - min(density, 1.0)) ** width
-    hits = min(len(on), places)
+    places = len(range(min(on) - (min(on) - first) // period * period, last + 1, period))
+    density = min(1.0, len(starts) / max(1, last - first + 1))
+    q = 1.0 - (1.0 - density) ** (2 * tolerance + 1)
     tail = sum(math.comb(places, k) * q**k * (1.0 - q) ** (places - k)
-               for k in range(hits, places + 1))
+               for k in range(min(len(on), places), places + 1))
     return tail <= PERIOD_CHANCE
 
 
