@@ -56,7 +56,9 @@ def test_a_run_with_no_step_yet_shows_nothing_measured(tmp_path, capsys):
     assert main(["report", str(folder)]) == 0
     out = capsys.readouterr().out
     assert out.count("not measured: ") == 5
-    assert "bottleneck: none" in out
+    # nothing timed is not "no bottleneck found" (issue 25 §6)
+    assert "bottleneck: not measured — Nothing was measured: no step was timed" in out
+    assert "No bottleneck found" not in out
 
 
 def test_html_report_is_written(slow_data_run, tmp_path, capsys):

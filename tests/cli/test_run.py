@@ -171,6 +171,12 @@ def test_samples_per_step_supplies_the_counts(tmp_path):
     assert tp["samples_per_s"] == pytest.approx(tp["steps_per_s"] * 8)
     assert tp["tokens_per_s"] == pytest.approx(tp["steps_per_s"] * 80)
     assert {r["samples"] for r in steps_of(tmp_path / "given")} == {8}
+    # no DataLoader: the data wait stays unknown, never 0.0% (issue 25 §6)
+    assert summary["data"]["wait_pct"] is None
+    assert summary["data"]["wait_s_per_step"] is None
+    (finding,) = [f for f in summary["diagnosis"]["findings"] if f["id"] == "run_no_dataloader"]
+    assert finding["title"].endswith("for training: the data wait is unknown")
+    assert json.loads((tmp_path / "given" / "summary.json").read_text())["data"]["wait_pct"] is None
 
 
 def test_a_script_that_never_trains_the_report_says_what_it_could_not_see(tmp_path):

@@ -162,3 +162,13 @@ def test_cpu_bound_advice_stays_within_the_cores():
     assert found.advice[0].startswith("data wait is 60% of the step with `num_workers=1` — ")
     assert not any("(persistent_workers=True)" in line for line in found.advice)
     assert any(line.startswith("workers alone cannot hide it on 2 CPU cores") for line in found.advice)
+
+
+def test_settings_name_the_cli_flag_when_the_run_came_from_the_cli():
+    from trainpace.diagnosis.advice import setting
+
+    assert setting(None, "warmup", 3) == "Meter(warmup=3)"
+    assert setting("run", "warmup", 3) == "`trainpace run --warmup 3`"
+    assert setting("run", "window", 200) == "`trainpace run --window 200`"
+    assert setting("demo", "num_workers", 2) == "`trainpace demo --workers 2`"
+    assert setting("demo", "warmup", 3) == "Meter(warmup=3)"  # the demo has no such flag

@@ -130,3 +130,15 @@ def test_a_hand_made_run_with_a_warmup_flag_inside_is_not_a_stretch():
     c = _context.Context(Summary(), records, None, {}, _context.Thresholds())
     assert isinstance(c.times.index, np.ndarray)
     assert 500 not in c.times.step.tolist() and len(c.times) == 1_997
+
+
+def test_the_cli_verb_that_made_the_run_comes_from_meta():
+    from diagnosis.helpers import ctx
+
+    assert ctx(meta={"made_by": "run"}).made_by == "run"
+    assert ctx(meta={"made_by": "meter"}).made_by is None
+    assert ctx(meta={"argv": ["/venv/bin/trainpace", "demo", "--steps", "50"]}).made_by == "demo"
+    assert ctx(meta={"argv": ["/venv/bin/trainpace", "run", "train.py"]}).made_by == "run"
+    assert ctx(meta={"argv": ["train.py", "--epochs", "2"]}).made_by is None
+    assert ctx(meta={"config": {"window": 14}}).window_steps == 14
+    assert ctx().window_steps is None

@@ -151,3 +151,13 @@ def test_every_bottleneck_is_a_contract_category():
     ]:
         categories.add(diagnose(s).bottleneck)
     assert categories == set(BOTTLENECKS)
+
+
+def test_nothing_timed_is_said_as_nothing_measured_not_as_a_healthy_run():
+    d = diagnose(Summary())
+    assert d.bottleneck == "none"  # the schema's value; the title says why
+    checks = d.findings[-1]
+    assert checks.title == "Nothing was measured: no step was timed, so no bottleneck can be named"
+    assert checks.evidence["nothing_measured"] is True
+    assert diagnose(healthy_summary(), steps=steady_records()).findings[-1].evidence[
+        "nothing_measured"] is False

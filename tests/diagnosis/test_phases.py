@@ -213,3 +213,38 @@ def test_other_processes_holding_the_cpu_early_are_named_as_a_slow_phase(tmp_pat
     assert sum(p["wall_pct"] for p in contended) == pytest.approx(100 * stopped_s / wall, abs=15)
     assert all(p["slowdown"] >= 1.5 for p in contended)
     assert finding.severity == "critical"  # over half of the run
+
+
+def test_trainpaces_own_first_step_work_is_not_the_users_warmup():
+    # issue 25 §2: the FLOP count made step 1 take 2.5 s (meta: 2.4 s of CPU counting) of a
+    # run of 0.02 s steps; auto warm-up excluded steps 1–5
+    step_s = [2.5] + [0.02] * 204
+    meta = {"vitals": {"flop_count": {"counted": True, "ops_cpu_s": 2.4}}}
+    summary = Summary(steps=Steps(total=205, warmup=5, measured=200))
+    outcome = phases.slow_phases(ctx(summary, steps=records(step_s), meta=meta,
+                                     slow_phase_min_steps=1))
+    assert not any(v.finding.id == "long_warmup" for v in outcome.verdicts)
+    v, own = outcome.verdicts
+    assert (own.finding.id, own.finding.severity, own.bottleneck) == (
+        "trainpace_first_step", "info", None)
+    assert own.finding.title == ("trainpace's own first-step work (counting the step's FLOPs) "
+                                 "took 2.4 s, 36% of the wall time")
+    [phase] = v.finding.evidence["phases"]
+    assert phase["cause"] == "trainpace_first_step"
+    assert v.finding.severity == "info" and v.bottleneck is None
+    assert "trainpace's own first-step work (counting the step's FLOPs), not the training's" \
+        in v.finding.title
+    # the same run without trainpace's cost recorded: a warm-up of 39% of the wall time
+    outcome = phases.slow_phases(ctx(summary, steps=records(step_s), slow_phase_min_steps=1))
+    long = next(v.finding for v in outcome.verdicts if v.finding.id == "long_warmup")
+    assert long.evidence["trainpace_first_step_s"] == 0.0
+    assert long.evidence["wall_pct"] == pytest.approx(100 * 2.58 / 6.58)
+
+
+def test_first_step_work_is_bounded_by_the_first_steps_extra_time():
+    # counting cost 2.4 s of CPU, but step 1 took 0.5 s more than a steady one: 0.5 s is its
+    step_s = [0.52] + [0.02] * 100
+    meta = {"vitals": {"flop_count": {"ops_cpu_s": 2.4}}}
+    c = ctx(Summary(steps=Steps(total=101, warmup=1, measured=100)), steps=records(step_s),
+            meta=meta)
+    assert phases.own_first_step_s(c, phases.timeline(c)) == pytest.approx(0.5)

@@ -250,6 +250,22 @@ def test_saturated_host_cpu_matters_only_when_a_device_does_the_compute():
     assert rules.host_overhead(ctx(Summary())).skipped is not None
 
 
+def test_a_host_cpu_busy_with_other_processes_is_the_machines():
+    # 4 cores 95% busy; this run and its workers use 180% = 45% of the machine: others 50%
+    busy = Host(system_cpu_pct=95.0, process_cpu_pct=180.0)
+    v = only(rules.host_overhead(ctx(Summary(device=Device(kind="cuda"), host=busy),
+                                     meta={"cpu_count": 4})))
+    assert v.finding.title == ("The host CPUs are 95% busy, 50% of them with other processes "
+                               "(this run and its workers: 45%)")
+    assert v.finding.evidence["others_pct"] == pytest.approx(50.0)
+    assert v.bottleneck is None
+    # on 2 cores the same 180% is 90% of the machine: the run's own load
+    v = only(rules.host_overhead(ctx(Summary(device=Device(kind="cuda"), host=busy),
+                                     meta={"cpu_count": 2})))
+    assert v.bottleneck == "host_overhead"
+    assert v.finding.advice[0].startswith("this run keeps the CPU busy")
+
+
 def test_rules_run_in_the_experts_order():
     names = [name for name, _ in rules.RULES]
     assert names.index("step-time outliers") < names.index("roofline and bandwidth")
@@ -308,3 +324,41 @@ def test_python_between_operators_is_host_overhead():
     assert found["python_overhead"].severity == "warning"
     assert found["python_overhead"].evidence["python_pct"] == 42.0
     assert diagnose(Summary(host=Host(python_pct=12.0))).findings[0].id != "python_overhead"
+
+
+# ---- memory ------------------------------------------------------------------------------
+
+
+def memory_rows(rss_gb, total_gb=16.0, used_pct=98.0, count=5):
+    return [{"t_s": float(i), "host": {"memory_used_pct": used_pct, "rss_gb": rss_gb[i % len(rss_gb)],
+                                       "memory_total_gb": total_gb}} for i in range(count)]
+
+
+def test_host_memory_full_of_other_processes_is_the_machines():
+    # issue 25 §4: 98% used while this process held 0.35–0.41 GB: no CUDA advice on a CPU run
+    s = Summary(device=Device(kind="cpu", memory_used_pct=98.0))
+    v = only(rules.memory(ctx(s, system=memory_rows([0.35, 0.41]))))
+    f = v.finding
+    assert f.title == ("Host memory 98% used, by other processes: this one held at most 0.41 GB "
+                       "(3% of 16 GB)")
+    assert f.evidence["process_rss_gb_max"] == 0.41
+    assert f.evidence["process_pct"] == pytest.approx(100 * 0.41 / 16)
+    assert v.bottleneck is None
+    assert not any("PYTORCH_CUDA_ALLOC_CONF" in a or "checkpoint" in a for a in f.advice)
+
+
+def test_host_memory_full_of_this_process_gets_advice_without_cuda_settings():
+    s = Summary(device=Device(kind="cpu", memory_used_pct=98.0))
+    v = only(rules.memory(ctx(s, system=memory_rows([14.0]))))
+    assert v.bottleneck == "memory_capacity"
+    assert v.finding.title == "Host memory (the CPU's) 98% used: close to running out"
+    assert v.finding.advice[-1] == "bf16 autocast halves the activations' memory"
+    assert not any("PYTORCH_CUDA_ALLOC_CONF" in a for a in v.finding.advice)
+
+
+def test_device_memory_full_on_cuda_names_the_allocator_setting():
+    s = Summary(device=Device(kind="cuda", memory_used_pct=97.0))
+    v = only(rules.memory(ctx(s)))
+    assert v.bottleneck == "memory_capacity"
+    assert v.finding.advice[-1] == ("bf16 autocast; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                                    "against fragmentation")

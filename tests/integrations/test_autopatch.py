@@ -200,7 +200,11 @@ def test_no_dataloader_gets_step_times_and_the_given_samples_per_step(tmp_path, 
     assert summary.throughput.samples_per_s == pytest.approx(32 / 0.005)
     assert summary.throughput.tokens_per_s == pytest.approx(640 / 0.005)
     assert [r["samples"] for r in steps_of(meter.path)] == [32] * 10
-    assert patch.blind_spots() == []  # the counts were given
+    # the counts were given, but no DataLoader was iterated: the data wait stays unknown
+    [blind] = patch.blind_spots()
+    assert blind.id == "run_no_dataloader"
+    assert blind.title == ("No torch.utils.data.DataLoader was iterated for training: the data "
+                           "wait is unknown")
 
 
 def test_without_dataloader_nor_counts_the_report_says_what_it_could_not_see(tmp_path, clock):

@@ -51,6 +51,15 @@ def test_a_healthy_run_says_none_and_what_was_checked():
     assert "? thermal: no temperature or throttle reading for the cpu" in text
 
 
+def test_a_run_with_no_timed_step_says_nothing_was_measured():
+    s = Summary(run_id="empty")
+    s = dataclasses.replace(s, diagnosis=diagnose(s))
+    text = render(s, width=160)
+    assert ("bottleneck: not measured — Nothing was measured: no step was timed, so no "
+            "bottleneck can be named") in text
+    assert "No bottleneck found" not in text
+
+
 def test_colours_when_asked():
     s = Summary(run_id="r", throughput=Throughput(samples_per_s=5.0))
     assert "\x1b[" in render(s, color=True)

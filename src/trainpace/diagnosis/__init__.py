@@ -73,20 +73,26 @@ def diagnose(
             checked.append(f"{name}: {outcome.checked or 'found ' + found}")
     best = _bottleneck(verdicts)
     bottleneck = best.bottleneck if best is not None and best.bottleneck else "none"
-    if bottleneck == "none":
+    # no timed step: "no bottleneck found" would read as a healthy run
+    nothing_timed = not summary.steps.measured and ctx.step_s is None
+    if bottleneck == "none" and nothing_timed:
+        title = "Nothing was measured: no step was timed, so no bottleneck can be named"
+        advice = ["a step is timed from one optimizer step (or meter.step()) to the next"]
+    elif bottleneck == "none":
         title = f"No bottleneck found in what was measured ({len(checked)} checks)"
         advice = ["nothing measured here holds the run back"]
-        if not_checked:
-            advice.append("some checks could not run; their sources are listed as not checked")
     else:
         title = f"Bottleneck: {bottleneck.replace('_', ' ')} ({best.finding.id if best else ''})"
         advice = []
+    if bottleneck == "none" and not_checked:
+        advice.append("some checks could not run; their sources are listed as not checked")
     checks = Finding(
         id="checks",
         severity="info",
         title=title,
         evidence={
             "bottleneck_finding": best.finding.id if best is not None else None,
+            "nothing_measured": nothing_timed,
             "checked": checked,
             "not_checked": not_checked,
         },

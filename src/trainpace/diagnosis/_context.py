@@ -253,7 +253,8 @@ class Context:
     def host_rows(self) -> dict[str, np.ndarray]:
         """The sampler rows' host readings as columns (``t_s`` and each ``host.*`` key)."""
         keys = ("system_cpu_pct", "process_cpu_pct", "main_cpu_pct", "memory_used_pct",
-                "available_gb", "main_demand_pct", "workers_demand_pct", "workers")
+                "available_gb", "main_demand_pct", "workers_demand_pct", "workers", "rss_gb",
+                "memory_total_gb")
         rows = [r for r in self.system or () if number_or_none(r.get("t_s")) is not None]
         out = {"t_s": np.array([float(r["t_s"]) for r in rows], dtype=np.float64)}
         for key in keys:
@@ -285,6 +286,26 @@ class Context:
         if not known.any():
             return None
         return float((values[known] * weights[known]).sum() / weights[known].sum())
+
+    @property
+    def window_steps(self) -> int | None:
+        """trainpace's own window (steps between its window boundaries), from meta.json."""
+        config = self.meta.get("config")
+        value = config.get("window") if isinstance(config, Mapping) else None
+        return value if isinstance(value, int) and value > 1 else None
+
+    @property
+    def made_by(self) -> str | None:
+        """``"run"`` or ``"demo"`` when the run was made by that CLI verb (its advice then names
+        the verb's flags, not the Meter's keywords): meta.json's ``made_by``, else its argv."""
+        made_by = self.meta.get("made_by")
+        if isinstance(made_by, str):
+            return made_by if made_by in ("run", "demo") else None
+        argv = self.meta.get("argv")
+        if (isinstance(argv, list) and len(argv) >= 2 and isinstance(argv[0], str)
+                and "trainpace" in argv[0] and argv[1] in ("run", "demo")):
+            return str(argv[1])
+        return None
 
     @property
     def samples_per_step(self) -> float | None:

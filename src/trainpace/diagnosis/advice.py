@@ -29,6 +29,22 @@ def gain_text(lost_pct: float) -> str:
     return f"expected gain up to {gain:.2g}×"
 
 
+# The CLI flags that set a Meter keyword, by verb (the demo sets its own warm-up and window).
+CLI_FLAGS: dict[str, dict[str, str]] = {
+    "run": {"warmup": "--warmup", "window": "--window", "profile_steps": "--profile"},
+    "demo": {"num_workers": "--workers"},
+}
+
+
+def setting(made_by: str | None, keyword: str, value: Any) -> str:
+    """How the user sets ``keyword`` to ``value``: the CLI verb's flag when the run was made
+    by one that has it (``trainpace run --warmup 3``), else the Meter's keyword."""
+    flag = CLI_FLAGS.get(made_by or "", {}).get(keyword)
+    if flag is not None:
+        return f"`trainpace {made_by} {flag} {value}`"
+    return f"Meter({keyword}={value})"
+
+
 def _call(settings: Mapping[str, Any]) -> str:
     args = ", ".join(f"{key}={value!r}" for key, value in settings.items())
     return f"`DataLoader({args})`"

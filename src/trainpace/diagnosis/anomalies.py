@@ -20,13 +20,14 @@ from trainpace.diagnosis._context import Context, Outcome, Verdict, severity_for
 from trainpace.diagnosis.phases import HostSigns, find_phases, host_signs
 from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.stats import median
-from trainpace.summary import Bottleneck
+from trainpace.summary import Bottleneck, Severity
 from trainpace.units import format_duration as duration
 
 PERIOD_COVERAGE = 0.8  # a period holds when the slow steps fill 80% of its places in the run
 PERIOD_CANDIDATES = 12  # the most frequent gaps tried as periods (bounds the work on noisy runs)
 PERIOD_EXPLAINED = 0.8  # a multiple wins if it explains 80% of the best period's extra time
 BIG_SHARES = (0.5, 0.25, 0.1)  # tiers of slow steps (share of the largest extra time)
+PERIOD_CHANCE = 0.001  # a lattice that scattered slow steps fill this likely is no period
 
 
 def _best_residue(spikes: Mapping[int, float], period: int, tolerance: int) -> int:
@@ -95,7 +96,8 @@ def periodic(
             chosen = _on_lattice(spikes, period, residue, tolerance, first, last)
         on = sorted(s for _, _, s in chosen.values())
         places = len(range(first + (residue - first) % period, last + 1, period))
-        if len(on) >= t.spike_min_count and len(on) >= PERIOD_COVERAGE * places:
+        if (len(on) >= t.spike_min_count and len(on) >= PERIOD_COVERAGE * places
+                and _stands_out(spikes, on, period, tolerance, first, last)):
             found.append((sum(spikes[s] for s in on), -sum(d for _, d, _ in chosen.values()),
                           period, on))
     if not found:
@@ -106,6 +108,30 @@ def periodic(
     _, _, period, on = max((f for f in found if f[2] % best[2] == 0
                             and f[0] >= PERIOD_EXPLAINED * best[0]), key=lambda f: (f[2], f[1]))
     return period, on
+
+
+def _stands_out(spikes: Mapping[int, float], on: list[int], period: int, tolerance: int,
+                first: int, last: int) -> bool:
+    """Whether the slow steps on a lattice are evidence of periodic work, not slow steps
+    scattered over a noisy run (some lattice always catches those, the shorter the period
+    the more easily). Only slow steps of their size count (at least half their median extra
+    time), and a run of adjacent ones is one event (a cold cache after it). Either no such
+    event lies off the lattice, or chance would rarely fill as many of its places: events
+    scattered at their density d over the run fill a place (2·tolerance + 1 steps) with
+    probability q = 1 − (1 − d)^width, and :data:`PERIOD_CHANCE` bounds the binomial chance
+    of ``len(on)`` or more of the places."""
+    size = 0.5 * (median([spikes[s] for s in on]) or 0.0)
+    big = {s for s in spikes if first <= s <= last and spikes[s] >= size}
+    starts = {s for s in big if s - 1 not in big}  # one per event
+    chosen = set(on)
+    if all(s in chosen or s - 1 in big for s in starts):
+        return True
+    places = len(range(min(on) - (min(on) - first) // period * period, last + 1, period))
+    density = min(1.0, len(starts) / max(1, last - first + 1))
+    q = 1.0 - (1.0 - density) ** (2 * tolerance + 1)
+    tail = sum(math.comb(places, k) * q**k * (1.0 - q) ** (places - k)
+               for k in range(min(len(on), places), places + 1))
+    return tail <= PERIOD_CHANCE
 
 
 def too_few_steps(ctx: Context, need: int, what: str) -> Outcome | None:
@@ -148,30 +174,18 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
     if signs is not None:
         evidence["host_signs"] = signs.to_dict()
     each, gain = duration(lost_s / len(chosen)), adv.gain_text(lost_pct)
-    persistent = bool((ctx.loader or {}).get("persistent_workers"))
+    cause = None
     if period:
         kind = "stall" if float(slow.max()) > t.stall_factor * med else "slow step"
         title = (f"Periodic {kind} every {period} steps: {len(chosen)} steps took "
                  f"{duration(median(slow) or 0.0)} instead of {duration(med)} "
                  f"({lost_pct:.1f}% of the time)")
-        restart = ("an epoch boundary that restarts the workers (persistent_workers=True)"
-                   if not persistent else "a slow first batch of each epoch (the workers "
-                   "persist already: shuffle cost or files opened per epoch)")
-        if in_loader:
-            advice = (f"the extra {each} each time is in the data wait: the loader runs dry "
-                      f"every {period} steps — {restart} or a prefetch queue too short for "
-                      f"slow batches (raise prefetch_factor) — {gain}")
-        elif _outside_known(ctx):
-            advice = (f"periodic work inside the step costs {each} every {period} steps (work "
-                      "between steps, such as an evaluation, is kept out of the step time): "
-                      "a synchronizing call, logging or a checkpoint save inside the step — "
-                      f"save asynchronously (torch.distributed.checkpoint.async_save) or less "
-                      f"often — {gain}")
-        else:
-            advice = (f"periodic work outside the loader costs {each} every {period} steps: "
-                      "a checkpoint save, an evaluation or a logging sync; save "
-                      "asynchronously (torch.distributed.checkpoint.async_save) or less "
-                      f"often, evaluate less often — {gain}")
+        cause, advice = _periodic_cause(ctx, period, [int(s) for s in times.step[ix]],
+                                        in_loader, each, gain)
+        evidence["cause"] = cause
+        if cause == "trainpace_window":
+            title += ": trainpace's own window boundary"
+            severity = "info"
     else:
         title = (f"{len(chosen)} stall{'s' if len(chosen) > 1 else ''} over "
                  f"{t.stall_factor:g}× the median step: worst "
@@ -181,18 +195,81 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
             advice = ("the stalls are in the data wait: a slow read or a slow sample (check "
                       f"storage and samples that decode slowly) — {gain}")
         elif signs is not None and signs.contended(t):
+            cause = "cpu_contention"  # the machine's, not the code's: no bottleneck named
+            evidence["cause"] = cause
             advice = (f"the stalls are outside the loader, while {signs.text()}: other "
                       f"processes took the CPU — run where the cores are free — {gain}")
         else:
-            measured = f" ({signs.text()}: no contention)" if signs is not None else ""
-            advice = ("the stalls are outside the loader" + measured + ": garbage collection "
-                      "(gc.freeze() after setup), host memory swapping, or a synchronizing "
-                      f"call (.item(), .cpu()) behind queued work — {gain}")
-    category: Bottleneck | None = (None if severity == "info" else
-                                   "data_loading" if in_loader else "host_overhead")
+            cause = "unknown"
+            evidence["cause"] = cause
+            measured = (f"{signs.text()}: no contention" if signs is not None
+                        else "no host readings (system.jsonl) for them")
+            if signs is not None and signs.memory_used_pct_max is not None:
+                measured += f", memory {signs.memory_used_pct_max:.0f}% used at most"
+            trace = adv.setting(ctx.made_by, "profile_steps", "START:STOP")
+            advice = (f"the recorded signs do not tell the cause: the stalls are outside the "
+                      f"loader, {measured}; a profiler trace over a stall ({trace}) shows "
+                      "where the time went (in the loop: a garbage-collection pass, or a "
+                      f"synchronizing call such as .item() behind queued work) — {gain}")
+    category: Bottleneck | None = (None if severity == "info" or cause == "cpu_contention" else
+                                   "data_loading" if in_loader or cause == "worker_restart"
+                                   else "host_overhead")
     outcome = verdict("periodic_stall" if period else "stalls", severity, title, evidence,
                       [advice], bottleneck=category, lost_pct=lost_pct)
     return outcome.verdicts[0]
+
+
+def _near(period: int, length: int, t: Thresholds) -> bool:
+    """Whether ``period`` is ``length`` within the period tolerance."""
+    return abs(period - length) <= max(1, int(length * t.period_tolerance_pct / 100.0))
+
+
+def _periodic_cause(ctx: Context, period: int, steps: list[int], in_loader: bool, each: str,
+                    gain: str) -> tuple[str, str]:
+    """(cause, advice) of slow steps every ``period`` steps, from what the run recorded:
+    trainpace's own window boundary, DataLoader workers restarting each epoch, the data wait;
+    what none of them shows is said as not told, with what was checked."""
+    t = ctx.t
+    window = ctx.window_steps
+    # trainpace's window work (device timings read, the window's records written) runs at
+    # the end of the window's last step or in the first of the next
+    if (window is not None and _near(period, window, t)
+            and sum(s % window in (0, 1) for s in steps) >= 0.8 * len(steps)):
+        flag = adv.setting(ctx.made_by, "window", 2 * window)
+        return "trainpace_window", (
+            f"the slow steps fall on trainpace's own window boundary (every {window} steps, "
+            f"config.window): the {each} each time is trainpace's work at the boundary, not the "
+            f"training's; a larger window ({flag}) makes it rarer")
+    loader = ctx.loader or {}
+    workers = int(loader.get("num_workers") or 0)
+    length = loader.get("length")
+    restart = workers > 0 and not loader.get("persistent_workers")
+    if restart and isinstance(length, int) and length > 1 and _near(period, length, t):
+        return "worker_restart", (
+            f"the period is the epoch ({length} batches) and the DataLoader's {workers} "
+            f"workers restart every epoch (persistent_workers=False): the extra {each} is "
+            "their start-up and first batches — `DataLoader(persistent_workers=True)` keeps "
+            f"them — {gain}")
+    if in_loader:
+        why = ("an epoch boundary that restarts the workers (persistent_workers=True)"
+               if restart or workers == 0 else "a slow first batch of each epoch (the workers "
+               "persist already: shuffle cost or files opened per epoch)")
+        return "data_wait", (
+            f"the extra {each} each time is in the data wait: the loader runs dry every "
+            f"{period} steps — {why} or a prefetch queue too short for slow batches (raise "
+            f"prefetch_factor) — {gain}")
+    checked = ["not in the data wait"]
+    if window is not None:
+        checked.append(f"not trainpace's window ({window} steps)")
+    if isinstance(length, int) and length > 0:
+        checked.append(f"not the epoch ({length} batches)")
+    where = ("inside the step (time between steps, such as an evaluation, is kept out of it)"
+             if _outside_known(ctx) else "outside the loader")
+    return "unknown", (
+        f"the recorded signs do not tell what costs {each} every {period} steps ("
+        + ", ".join(checked) + f"): it is {where}; look in the loop for work every {period} "
+        "steps — a checkpoint save (torch.distributed.checkpoint.async_save saves "
+        f"asynchronously), a logging sync or an evaluation — {gain}")
 
 
 def _signs_of(ctx: Context, ix: np.ndarray) -> HostSigns | None:
@@ -258,6 +335,61 @@ def _grown_pct(ctx: Context, head: np.ndarray, tail: np.ndarray) -> float | None
     return None
 
 
+MEMORY_GROWTH = 1.2  # the process's memory grew by a fifth: something is kept across steps
+MEMORY_GROWTH_MIN_GB = 0.05  # ... and by more than the sampler's noise
+
+
+def _drift_cause(ctx: Context, head: np.ndarray, tail: np.ndarray, drift_pct: float,
+                 grown: float | None, wait_growth_s: float, step_growth_s: float,
+                 evidence: dict[str, Any]) -> tuple[str, str]:
+    """(cause, the advice) of a step time that grew: from the signs recorded in the first
+    and last quarters; a cause the signs do not show is said as unknown, with them."""
+    before, after = _signs_of(ctx, head), _signs_of(ctx, tail)
+    evidence["first_quarter_signs"] = before.to_dict() if before is not None else None
+    evidence["last_quarter_signs"] = after.to_dict() if after is not None else None
+    if wait_growth_s >= 0.5 * step_growth_s:
+        return "data_wait", ("the growth is in the data wait: the loader slows down (a cache "
+                             "filling, files growing, workers leaking memory)")
+    if after is not None and after.contended(ctx.t, before):
+        was = f"; in the first quarter {before.text()}" if before is not None else ""
+        return "cpu_contention", (
+            f"the machine's, not the step's: other processes took the CPU in the last "
+            f"quarter ({after.text()}{was}) — compare on a quiet machine; nothing in the "
+            "code needs to change for it")
+    temps = ctx.system_values("temperature_c")
+    if len(temps) >= 2 and temps[-1] - temps[0] >= 10:
+        return "thermal", (f"the device warmed from {temps[0]:.0f} to {temps[-1]:.0f} °C: "
+                           "check clocks and throttling")
+    if grown is not None and grown >= 0.5 * drift_pct:
+        return "inputs", (f"the inputs grew: the work per step (tokens, else samples) rose "
+                          f"{grown:.0f}% from the first quarter to the last, the step time "
+                          f"{drift_pct:.0f}% — the step is as fast per unit of work")
+    rss_before = before.rss_gb if before is not None else None
+    rss_after = after.rss_gb if after is not None else None
+    if (rss_before is not None and rss_after is not None
+            and rss_after >= MEMORY_GROWTH * rss_before
+            and rss_after - rss_before >= MEMORY_GROWTH_MIN_GB):
+        return "memory_growth", (
+            f"this process's memory grew from {rss_before:.2f} to {rss_after:.2f} GB as the "
+            "step slowed: tensors kept across steps (summing losses without .item() or "
+            ".detach() keeps their graphs alive)")
+    seen = [f"the data wait did not grow ({duration(max(wait_growth_s, 0.0))} of "
+            f"{duration(step_growth_s)})"]
+    if after is not None:
+        seen.append(f"in the last quarter {after.text()}: no more contention than in the first")
+        if rss_after is not None:
+            seen.append(f"this process's memory {rss_after:.2f} GB"
+                        + (f" (from {rss_before:.2f})" if rss_before is not None else ""))
+    else:
+        seen.append("no host readings (system.jsonl) to tell the machine's part")
+    if grown is not None:
+        seen.append(f"the work per step changed {grown:+.0f}%")
+    return "unknown", ("the recorded signs do not tell the cause: " + "; ".join(seen)
+                       + " — a profiler trace of early and late steps "
+                       f"({adv.setting(ctx.made_by, 'profile_steps', 'START:STOP')}) shows "
+                       "where the time went")
+
+
 def drift(ctx: Context) -> Outcome:
     """Step time that grows (or falls) over the run: first quarter against last quarter."""
     t, times = ctx.t, ctx.times
@@ -277,7 +409,7 @@ def drift(ctx: Context) -> Outcome:
     wait_first = median(times.wait_s[head]) or 0.0
     wait_last = median(times.wait_s[tail]) or 0.0
     grown = _grown_pct(ctx, head, tail)
-    evidence = {
+    evidence: dict[str, Any] = {
         "measured_steps": n,
         "first_quarter_step_s": first,
         "last_quarter_step_s": last,
@@ -288,34 +420,13 @@ def drift(ctx: Context) -> Outcome:
     }
     span = f"from {duration(first)} to {duration(last)} over {n} steps"
     if drift_pct >= t.drift_warning_pct:
-        temps = ctx.system_values("temperature_c")
-        if wait_last - wait_first >= 0.5 * (last - first):
-            cause = ("the growth is in the data wait: the loader slows down (a cache filling, "
-                     "files growing, workers leaking memory)")
-        elif len(temps) >= 2 and temps[-1] - temps[0] >= 10:
-            cause = (
-                f"the device warmed from {temps[0]:.0f} to {temps[-1]:.0f} °C: "
-                "check clocks and throttling"
-            )
-        elif grown is not None and grown >= 0.5 * drift_pct:
-            cause = (f"the inputs grew: the work per step (tokens, else samples) rose "
-                     f"{grown:.0f}% from the first quarter to the last, the step time "
-                     f"{drift_pct:.0f}% — the step is as fast per unit of work")
-        else:
-            inputs = (f"; the work per step changed {grown:+.0f}%, so the inputs do not "
-                      "explain it" if grown is not None else "")
-            cause = (
-                "the growth is in the step itself: tensors kept across steps (summing losses "
-                "without .item() or .detach() keeps their graphs alive) or allocator "
-                f"fragmentation{inputs}"
-            )
-        return verdict(
-            "drift",
-            "warning",
-            f"Step time drifts up {drift_pct:.0f}% {span}",
-            evidence,
-            [cause],
-        )
+        cause, text = _drift_cause(ctx, head, tail, drift_pct, grown, wait_last - wait_first,
+                                   last - first, evidence)
+        evidence["cause"] = cause
+        # the machine's slowness (others took the CPU) is said, but is not the user's bug
+        severity: Severity = "info" if cause == "cpu_contention" else "warning"
+        return verdict("drift", severity, f"Step time drifts up {drift_pct:.0f}% {span}",
+                       evidence, [text])
     if drift_pct <= -t.drift_warning_pct:
         return verdict(
             "drift",
@@ -323,7 +434,8 @@ def drift(ctx: Context) -> Outcome:
             f"Step time falls {-drift_pct:.0f}% {span}: warm-up may reach into the measured steps",
             evidence,
             [
-                f"exclude more warm-up, e.g. Meter(warmup={ctx.summary.steps.warmup + n // 4}), "
+                "exclude more warm-up, e.g. "
+                f"{adv.setting(ctx.made_by, 'warmup', ctx.summary.steps.warmup + n // 4)}, "
                 "or run longer so the steady window dominates"
             ],
         )

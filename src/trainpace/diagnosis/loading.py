@@ -39,7 +39,9 @@ def data_wait(ctx: Context) -> Outcome:
     s, t = ctx.summary, ctx.t
     wait_pct, wait_s, step_s = s.data.wait_pct, s.data.wait_s_per_step, ctx.step_s
     if wait_pct is None:
-        return Outcome(skipped="no data wait measured (wrap the DataLoader with meter.loader)")
+        how = ("trainpace run meters the torch DataLoaders a script iterates for training; "
+               "none was" if ctx.made_by == "run" else "wrap the DataLoader with meter.loader")
+        return Outcome(skipped=f"no data wait measured ({how})")
     n = ctx.measured_steps
     if n < t.data_wait_min_steps_warning:
         return Outcome(skipped=f"only {n} measured steps for the data wait")
@@ -76,6 +78,10 @@ def data_wait(ctx: Context) -> Outcome:
             evidence["loading"] = found.loading
         else:
             advice = [f"raise DataLoader num_workers — {adv.gain_text(wait_pct)}"]
+        recommended = evidence["recommended"]
+        if ctx.made_by == "demo" and recommended and recommended.get("num_workers"):
+            advice = [*advice, "in the demo: "
+                      + adv.setting("demo", "num_workers", recommended["num_workers"])]
         compute_s = step_s - wait_s if step_s and wait_s is not None else None
         command = tune_command(ctx.meta, compute_s)
         evidence["tune_command"] = command

@@ -11,7 +11,7 @@ steady figures then describe a small part of the run.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -47,6 +47,7 @@ class HostSigns:
     memory_used_pct_max: float | None
     throttled_pct: float | None
     temperature_c_max: float | None
+    rss_gb: float | None = None  # this process's resident memory (time-weighted)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +120,7 @@ def host_signs(ctx: Context, spans: Sequence[tuple[float, float]]) -> HostSigns 
         memory_used_pct_max=float(np.nanmax(memory)) if np.isfinite(memory).any() else None,
         throttled_pct=_weighted(rows["throttled"], weights),
         temperature_c_max=float(np.nanmax(temps)) if np.isfinite(temps).any() else None,
+        rss_gb=_weighted(rows["rss_gb"], weights),
     )
 
 
@@ -185,6 +187,18 @@ def timeline(ctx: Context) -> Timeline | None:
                     median(ctx.times.wait_s) or 0.0, wall)
 
 
+def own_first_step_s(ctx: Context, line: Timeline) -> float:
+    """trainpace's own work in the run's first step, in seconds: the FLOP count (its cost is
+    meta.json's ``vitals.flop_count.ops_cpu_s``, the counted ops' CPU time under counting),
+    bounded by how much longer than a steady step the first step took (0 when not recorded)."""
+    vitals = ctx.meta.get("vitals")
+    count = vitals.get("flop_count") if isinstance(vitals, Mapping) else None
+    cost = number_or_none(count.get("ops_cpu_s")) if isinstance(count, Mapping) else None
+    if not cost or line.step.size == 0 or int(line.step[0]) != 1:
+        return 0.0
+    return max(0.0, min(cost, float(line.step_s[0]) - line.steady_s))
+
+
 def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
     """(first, last) of each run of True."""
     edges = np.diff(np.concatenate(([0], flags.astype(np.int8), [0])))
@@ -224,6 +238,8 @@ def _cause(ctx: Context, line: Timeline, phase: tuple[int, int], signs: HostSign
         return "throttling"
     if signs is not None and (signs.memory_used_pct_max or 0.0) >= t.memory_used_risk_pct:
         return "memory_pressure"
+    if phase[0] == 0 and extra_s > 0 and own_first_step_s(ctx, line) >= 0.5 * extra_s:
+        return "trainpace_first_step"
     if phase[0] == 0 and phase[1] - phase[0] + 1 <= t.compile_warmup_steps:
         return "warmup"
     return "unknown"
@@ -272,6 +288,8 @@ _CAUSE_TEXT = {
     "throttling": "the device's clocks were throttled",
     "memory_pressure": "memory was nearly full",
     "warmup": "compile, allocator and cache warm-up (the first steps)",
+    "trainpace_first_step": "trainpace's own first-step work (counting the step's FLOPs), "
+                            "not the training's",
     "unknown": "none of the recorded signs (data wait, host CPU, memory, throttling) "
                "explains it",
 }
@@ -286,6 +304,8 @@ _ADVICE = {
     "memory_pressure": "free host memory (fewer workers, smaller prefetch) so nothing swaps",
     "warmup": "expected once per run; torch.compile caches (TORCHINDUCTOR_CACHE_DIR) "
               "shorten it on the next run",
+    "trainpace_first_step": "once per run, and left out of the figures with the warm-up; "
+                            "nothing in the training needs to change for it",
     "unknown": "look at what else ran on the machine then; a profiler trace of those steps "
                "(Meter(profile_steps=...)) shows where the time went",
 }
@@ -324,14 +344,17 @@ def slow_phases(ctx: Context) -> Outcome:
 
 def _phase_verdict(ctx: Context, line: Timeline, phases: list[Phase]) -> Verdict:
     t = ctx.t
-    counted = [p for p in phases if p.cause != "warmup"]
+    counted = [p for p in phases if p.cause not in ("warmup", "trainpace_first_step")]
     total_pct = sum(p.wall_pct for p in counted)
     severity = severity_for(total_pct, t.slow_phase_warning_pct, t.slow_phase_critical_pct)
     worst = max(phases, key=lambda p: p.extra_s)
     lost_pct = 100.0 * sum(max(p.extra_s, 0.0) for p in counted) / line.wall_s
     count = f"{len(phases)} slow phases" if len(phases) > 1 else "A slow phase"
     title = f"{count}: {_describe(worst)}"
-    advice = [_describe(p) + f" — {_ADVICE[p.cause]}" for p in phases[:5]]
+    trace = adv.setting(ctx.made_by, "profile_steps", "START:STOP")
+    advice = [_describe(p) + " — "
+              + _ADVICE[p.cause].replace("Meter(profile_steps=...)", trace)
+              for p in phases[:5]]
     if lost_pct > 0:
         advice.append(f"without the slow phases the run would take less wall time — "
                       f"{adv.gain_text(lost_pct)}")
@@ -354,18 +377,32 @@ def _long_warmup(ctx: Context, line: Timeline) -> Verdict | None:
     in_warmup = line.step <= warmup
     warmup_s = s.time.warmup_s if s.time.warmup_s is not None else float(
         line.step_s[in_warmup].sum())
+    own_s = own_first_step_s(ctx, line)  # trainpace's, not the user's warm-up
     compile_n = min(warmup, t.compile_warmup_steps)
-    compile_s = float(line.step_s[line.step <= compile_n].sum()) + max(
+    compile_s = float(line.step_s[line.step <= compile_n].sum()) - own_s + max(
         0, warmup - compile_n) * line.steady_s
-    wall_pct = 100.0 * warmup_s / line.wall_s
+    wall_pct = 100.0 * (warmup_s - own_s) / line.wall_s
     too_long = wall_pct > t.warmup_long_pct
-    far_longer = (0 < compile_s < warmup_s / 2.0  # 0: the first steps' records are missing
+    far_longer = (0 < compile_s < (warmup_s - own_s) / 2.0  # 0: first steps' records missing
                   and wall_pct >= t.slow_phase_warning_pct)
     if not (too_long or far_longer):
-        return None
+        own_pct = 100.0 * own_s / line.wall_s
+        if own_pct < t.slow_phase_warning_pct:
+            return None
+        # the warm-up is long only by trainpace's own work: said as trainpace's
+        return Verdict(Finding(
+            id="trainpace_first_step", severity="info",
+            title=f"trainpace's own first-step work (counting the step's FLOPs) took "
+                  f"{duration(own_s)}, {own_pct:.0f}% of the wall time",
+            evidence={"trainpace_first_step_s": own_s, "wall_pct": own_pct,
+                      "warmup_steps": warmup, "warmup_s": warmup_s},
+            advice=["trainpace's cost, once per run, not the training's; the first step is "
+                    "left out of the figures with the warm-up"]), None, None)
     why = (f"{wall_pct:.0f}% of the wall time" if too_long else
-           f"{warmup_s / compile_s:.1f}× what compile warm-up ({compile_n} steps) and steady "
-           "steps would take")
+           f"{(warmup_s - own_s) / compile_s:.1f}× what compile warm-up ({compile_n} steps) "
+           "and steady steps would take")
+    if own_s > 0:
+        why += f", besides trainpace's own first-step work ({duration(own_s)})"
     measured_s = number_or_none(s.time.measured_s)
     covered = (f"the figures cover the other {s.steps.measured} steps"
                + (f" ({duration(measured_s)})" if measured_s is not None else ""))
@@ -374,10 +411,11 @@ def _long_warmup(ctx: Context, line: Timeline) -> Verdict | None:
         title=f"Warm-up excluded {warmup} steps ({duration(warmup_s)}): {why}",
         evidence={"warmup_steps": warmup, "warmup_s": warmup_s, "wall_pct": wall_pct,
                   "compile_warmup_s": compile_s, "steady_step_s": line.steady_s,
+                  "trainpace_first_step_s": own_s,
                   "measured_steps": s.steps.measured, "warmup_mode": s.steps.warmup_mode},
         advice=[f"{covered}; a slow phase inside the warm-up is named by slow_phase with its "
-                f"cause; Meter(warmup={t.compile_warmup_steps}) excludes compile warm-up "
-                "only"]), None, None)
+                f"cause; {adv.setting(ctx.made_by, 'warmup', t.compile_warmup_steps)} excludes "
+                "compile warm-up only"]), None, None)
 
 
 def outside_steps(ctx: Context) -> Outcome:

@@ -9,6 +9,9 @@ evidence (the numbers) and advice computed from them, or what it checked, or why
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 
 from trainpace.diagnosis import advice as adv
 from trainpace.diagnosis._context import Context, Outcome, Verdict, verdict
@@ -271,22 +274,37 @@ def memory(ctx: Context) -> Outcome:
         return Outcome(skipped=f"no memory reading for the {d.kind or 'device'}")
     if peak < ctx.t.memory_used_risk_pct:
         return Outcome(checked=f"memory {peak:.0f}% used at most")
+    evidence: dict[str, Any] = {
+        "memory_used_pct": d.memory_used_pct, "memory_used_pct_max": peak,
+        "memory_used_gb": d.memory_used_gb, "memory_total_gb": d.memory_total_gb,
+        "kind": d.kind, "process_rss_gb_max": None, "process_pct": None}
+    if d.kind == "cpu":
+        # host memory: this process's share of it says whose the pressure is
+        rss, total = ctx.host_rows["rss_gb"], ctx.host_rows["memory_total_gb"]
+        rss_max = float(np.nanmax(rss)) if np.isfinite(rss).any() else None
+        total_gb = (float(np.nanmax(total)) if np.isfinite(total).any()
+                    else d.memory_total_gb)
+        mine = 100.0 * rss_max / total_gb if rss_max is not None and total_gb else None
+        evidence.update(process_rss_gb_max=rss_max, process_pct=mine)
+        if mine is not None and rss_max is not None and mine < 0.5 * peak:
+            return verdict(
+                "memory_full", "warning",
+                f"Host memory {peak:.0f}% used, by other processes: this one held at most "
+                f"{rss_max:.2f} GB ({mine:.0f}% of {total_gb:.0f} GB)", evidence,
+                ["the pressure is the machine's, not this run's: free memory held by other "
+                 "processes (or run where it is free) so nothing swaps; nothing in the "
+                 "training needs to change for it"])
     which = "Host memory (the CPU's)" if d.kind == "cpu" else "Device memory"
-    return verdict(
-        "memory_full",
-        "warning",
-        f"{which} {peak:.0f}% used: close to running out",
-        {"memory_used_pct": d.memory_used_pct, "memory_used_pct_max": peak,
-         "memory_used_gb": d.memory_used_gb, "memory_total_gb": d.memory_total_gb,
-         "kind": d.kind},
-        [
-            "activation checkpointing (torch.utils.checkpoint) on the largest blocks",
-            "halve the micro-batch and accumulate two micro-batches per step to keep the batch",
-            "bf16 autocast; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against "
-            "fragmentation",
-        ],
-        bottleneck="memory_capacity",
-    )
+    advice = ["activation checkpointing (torch.utils.checkpoint) on the largest blocks",
+              "halve the micro-batch and accumulate two micro-batches per step to keep the "
+              "batch"]
+    if d.kind == "cuda":
+        advice.append("bf16 autocast; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                      "against fragmentation")
+    else:
+        advice.append("bf16 autocast halves the activations' memory")
+    return verdict("memory_full", "warning", f"{which} {peak:.0f}% used: close to running out",
+                   evidence, advice, bottleneck="memory_capacity")
 
 
 POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown", "board_limit")
@@ -365,16 +383,32 @@ def host_overhead(ctx: Context) -> Outcome:
             "host_overhead", lost))
     saturated = (h.system_cpu_pct is not None and h.system_cpu_pct >= t.host_cpu_saturated_pct
                  and s.device.kind not in (None, "cpu"))
-    if saturated:
-        verdicts.append(Verdict(Finding(
-            id="host_cpu", severity="warning",
-            title=f"The host CPUs are {h.system_cpu_pct:.0f}% busy",
-            evidence={"system_cpu_pct": h.system_cpu_pct, "process_cpu_pct": h.process_cpu_pct,
-                      "cpu_count": ctx.cpu_count},
-            advice=["DataLoader workers, tokenization or other processes compete with the "
-                    "training loop for the CPU: fewer workers doing cheaper work, or move "
-                    "preprocessing offline"]),
-            "host_overhead", None))
+    if saturated and h.system_cpu_pct is not None:
+        cores = ctx.cpu_count
+        share = (min(100.0, h.process_cpu_pct / cores)
+                 if h.process_cpu_pct is not None and cores else None)
+        others = max(0.0, h.system_cpu_pct - share) if share is not None else None
+        evidence = {"system_cpu_pct": h.system_cpu_pct, "process_cpu_pct": h.process_cpu_pct,
+                    "cpu_count": cores, "process_share_pct": share, "others_pct": others}
+        if others is not None and others >= t.cpu_others_pct:
+            # the machine's, not the run's: no bottleneck in the user's code is named
+            verdicts.append(Verdict(Finding(
+                id="host_cpu", severity="warning",
+                title=f"The host CPUs are {h.system_cpu_pct:.0f}% busy, {others:.0f}% of them "
+                      f"with other processes (this run and its workers: {share:.0f}%)",
+                evidence=evidence,
+                advice=["other processes take the cores that feed the device: run where the "
+                        "cores are free; nothing in the training needs to change for it"]),
+                None, None))
+        else:
+            verdicts.append(Verdict(Finding(
+                id="host_cpu", severity="warning",
+                title=f"The host CPUs are {h.system_cpu_pct:.0f}% busy",
+                evidence=evidence,
+                advice=["this run keeps the CPU busy (its DataLoader workers, tokenization, "
+                        "the loop): fewer workers doing cheaper work, or move preprocessing "
+                        "offline"]),
+                "host_overhead", None))
     py = h.python_pct
     if py is not None and py >= t.python_overhead_warning_pct:
         verdicts.append(Verdict(Finding(

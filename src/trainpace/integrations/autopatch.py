@@ -407,16 +407,23 @@ class AutoPatch:
                         "script that updates its weights another way can use trainpace.Meter "
                         "in its loop (with meter.step(): ...)"],
             ))
-        if self.loaders_metered == 0 and self._samples is None:
-            advice = ["pass --samples-per-step N (and --tokens-per-step N) to give the counts "
-                      "of one optimizer step"]
+        if self.loaders_metered == 0:
+            # the counts may be given (--samples-per-step); the data wait never is: with no
+            # DataLoader metered it stays unknown, not 0% (the report must not say "✓")
+            if self._samples is None:
+                advice = ["pass --samples-per-step N (and --tokens-per-step N) to give the "
+                          "counts of one optimizer step"]
+                unknown = "samples, tokens and data wait are unknown"
+            else:
+                advice = ["the counts come from --samples-per-step; the time spent getting "
+                          "each batch is measured only from a torch DataLoader's iteration"]
+                unknown = "the data wait is unknown"
             if self.loaders_skipped:
                 advice.insert(0, "only DataLoaders iterated under torch.no_grad() were seen; "
                               "they are taken for evaluation and not metered")
             out.append(Finding(
                 id="run_no_dataloader", severity="info",
-                title="No torch.utils.data.DataLoader was iterated for training: samples, "
-                      "tokens and data wait are unknown",
+                title="No torch.utils.data.DataLoader was iterated for training: " + unknown,
                 evidence={"dataloaders_iterated": 0,
                           "dataloaders_under_no_grad": self.loaders_skipped},
                 advice=advice,

@@ -95,6 +95,8 @@ def diagnosis_renderable(diagnosis: Diagnosis) -> RenderableType:
     lead, ordered, checks = headline(diagnosis)
     style = SEVERITY_STYLE[lead.severity] if lead else "green"
     label = diagnosis.bottleneck.replace("_", " ")
+    if checks is not None and checks.evidence.get("nothing_measured"):
+        label, style = "not measured", "yellow"
     head = Text.assemble(("bottleneck: ", "bold"), (label, f"bold {style}"))
     summary_line = lead.title if lead is not None else checks.title if checks else None
     if summary_line:
