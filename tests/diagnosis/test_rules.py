@@ -92,7 +92,7 @@ def test_cpu_threads_starved_by_other_processes_is_contention():
     v = only(rules.device_util(ctx(s)))
     assert v.finding.id == "cpu_contention"
     assert v.finding.title == "Other processes take the CPU: it is 90% busy while this run's threads get 48% of their time"
-    assert v.bottleneck == "host_overhead"
+    assert v.bottleneck is None  # the machine's slowness, not the training's
     s = Summary(device=Device(kind="cpu", util_pct=48.0), data=Data(wait_pct=0.0),
                 host=Host(system_cpu_pct=100.0, process_cpu_pct=96.0, cpu_threads=2))
     v = only(rules.device_util(ctx(s, meta={"cpu_count": 4})))

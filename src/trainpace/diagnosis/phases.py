@@ -293,8 +293,11 @@ _CAUSE_TEXT = {
     "unknown": "none of the recorded signs (data wait, host CPU, memory, throttling) "
                "explains it",
 }
-_CATEGORY: dict[str, Bottleneck] = {"data_wait": "data_loading", "cpu_contention": "host_overhead",
-             "throttling": "thermal", "memory_pressure": "memory_capacity"}
+# The bottleneck a phase's cause names. Other processes taking the CPU name none: that is the
+# machine's slowness, not the training's, and the same script must get the same verdict
+# whether or not something else ran beside it (the finding still says what the phase cost).
+_CATEGORY: dict[str, Bottleneck] = {"data_wait": "data_loading", "throttling": "thermal",
+             "memory_pressure": "memory_capacity"}
 _ADVICE = {
     "data_wait": "the loader is slower during it (a cold file cache, workers starting): "
                  "persistent_workers=True and a deeper prefetch queue; warm the cache first",

@@ -255,8 +255,11 @@ def device_util(ctx: Context) -> Outcome:
             "launch cost; remove per-step syncs (.item(), .cpu(), printing tensors) — "
             f"{adv.gain_text(lost)}"
         ]
+    # Contention is the machine's, not the training's: it names no bottleneck, so the same
+    # script gets the same verdict whatever else ran beside it.
     return verdict(finding_id, "warning", title, evidence, advice,
-                   bottleneck="host_overhead", lost_pct=lost)
+                   bottleneck=None if finding_id == "cpu_contention" else "host_overhead",
+                   lost_pct=lost)
 
 
 def _highest(*values: float | None) -> float | None:
