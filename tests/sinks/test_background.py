@@ -82,3 +82,33 @@ def test_a_job_raising_systemexit_does_not_end_the_writer():
     writer.close()
     assert seen == ["after"]
     assert [type(e) for e in errors] == [SystemExit]
+
+
+def test_work_held_back_goes_out_when_no_window_follows():
+    # A window whose record waits for the next (tiny steps): when the loop stops between
+    # windows, the writer sends it after idle_s, once, and waits quietly again after that.
+    held, idled = [], threading.Event()
+
+    def on_windows(windows):
+        held.extend(windows)
+
+    def on_idle():
+        held.clear()
+        idled.set()
+
+    writer = Writer(on_windows, lambda e: None, on_idle=on_idle,
+                    holding=lambda: bool(held), idle_s=0.01)
+    writer.submit_window("tiny")
+    assert idled.wait(10)  # event-driven: however loaded the machine, it comes
+    writer.close()
+    assert held == []
+
+
+def test_nothing_held_back_means_no_idle_work():
+    calls = []
+    writer = Writer(nothing, lambda e: None, on_idle=lambda: calls.append(1),
+                    holding=lambda: False, idle_s=0.001)
+    writer.submit_window("written in full")
+    assert writer.wait_for(1, timeout_s=10)
+    writer.close()
+    assert calls == []

@@ -66,7 +66,7 @@ from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
-from trainpace.meter.pipeline import Window, WindowPipeline
+from trainpace.meter.pipeline import SINK_WINDOW_S, Window, WindowPipeline
 from trainpace.meter.state import RunState, device_name
 from trainpace.meter.summaries import Summaries
 from trainpace.report.console import print_report
@@ -151,7 +151,9 @@ class Meter:
             self._pipeline.observers.append(self._job.window)
         self._writer_stalled = False
         self._writer = Writer(self._pipeline.windows,
-                              lambda exc: self._log_once.report("writing the run", exc))
+                              lambda exc: self._log_once.report("writing the run", exc),
+                              on_idle=self._pipeline.send_held,
+                              holding=lambda: self._pipeline.holding, idle_s=SINK_WINDOW_S)
         self._loop = Loop(recorder=self._recorder, captures=self._captures, log_once=self._log_once,
                           window=config.window, hand_over=self._hand_over,
                           first_step=self._begin_run, loader_done=self._console_line_out)

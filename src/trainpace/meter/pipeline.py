@@ -103,6 +103,17 @@ class WindowPipeline:
                 self._send(window.final)
         self._system(last.last_step)
 
+    @property
+    def holding(self) -> bool:
+        """Steps wait for their window record (less than ``SINK_WINDOW_S`` of them so far)."""
+        return bool(self._unsent)
+
+    def send_held(self) -> None:
+        """No window came for ``SINK_WINDOW_S`` (the loop stopped between windows: an
+        evaluation, a hang): the steps held back go out now, as for any window."""
+        if self._unsent:
+            self._send(final=False)
+
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
         new = self._unsent[self._in_columns:]

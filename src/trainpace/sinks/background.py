@@ -21,20 +21,27 @@ from typing import Any
 
 _STOP = object()
 _WINDOWS = object()  # a job that takes every window handed over so far
+_IDLE = object()  # no job came for idle_s while work was held back
 
 
 class Writer:
     """Runs submitted calls one after another on a daemon thread; ``close()`` drains and joins.
 
     ``on_windows`` takes the windows handed to :meth:`submit_window`: all those waiting when
-    the thread gets to them, in one call, in order.
+    the thread gets to them, in one call, in order. While ``holding()`` says work was held
+    back for later windows, ``on_idle`` runs when no job comes for ``idle_s``: a loop that
+    stops between windows (an evaluation, a hang) still gets its last steps out.
     """
 
     def __init__(self, on_windows: Callable[[list[Any]], None],
-                 on_error: Callable[[BaseException], None], name: str = "trainpace-writer"
-                 ) -> None:
+                 on_error: Callable[[BaseException], None], name: str = "trainpace-writer",
+                 *, on_idle: Callable[[], None] = lambda: None,
+                 holding: Callable[[], bool] = lambda: False, idle_s: float = 0.05) -> None:
         self._on_windows = on_windows
         self._on_error = on_error
+        self._on_idle = on_idle
+        self._holding = holding
+        self._idle_s = idle_s
         self._jobs: deque[Any] = deque()
         self._windows: list[Any] = []
         self._lock = threading.Lock()
@@ -93,9 +100,7 @@ class Writer:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._jobs:
-                    self._wake.wait()
-                job = self._jobs.popleft()
+                job = self._next_job()
                 windows: list[Any] = []
                 if job is _WINDOWS:
                     windows, self._windows = self._windows, []
@@ -104,6 +109,8 @@ class Writer:
             try:
                 if windows:
                     self._on_windows(windows)
+                elif job is _IDLE:
+                    self._on_idle()
                 elif job is not _WINDOWS:
                     fn, args = job
                     fn(*args)
@@ -114,3 +121,13 @@ class Writer:
                 with self._lock:
                     self.windows_written += len(windows)
                     self._done.notify_all()
+
+    def _next_job(self) -> Any:
+        """The next job (the lock held): waits for one, or for ``idle_s`` while holding."""
+        while not self._jobs:
+            if self._holding():
+                if not self._wake.wait(self._idle_s) and not self._jobs:
+                    return _IDLE
+            else:
+                self._wake.wait()
+        return self._jobs.popleft()
