@@ -112,6 +112,10 @@ def main() -> int:
                 "wait_pct_minus_truth_points"):
         print(f"  {key:<30} " + "  ".join(f"{row[key]:.4f}" for row in rows))
     print(json.dumps(rows), file=sys.stderr)
+    if rows[0]["trainpace"] == str(Path(__file__).resolve().parents[1] / "src" / "trainpace"):
+        from results import write_result  # this tree's figures only, for its documentation
+
+        write_result("steptruth", quick=args.runs < 3, rows=rows)
     return 0
 
 
