@@ -148,7 +148,7 @@ def test_analyze_loads_only_what_it_uses() -> None:
     code = ("import sys; from trainpace.cli import main; "
             f"code = main(['analyze', '--json', {str(HANDMADE)!r}]); "
             "print(sorted(m for m in ('trainpace.cli._run', 'trainpace.cli._report', "
-            "'trainpace.runlog', 'trainpace.meter', 'torch', 'rich', 'trainpace.tune.result', "
+            "'trainpace.runlog', 'trainpace.meter', 'torch', 'rich', 'trainpace.tune.tuning', "
             "'shlex', 'pathlib') if m in sys.modules), code, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)

@@ -12,7 +12,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import trainpace  # noqa: E402
-from conftest import ManualClock  # noqa: E402
+from manual_clock import ManualClock  # noqa: E402
 from trainpace.integrations.huggingface import TrainpaceCallback, TrainpaceTrainer  # noqa: E402
 
 pytestmark = [

@@ -14,7 +14,7 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import trainpace  # noqa: E402
-from conftest import ManualClock  # noqa: E402
+from manual_clock import ManualClock  # noqa: E402
 from trainpace.integrations.lightning import TrainpaceCallback  # noqa: E402
 
 pytestmark = [

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import trainpace
-from conftest import ManualClock
+from manual_clock import ManualClock
 from trainpace.comparison import compare_runs
 from trainpace.report.compare import comparison_renderable
 from trainpace.runlog import read_run

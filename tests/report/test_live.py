@@ -8,7 +8,7 @@ from rich.console import Console
 
 from trainpace.report.live import LiveView
 from trainpace.runlog import Record
-from trainpace.sinks.console import format_window
+from trainpace.sinks.console_line import format_window
 from trainpace.summary import Data, Device, Steps, Summary, Target, Throughput, Time
 
 WINDOW = {"first_step": 101, "last_step": 200, "steps": 100, "measured_steps": 100,

@@ -10,7 +10,7 @@ from tracekit import HANDMADE, SAMPLED, handmade
 
 from trainpace.errors import ConfigError, TraceFormatError
 from trainpace.trace import analyze_traces
-from trainpace.trace.result import TraceAnalysis
+from trainpace.trace.findings import TraceAnalysis
 
 WriteTrace = Callable[..., Path]
 
@@ -144,7 +144,7 @@ def test_the_library_call_loads_only_what_it_uses() -> None:
 
     code = ("import sys; from trainpace.trace import analyze_traces; "
             f"analyze_traces([{str(HANDMADE)!r}], workers=1); "
-            "print(sorted(m for m in ('logging', 'trainpace.tune.result', 'shlex', "
+            "print(sorted(m for m in ('logging', 'trainpace.tune.tuning', 'shlex', "
             "'pathlib') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)

@@ -11,7 +11,7 @@ import pytest
 from tracekit import HANDMADE, RESNET_NW0, RESNET_NW4, SAMPLED, handmade, prepared
 
 from trainpace.trace import breakdown as bd
-from trainpace.trace.result import ROLES
+from trainpace.trace.findings import ROLES
 
 WriteTrace = Callable[..., Path]
 

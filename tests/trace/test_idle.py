@@ -10,9 +10,9 @@ from tracekit import HANDMADE, RESNET_NW0, SAMPLED, handmade, prepared
 from trainpace.trace import breakdown as bd
 from trainpace.trace import idle
 from trainpace.trace import intervals as iv
+from trainpace.trace.findings import IdleBreakdown
 from trainpace.trace.idle import CAUSES, idle_breakdown
 from trainpace.trace.prepare import Prepared
-from trainpace.trace.result import IdleBreakdown
 
 WriteTrace = Callable[..., Path]
 

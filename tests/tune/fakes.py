@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import Dataset
 
 from trainpace.tune import Setting, Trial
-from trainpace.tune.clock import TuneClock
 from trainpace.tune.trial import run_trial
+from trainpace.tune.tune_clock import TuneClock
 
 
 class ManualHost:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from trainpace.tune import DatasetError
+from trainpace.tune.loader_source import as_source
 from trainpace.tune.probe import probe, tensor_bytes
-from trainpace.tune.source import as_source
 from tune.fakes import ManualHost, Timed
 from tune.loaders import Huge, Sleepy
 

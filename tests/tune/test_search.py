@@ -15,9 +15,9 @@ import pytest
 
 from trainpace.errors import ConfigError
 from trainpace.tune import tune_loader
+from trainpace.tune.loader_source import as_source
 from trainpace.tune.probe import probe as run_probe
 from trainpace.tune.search import search
-from trainpace.tune.source import as_source
 from tune.fakes import ManualHost, ModelTrials, Timed
 from tune.helpers import children
 from tune.loaders import Sleepy

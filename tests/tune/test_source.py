@@ -8,7 +8,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from trainpace.errors import ConfigError
 from trainpace.tune import DatasetError, load_factory
-from trainpace.tune.source import _ItemFailedError, as_source, failed_item
+from trainpace.tune.loader_source import _ItemFailedError, as_source, failed_item
 from tune.loaders import Sleepy
 
 
@@ -93,7 +93,7 @@ def test_load_factory_needs_a_colon():
 
 def test_the_line_to_paste_keeps_what_the_loader_had():
     from trainpace.tune import Setting
-    from trainpace.tune.advice import loader_line
+    from trainpace.tune.verdict import loader_line
 
     data = Sleepy(n=10)
     setting = Setting(num_workers=3, prefetch_factor=2, pin_memory=True, persistent_workers=True)

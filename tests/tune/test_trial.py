@@ -9,7 +9,7 @@ import os
 import pytest
 
 from trainpace.tune import DatasetError, Setting
-from trainpace.tune.source import as_source
+from trainpace.tune.loader_source import as_source
 from trainpace.tune.trial import run_trial
 from tune.fakes import ManualHost, model_source
 from tune.helpers import children

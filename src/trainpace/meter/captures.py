@@ -17,7 +17,7 @@ from typing import Any
 
 from trainpace.meter.log_once import LogOnce
 from trainpace.trace.capture import ProfileWindow
-from trainpace.trace.result import TraceAnalysis
+from trainpace.trace.findings import TraceAnalysis
 
 Clock = Any  # Callable[[], float]
 

@@ -73,7 +73,7 @@ from trainpace.report.console import print_report
 from trainpace.runlog import Record
 from trainpace.sinks.background import Writer
 from trainpace.sinks.base import FanOut, Sink
-from trainpace.sinks.console import ConsoleSink
+from trainpace.sinks.console_line import ConsoleSink
 from trainpace.sinks.runfolder import RunFolderSink, release_run_folder
 from trainpace.summary import Summary
 

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from trainpace.config import MeterConfig
 from trainpace.errors import ConfigError, TrainpaceError
 from trainpace.sinks.base import Sink
-from trainpace.sinks.console import ConsoleSink
+from trainpace.sinks.console_line import ConsoleSink
 from trainpace.sinks.options import sinks_from_options
 
 logger = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from trainpace.report._signs import headline
 from trainpace.report._text import cleaned, safe_text
 from trainpace.report.console import signs_table
 from trainpace.runlog import Record
-from trainpace.sinks.console import format_window
+from trainpace.sinks.console_line import format_window
 from trainpace.summary import Summary
 from trainpace.units import format_duration
 

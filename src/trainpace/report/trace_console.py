@@ -16,7 +16,7 @@ from rich.text import Text
 
 from trainpace.report._text import cleaned
 from trainpace.report.console import diagnosis_renderable
-from trainpace.trace.result import HostBreakdown, RankAnalysis, TraceAnalysis
+from trainpace.trace.findings import HostBreakdown, RankAnalysis, TraceAnalysis
 from trainpace.units import UNKNOWN, format_duration
 
 NAME_WIDTH = 60

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from trainpace.report.html import bar_chart, bullets, page, paragraph, section, table
 from trainpace.report.run_html import diagnosis_html
-from trainpace.trace.result import ROLES, RankAnalysis, TraceAnalysis
+from trainpace.trace.findings import ROLES, RankAnalysis, TraceAnalysis
 from trainpace.units import UNKNOWN
 
 MAX_STEP_ROWS = 30

@@ -13,8 +13,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from trainpace.tune.result import TARGET_WAIT_PCT, Trial, TuneResult
 from trainpace.tune.search import Progress as ProgressCallback
+from trainpace.tune.tuning import TARGET_WAIT_PCT, Trial, TuneResult
 from trainpace.units import UNKNOWN, format_bytes, format_duration, format_seconds
 
 

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainpace.trace.analyze import analyze_columns, analyze_traces
+    from trainpace.trace.findings import RankAnalysis, TraceAnalysis
     from trainpace.trace.load import TraceColumns, load_trace
-    from trainpace.trace.result import RankAnalysis, TraceAnalysis
 
 # The package's names are loaded on first use (PEP 562): the Meter's trace capture
 # (.capture) loads none of the analysis.
 _HOMES = {
-    "RankAnalysis": "trainpace.trace.result",
-    "TraceAnalysis": "trainpace.trace.result",
+    "RankAnalysis": "trainpace.trace.findings",
+    "TraceAnalysis": "trainpace.trace.findings",
     "TraceColumns": "trainpace.trace.load",
     "analyze_columns": "trainpace.trace.analyze",
     "analyze_traces": "trainpace.trace.analyze",

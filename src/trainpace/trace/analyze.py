@@ -15,13 +15,13 @@ from trainpace.errors import ConfigError
 from trainpace.stats import median
 from trainpace.trace import breakdown as bd
 from trainpace.trace.evidence import build_summary
+from trainpace.trace.findings import CrossRank, RankAnalysis, TraceAnalysis
 from trainpace.trace.host_breakdown import host_breakdown
 from trainpace.trace.idle import GAP_THRESHOLD_US, TOP_GAPS, idle_breakdown
 from trainpace.trace.kernels import TOP_KERNELS, hta_steps, kernel_breakdown
 from trainpace.trace.load import TraceColumns, read_trace, trace_files
 from trainpace.trace.memory import available_memory, check_memory, json_bytes, memory_needed
 from trainpace.trace.prepare import Prepared, prepare
-from trainpace.trace.result import CrossRank, RankAnalysis, TraceAnalysis
 from trainpace.trace.runmeta import find_run_meta
 
 PARALLEL_MIN_BYTES = 32 << 20  # of JSON in all: below it, ranks are read one after the other

@@ -13,8 +13,8 @@ from trainpace.stats import percentile
 from trainpace.trace import classify as cl
 from trainpace.trace import intervals as iv
 from trainpace.trace.arrays import among, distinct
+from trainpace.trace.findings import ROLES, StepRow, StepsBreakdown
 from trainpace.trace.prepare import Prepared, spans
-from trainpace.trace.result import ROLES, StepRow, StepsBreakdown
 
 
 def _pct(part: float, whole: float) -> float | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trainpace.errors import ConfigError
-from trainpace.trace.result import TraceAnalysis
+from trainpace.trace.findings import TraceAnalysis
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from trainpace.summary import (
     Throughput,
     Time,
 )
-from trainpace.trace.result import RankAnalysis
+from trainpace.trace.findings import RankAnalysis
 
 SOURCE = "trace"
 

@@ -5,7 +5,7 @@ thread nest; an operator's *self time* is its span less the spans nested directl
 without a loop per event: an event's depth is the spans open when it starts (those started
 before it, less those ended by then), and its parent the last span started before it one
 level up. The window (the ProfilerStep spans) is split into data loading, operators and
-Python (see :class:`~trainpace.trace.result.HostBreakdown`).
+Python (see :class:`~trainpace.trace.findings.HostBreakdown`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 
 from trainpace.trace import intervals as iv
 from trainpace.trace.arrays import among, distinct, distinct_inverse
+from trainpace.trace.findings import HostBreakdown, HostStepRow, OperatorRow
 from trainpace.trace.prepare import Prepared, spans
-from trainpace.trace.result import HostBreakdown, HostStepRow, OperatorRow
 
 TOP_OPERATORS = 10
 

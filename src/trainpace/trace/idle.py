@@ -14,8 +14,8 @@ import numpy as np
 
 from trainpace.trace import intervals as iv
 from trainpace.trace.arrays import distinct
+from trainpace.trace.findings import Gap, IdleBreakdown, StreamIdle
 from trainpace.trace.prepare import Prepared, spans
-from trainpace.trace.result import Gap, IdleBreakdown, StreamIdle
 
 KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay
 GAP_THRESHOLD_US = 1000.0

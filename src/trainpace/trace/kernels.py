@@ -13,8 +13,8 @@ import numpy as np
 from trainpace.stats import median, percentile
 from trainpace.trace import classify as cl
 from trainpace.trace.arrays import distinct_inverse
+from trainpace.trace.findings import CategoryRow, KernelBreakdown, KernelRow
 from trainpace.trace.prepare import Prepared
-from trainpace.trace.result import CategoryRow, KernelBreakdown, KernelRow
 
 SHORT_KERNEL_US = 10.0
 TOP_KERNELS = 10

@@ -12,19 +12,19 @@ import typing as _typing
 if _typing.TYPE_CHECKING:
     from trainpace.errors import DatasetError
     from trainpace.tune.hint import advice_lines, tune_advice
-    from trainpace.tune.result import TARGET_WAIT_PCT, Probe, Setting, Trial, TuneResult
+    from trainpace.tune.loader_source import load_factory
     from trainpace.tune.search import tune_loader
-    from trainpace.tune.source import load_factory
+    from trainpace.tune.tuning import TARGET_WAIT_PCT, Probe, Setting, Trial, TuneResult
 
 _WHERE = {
-    "TARGET_WAIT_PCT": "trainpace.tune.result",
+    "TARGET_WAIT_PCT": "trainpace.tune.tuning",
     "DatasetError": "trainpace.errors",
-    "Probe": "trainpace.tune.result",
-    "Setting": "trainpace.tune.result",
-    "Trial": "trainpace.tune.result",
-    "TuneResult": "trainpace.tune.result",
+    "Probe": "trainpace.tune.tuning",
+    "Setting": "trainpace.tune.tuning",
+    "Trial": "trainpace.tune.tuning",
+    "TuneResult": "trainpace.tune.tuning",
     "advice_lines": "trainpace.tune.hint",
-    "load_factory": "trainpace.tune.source",
+    "load_factory": "trainpace.tune.loader_source",
     "tune_advice": "trainpace.tune.hint",
     "tune_loader": "trainpace.tune.search",
 }

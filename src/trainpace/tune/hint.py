@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainpace.tune.result import TuneResult
+from trainpace.tune.tuning import TuneResult
 
 
 def advice_lines(result: TuneResult) -> list[str]:

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from trainpace.tune.clock import HOST_CLOCK, TuneClock
-from trainpace.tune.result import Probe
-from trainpace.tune.source import DatasetError, LoaderSource
+from trainpace.tune.loader_source import DatasetError, LoaderSource
+from trainpace.tune.tune_clock import HOST_CLOCK, TuneClock
+from trainpace.tune.tuning import Probe
 
 
 def tensor_bytes(obj: Any, depth: int = 6) -> int:

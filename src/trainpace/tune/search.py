@@ -18,12 +18,12 @@ import psutil
 import torch
 
 from trainpace.errors import ConfigError
-from trainpace.tune import advice as adv
-from trainpace.tune.clock import HOST_CLOCK, TuneClock
+from trainpace.tune import verdict as adv
+from trainpace.tune.loader_source import LoaderSource, as_source
 from trainpace.tune.probe import probe as run_probe
-from trainpace.tune.result import TARGET_WAIT_PCT, Bound, Probe, Setting, Trial, TuneResult
-from trainpace.tune.source import LoaderSource, as_source
 from trainpace.tune.trial import run_trial
+from trainpace.tune.tune_clock import HOST_CLOCK, TuneClock
+from trainpace.tune.tuning import TARGET_WAIT_PCT, Bound, Probe, Setting, Trial, TuneResult
 
 # (message, seconds spent, budget): what a progress bar shows.
 Progress = Callable[[str, float, float], None]

@@ -17,15 +17,15 @@ from typing import Any
 import psutil
 
 from trainpace.stats import share_pct
-from trainpace.tune.clock import HOST_CLOCK, TuneClock
-from trainpace.tune.result import Setting, Trial
-from trainpace.tune.source import (
+from trainpace.tune.loader_source import (
     DatasetError,
     LoaderSource,
     dead_workers,
     failed_item,
     killed_item,
 )
+from trainpace.tune.tune_clock import HOST_CLOCK, TuneClock
+from trainpace.tune.tuning import Setting, Trial
 
 
 def _children() -> dict[int, psutil.Process]:

@@ -7,7 +7,7 @@ import math
 from torch.utils.data import RandomSampler, SequentialSampler
 from torch.utils.data._utils.collate import default_collate
 
-from trainpace.tune.result import TARGET_WAIT_PCT, Probe, Setting, Trial
+from trainpace.tune.tuning import TARGET_WAIT_PCT, Probe, Setting, Trial
 from trainpace.units import format_duration as duration
 
 
