@@ -1,4 +1,4 @@
-"""The Meter's wiring: settings written once, captures always closed, the loop's edges."""
+"""The Meter's wiring: settings written once, probes always closed, the loop's edges."""
 
 import dataclasses
 import inspect

@@ -33,7 +33,7 @@ def _tuned(host, dataset, *, batch_size, step_s, budget_s, cores=2, memory_budge
     trials = ModelTrials(host, batch_s=probe.batch_s, step_s=step_s, **workers)
     return search(source, probe, trials, step_s=step_s, budget_s=budget_s,
                   budget_gb=memory_budget_gb, cores=cores, pin_memory=False, clock=host.clock,
-                  started_s=started, say=lambda *_: None, step_source=None)
+                  started_s=started, report_progress=lambda *_: None, step_source=None)
 
 
 def _tried(result):

@@ -23,7 +23,7 @@ The parts, one job each:
 
 - training thread: :class:`~trainpace.meter.loop.Loop` (step contexts, metered loaders) over
   the :class:`~trainpace.measure.recorder.StepRecorder`, and
-  :class:`~trainpace.meter.captures.Captures` (profiler, FLOP counter);
+  :class:`~trainpace.meter.probes.StepProbes` (profiler, FLOP counter);
 - writer thread (:class:`~trainpace.sinks.background.Writer`):
   :class:`~trainpace.meter.pipeline.WindowPipeline` (records, columns, figures, the run folder,
   summary refreshes, window observers), the sinks behind the fan-out;
@@ -60,13 +60,13 @@ from trainpace.measure.loader import find_dataloader, loader_settings
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import Goal
 from trainpace.measure.vitals import DeviceVitals
-from trainpace.meter.captures import Captures, profile_window
 from trainpace.meter.distributed import JobRank
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
 from trainpace.meter.pipeline import SINK_WINDOW_S, Window, WindowPipeline
+from trainpace.meter.probes import StepProbes, profile_window
 from trainpace.meter.state import RunState, device_name
 from trainpace.meter.summaries import Summaries
 from trainpace.report.console import print_report
@@ -130,7 +130,7 @@ class Meter:
                         "would be measured; pass flops_per_step= or leave a warm-up step")
         self._recorder = StepRecorder(clock=clock, timer=device_timer_for(self.device),
                                       samples=config.samples, tokens=config.tokens)
-        self._captures = Captures(profile_window(config.profile_steps, self.path),
+        self._probes = StepProbes(profile_window(config.profile_steps, self.path),
                                  self._log_once, clock)
         self._vitals: DeviceVitals | None = None
         self._state = RunState(config, self.device, self.run_id)
@@ -139,7 +139,7 @@ class Meter:
         self._meta: dict[str, Any] = {}
         self._sinks = FanOut(outputs)
         self._summaries = Summaries(recorder=self._recorder, state=self._state, job=self._job,
-                               captures=self._captures, log_once=self._log_once, device=self.device,
+                               probes=self._probes, log_once=self._log_once, device=self.device,
                                vitals=lambda: self._vitals, peaks_given=self._peaks is not None,
                                tune_loader_s=config.tune_loader_s)
         self._pipeline = WindowPipeline(
@@ -154,7 +154,7 @@ class Meter:
                               lambda exc: self._log_once.report("writing the run", exc),
                               on_idle=self._pipeline.send_held,
                               holding=lambda: self._pipeline.holding, idle_s=SINK_WINDOW_S)
-        self._loop = Loop(recorder=self._recorder, captures=self._captures, log_once=self._log_once,
+        self._loop = Loop(recorder=self._recorder, probes=self._probes, log_once=self._log_once,
                           window=config.window, hand_over=self._hand_over,
                           first_step=self._begin_run, loader_done=self._console_line_out)
         self._context = self._loop.context
@@ -244,7 +244,7 @@ class Meter:
         if self._summary is not None:
             return self._summary
         self._loop.finished = True
-        self._captures.close()  # first, whatever happens next: no capture outlives the loop
+        self._probes.close()  # first, whatever happens next: no capture outlives the loop
         summary: Summary | None = None
         try:
             end_s = self._clock()
@@ -354,7 +354,7 @@ class Meter:
         self._writer.close(WRITER_CLOSE_S)
 
     def _log_meta(self, *, finished: bool = False) -> None:
-        rec, profile = self._recorder, self._captures.profile
+        rec, profile = self._recorder, self._probes.profile
         meta = run_meta(
             config=self.config, run_id=self.run_id, started_at=self._started_at,
             finished=finished, device=self.device, device_name=device_name(self.device),

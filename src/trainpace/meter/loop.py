@@ -16,8 +16,8 @@ import torch
 
 from trainpace.measure.batch import is_pinned, move_to
 from trainpace.measure.recorder import StepRecorder
-from trainpace.meter.captures import Captures
 from trainpace.meter.log_once import LogOnce
+from trainpace.meter.probes import StepProbes
 
 
 class Loop:
@@ -30,11 +30,11 @@ class Loop:
     time outside the steps) like any other work between two steps.
     """
 
-    def __init__(self, *, recorder: StepRecorder, captures: Captures, log_once: LogOnce,
+    def __init__(self, *, recorder: StepRecorder, probes: StepProbes, log_once: LogOnce,
                  window: int, hand_over: Callable[[bool, bool], None],
                  first_step: Callable[[], Any], loader_done: Callable[[], None]) -> None:
         self.recorder = recorder
-        self.captures = captures
+        self.probes = probes
         self.log_once = log_once
         self.window = window
         self.handed_over = 0  # steps handed over to the writer
@@ -56,7 +56,7 @@ class Loop:
         counter = self._first_step()
         if counter is not None:
             # FLOPs and bytes are counted on the first step: warm-up, never measured.
-            self.captures.count_flops(counter)
+            self.probes.count_flops(counter)
 
     def loader_exhausted(self) -> None:
         """The metered loader ran out: the window so far goes out now (console line included),
@@ -68,7 +68,7 @@ class Loop:
     def profile_begin(self) -> None:
         rec = self.recorder
         if not rec.in_step:
-            self.captures.step_begin(rec.steps_closed)
+            self.probes.step_begin(rec.steps_closed)
 
     def fault(self, where: str, exc: BaseException) -> None:
         self.log_once.report(where, exc)
@@ -100,7 +100,7 @@ class StepContext:
             self.depth = 1
             if rec.steps_closed - loop.handed_over >= loop.window:
                 loop.boundary()
-            if loop.captures.active:
+            if loop.probes.active:
                 loop.profile_begin()
             rec.enter(self.accumulate)
             if not loop.started:
@@ -137,9 +137,9 @@ class StepContext:
         if rec.fault is not None:
             loop.fault(*rec.fault)
             rec.fault = None
-        if loop.captures.active:  # always reached: a capture never outlives its step
+        if loop.probes.active:  # always reached: a capture never outlives its step
             try:
-                loop.captures.step_end(closed, rec.steps_closed, exc_type, exc, tb)
+                loop.probes.step_end(closed, rec.steps_closed, exc_type, exc, tb)
             except Exception as error:  # noqa: BLE001 - monitoring never breaks training
                 loop.fault("ending a capture", error)
 
@@ -202,7 +202,7 @@ class MeteredIterator:
 
     def __next__(self) -> Any:
         loop = self._loop
-        if loop.captures.active:
+        if loop.probes.active:
             _contained(loop, "profiling", loop.profile_begin)
         try:
             batch = self._fetch(self._iterator)

@@ -19,9 +19,9 @@ from trainpace.devices.specs import canonical_dtype
 from trainpace.diagnosis import diagnose
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.vitals import DeviceVitals
-from trainpace.meter.captures import Captures
 from trainpace.meter.distributed import JobRank
 from trainpace.meter.log_once import LogOnce
+from trainpace.meter.probes import StepProbes
 from trainpace.meter.state import RunState
 from trainpace.runlog import Record
 from trainpace.summary import Diagnosis, Summary
@@ -33,13 +33,13 @@ class Summaries:
     """Builds the run's summaries from its parts (none of which it owns)."""
 
     def __init__(self, *, recorder: StepRecorder, state: RunState, job: JobRank,
-                 captures: Captures, log_once: LogOnce, device: torch.device,
+                 probes: StepProbes, log_once: LogOnce, device: torch.device,
                  vitals: Callable[[], DeviceVitals | None], peaks_given: bool,
                  tune_loader_s: float | None) -> None:
         self._recorder = recorder
         self._state = state
         self._job = job
-        self._captures = captures
+        self._probes = probes
         self._log_once = log_once
         self._device = device
         self._vitals = vitals
@@ -77,7 +77,7 @@ class Summaries:
 
     def with_profile(self, summary: Summary, emit: Callable[[Record], None]) -> Summary:
         """The profiled steps' trace analysis; its kernel (and communication) evidence joins."""
-        analysis = self._captures.analyze()
+        analysis = self._probes.analyze()
         if analysis is None:
             return summary
         emit(Record("profile", analysis.to_dict(), self._recorder.steps_closed))

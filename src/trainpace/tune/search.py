@@ -108,8 +108,8 @@ def tune_loader(
     source = as_source(dataset_or_loader, batch_size=batch_size, collate_fn=collate_fn, name=name)
     budget_gb = memory_budget_gb if memory_budget_gb is not None else \
         psutil.virtual_memory().available / 2e9
-    say: Progress = progress or (lambda _message, _spent, _budget: None)
-    say("timing samples in this process", 0.0, budget_s)
+    report_progress: Progress = progress or (lambda _message, _spent, _budget: None)
+    report_progress("timing samples in this process", 0.0, budget_s)
     probe = run_probe(source, max_s=min(0.15 * budget_s, 10.0),
                       memory_budget_bytes=budget_gb * 1e9, clock=clock)
     if trial_runner is None:
@@ -123,7 +123,7 @@ def tune_loader(
     return search(source, probe, trial_runner, step_s=step_s, budget_s=budget_s,
                   budget_gb=budget_gb, cores=_usable_cpus(),
                   pin_memory=torch.cuda.is_available(), clock=clock, started_s=started_s,
-                  say=say, step_source=step_source)
+                  report_progress=report_progress, step_source=step_source)
 
 
 def search(
@@ -138,7 +138,7 @@ def search(
     pin_memory: bool,
     clock: TuneClock,
     started_s: float,
-    say: Progress,
+    report_progress: Progress,
     step_source: str | None,
 ) -> TuneResult:
     """The search itself, from the probe on: which settings to try, and which to recommend.
@@ -171,7 +171,7 @@ def search(
     def trial_for(workers: int, prefetch: int = 2) -> Trial:
         setting = Setting(num_workers=workers, prefetch_factor=prefetch if workers else None,
                           pin_memory=pin_memory, persistent_workers=workers > 0)
-        say(f"trying {setting.label()}", spent(), budget_s)
+        report_progress(f"trying {setting.label()}", spent(), budget_s)
         left = budget_s - spent()
         # no workers: the wait is the batch itself, a few batches tell it
         batches = max(30, 3 * workers) if workers else 10
@@ -271,7 +271,7 @@ def search(
             f"the machine is busy: a sample waited {100 * probe.sample_runq_s / probe.sample_s:.0f}"
             "% of its time for a core (other processes); the figures hold for this load — "
             "tune again when the machine is as it will be in training")
-    say("done", spent(), budget_s)
+    report_progress("done", spent(), budget_s)
     return TuneResult(
         recommended=recommended, wait_pct=chosen.wait_pct, reachable=reachable, step_s=step_s,
         step_source=step_source or ("given" if step_s is not None else None),

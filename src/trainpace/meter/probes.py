@@ -1,10 +1,11 @@
-"""The run's captures, one owner for their lifetimes: the profiler window and the FLOP count.
+"""The run's probes, one owner for their lifetimes: the profiler window and the FLOP count.
 
 Both wrap steps of the user's loop and hold global state while they run (the profiler, a
 ``FlopCounterMode`` dispatch mode), so leaving one open would slow or distort the rest of the
-training. :meth:`Captures.close`, which ``Meter.finish()`` always calls, ends whatever is still
+training. :meth:`StepProbes.close`, which ``Meter.finish()`` always calls, ends whatever is still
 open, whatever happened in the loop. Starting and stopping the profiler takes tens to hundreds
-of milliseconds; that time is returned to the caller, which keeps it out of the step times.
+of milliseconds: that time is in the figures like the loop's own (inside the step, or outside
+the steps when it falls between them), never left out.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def profile_window(steps: tuple[int, int] | None, run_folder: Path | None) -> Pr
     return ProfileWindow(start, stop, folder)
 
 
-class Captures:
-    """Opens and closes the captures around steps; ``active`` is False when none is running
+class StepProbes:
+    """Opens and closes the probes around steps; ``active`` is False when none is running
     (then the loop skips calling in at all)."""
 
     def __init__(self, profile: ProfileWindow | None, faults: LogOnce, clock: Clock) -> None:
