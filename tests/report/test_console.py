@@ -79,3 +79,21 @@ def test_sign_formatting():
     assert (pct(None), pct(5.25), pct(38.4)) == ("—", "5.2%", "38%")
     device = signs(Summary(device=Device(kind="cuda", name="H100", util_pct=71.0)))[2]
     assert (device.value, device.details[0], device.status) == ("busy 71%", "cuda (H100)", "ok")
+
+
+def test_the_table_says_bandwidth_bound_only_where_the_diagnosis_does():
+    from trainpace.summary import Bandwidth
+
+    # below the ridge, moving 7.4% of the peak: the diagnosis says not bandwidth-bound
+    s = Summary(flops=Flops(roofline="bandwidth_bound", intensity_flop_per_byte=3.0,
+                            ridge_flop_per_byte=6.0),
+                bandwidth=Bandwidth(util_pct=7.4, achieved_gb_s=3.5, peak_gb_s=47.8,
+                                    source="estimate"))
+    s = dataclasses.replace(s, diagnosis=diagnose(s))
+    assert all(f.id != "bandwidth_bound" for f in s.diagnosis.findings)
+    assert "roofline below the ridge, not bandwidth-bound" in " ".join(signs(s)[3].details)
+    # at 80% of the peak it is, in the findings and in the table alike
+    s = dataclasses.replace(s, bandwidth=dataclasses.replace(s.bandwidth, util_pct=80.0))
+    s = dataclasses.replace(s, diagnosis=diagnose(s))
+    assert any(f.id == "bandwidth_bound" for f in s.diagnosis.findings)
+    assert "roofline bandwidth_bound" in " ".join(signs(s)[3].details)

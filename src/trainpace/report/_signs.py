@@ -121,7 +121,7 @@ def signs(summary: Summary) -> list[Sign]:
                       if b.achieved_gb_s is not None and b.peak_gb_s is not None else
                       "no peak known: share of peak not measured"
                       if b.achieved_gb_s is not None else None),
-                     ("source", b.source), ("roofline", f.roofline)),
+                     ("source", b.source), ("roofline", _roofline_text(s))),
         ),
         Sign(
             "data loading",
@@ -270,3 +270,14 @@ def headline(diagnosis: Diagnosis) -> tuple[Finding | None, list[Finding], Findi
     key = checks.evidence.get("bottleneck_finding") if checks else None
     lead = next((f for f in findings if f.id == key), None)
     return lead, findings, checks
+
+
+def _roofline_text(s: Summary) -> str | None:
+    """The roofline as the diagnosis judged it: below the ridge is bandwidth-bound only when the
+    diagnosis found it so (a real share of the peak moved); the table never says otherwise."""
+    roofline = s.flops.roofline
+    if roofline != "bandwidth_bound":
+        return roofline
+    if any(f.id == "bandwidth_bound" for f in s.diagnosis.findings):
+        return roofline
+    return "below the ridge, not bandwidth-bound"
