@@ -35,7 +35,9 @@ def test_findings_are_listed_worst_first(run):
 def test_nulls_are_dashes_with_the_missing_source_never_zero():
     text = render(Summary(run_id="r"), width=160)
     assert "not measured: no bandwidth source (NVML/DCGM) and no byte count" in text
-    assert "not measured: the loader was not wrapped with meter.loader(...)" in text
+    assert signs(Summary(run_id="r"))[4].details[0] == (
+        "not measured: no batch wait timed (a loop wraps its loader in meter.loader(...); "
+        "trainpace run times the torch DataLoaders a script iterates)")
     assert " 0 samples/s" not in text and "0%" not in text
     assert "not diagnosed yet" in text
 

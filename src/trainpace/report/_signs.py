@@ -152,7 +152,8 @@ MISSING: dict[str, str] = {
     "training time": "no steps recorded",
     "device utilization": "no sampler reading (NVML or psutil)",
     "memory bandwidth": "no bandwidth source (NVML/DCGM) and no byte count",
-    "data loading": "the loader was not wrapped with meter.loader(...)",
+    "data loading": "no batch wait timed (a loop wraps its loader in meter.loader(...); "
+                    "trainpace run times the torch DataLoaders a script iterates)",
 }
 """Why a sign is not measured: the source that was missing."""
 
