@@ -82,3 +82,21 @@ def test_the_faster_run_saves_money_per_run_and_per_token():
     assert saved.usd_per_million_tokens == pytest.approx(
         3.0 / 3600 / 4e5 * 1e6 - 3.0 / 3600 / 5e5 * 1e6)
     assert saved.kwh_per_run == pytest.approx(300.0 * (3600 - 2952) / 3.6e6)
+
+
+def test_a_cpu_job_is_priced_per_host_and_a_gpu_job_per_device():
+    from trainpace.summary import Device, RankEntry
+
+    # 4 DDP processes on one CPU host: one host's price and power, not four
+    ranks = [RankEntry(rank=r, host="node-a") for r in range(4)]
+    cpu = dataclasses.replace(_summary(), world_size=4, ranks=ranks, device=Device(kind="cpu"))
+    cost = cost_of(cpu, price_per_hour=3.6, rated_power_w=200.0)
+    assert cost.devices == 1
+    assert cost.power_w_mean == 200.0
+    assert cost.usd_per_million_samples == pytest.approx(3.6 / 3600 / 1000 * 1e6)
+    two_hosts = dataclasses.replace(cpu, ranks=[*ranks[:2], *(RankEntry(rank=r, host="node-b")
+                                                             for r in (2, 3))])
+    assert cost_of(two_hosts, price_per_hour=3.6).devices == 2
+    gpu = dataclasses.replace(cpu, device=Device(kind="cuda"))
+    assert cost_of(gpu, price_per_hour=3.6, rated_power_w=200.0).devices == 4
+    assert cost_of(gpu, price_per_hour=3.6, rated_power_w=200.0).power_w_mean == 800.0

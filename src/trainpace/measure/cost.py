@@ -1,6 +1,7 @@
 """What a run costs, and what a faster one saves: arithmetic over measured figures.
 
-Money comes only from a price the user gives (per device-hour, times the devices used);
+Money comes only from a price the user gives (per device-hour, times the devices used: the
+accelerators, or the hosts of a CPU job);
 energy only from a measured source (:mod:`trainpace.measure.energy`), or from a rated power
 the user gives, labelled an estimate; CO2 only from a grid intensity the user gives. Nothing is
 guessed: a figure whose input is missing is None.
@@ -35,6 +36,15 @@ def check_price(key: str, value: object) -> float | None:
     return float(value)
 
 
+def priced_units(summary: Summary) -> int:
+    """What a price per hour and a rated power are multiplied by: the accelerators (one per
+    rank), or, on the CPU, the hosts (CPU processes share their host's cores and power)."""
+    if summary.device.kind == "cpu":
+        hosts = {entry.host for entry in summary.ranks if entry.host is not None}
+        return max(1, len(hosts))
+    return max(1, summary.world_size or 1)
+
+
 def cost_of(summary: Summary, *, price_per_hour: float | None = None,
             grid_g_per_kwh: float | None = None, energy: EnergyReading | None = None,
             rated_power_w: float | None = None) -> Cost:
@@ -46,7 +56,7 @@ def cost_of(summary: Summary, *, price_per_hour: float | None = None,
     price = check_price("price_per_hour", price_per_hour)
     grid = check_price("grid_g_per_kwh", grid_g_per_kwh)
     rated = check_price("rated_power_w", rated_power_w)
-    devices = max(1, summary.world_size or 1)
+    devices = priced_units(summary)
     samples_per_s = _positive(summary.throughput.samples_per_s)
     tokens_per_s = _positive(summary.throughput.tokens_per_s)
     time = summary.time
