@@ -496,7 +496,9 @@ def main() -> int:
         print(f"not measured: {', '.join(missing)} (pip install lightning traceml-ai)")
     from results import write_result
 
-    write_result("overhead", quick=args.quick, rows=[
+    # one file per kind of step: the default (sleeping steps) and e.g. overhead_none.json
+    write_result("overhead" if args.step == "sleep" else f"overhead_{args.step}",
+                 quick=args.quick, rows=[
         {"step, tool": f"{step} {tool}", **row}
         for step, by_tool in report["steps"].items() for tool, row in by_tool.items()])
     if args.json:
