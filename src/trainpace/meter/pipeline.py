@@ -103,8 +103,8 @@ class WindowPipeline:
                 self._unsent.extend(records)
                 if keep:
                     self._unsent_records.extend(records)
-            if self._unsent and (window.final or window.flush or
-                                 self._unsent.column("t_s")[-1] - self._sent_t_s >= SINK_WINDOW_S):
+            if self._unsent and (window.final or window.flush or (
+                    records and records[-1]["t_s"] - self._sent_t_s >= SINK_WINDOW_S)):
                 self._send(window.final)
         self._system(last.last_step)
 
