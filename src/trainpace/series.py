@@ -241,6 +241,12 @@ class StepSeries:
         view.flags.writeable = False
         return view
 
+    def null(self, name: str) -> bool:
+        """True when every value of the column is null (a column that never had one), told
+        without making a view of it."""
+        column = self._columns[name]
+        return isinstance(column, float) and math.isnan(column)
+
     def missing_steps(self) -> list[tuple[int, int]]:
         """Gaps in the step numbers: ``(first, last)`` ranges of steps absent from the
         records (before the first record and between records), in order."""

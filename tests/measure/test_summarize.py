@@ -1,4 +1,5 @@
 import math
+from array import array
 
 import numpy as np
 import pytest
@@ -199,3 +200,23 @@ def test_time_outside_the_steps_is_in_the_wall_time_and_out_of_throughput():
 def test_outside_time_unknown_without_a_metered_loader():
     s = summarize(StepSeries.from_records(records([0.1] * 4)), warmup=0)
     assert s.time.outside_steps_s is None and s.time.outside_steps_pct is None
+
+
+def test_a_null_column_gives_the_figures_of_its_array_of_nan():
+    # figures() skips the array of a column null throughout; the same column made of NaN
+    # values one by one (an array, not one value) gives the same figures, exactly
+    recs = records([0.5, 0.25, 0.125, 0.25], samples=None, losses=None)
+    short = StepSeries.from_records(recs)
+    assert short.null("tokens") and short.null("loss") and short.null("samples")
+    assert not short.null("step_s")
+    spelled = StepSeries.from_records(recs[:1])
+    spelled._columns = {name: (array("d", [math.nan] * 4) if short.null(name)
+                               else array("d", short.column(name)))
+                        for name in STEP_FIELDS}
+    spelled._n = 4
+    assert not spelled.null("tokens")
+    assert figures(short, 1) == figures(spelled, 1)
+    assert figures(short, 1)["loss"] is None
+    assert figures(short, 1)["loss_nonfinite_steps"] == 0
+    assert figures(short, 1)["samples_per_s"] is None
+    assert figures(StepSeries(), 0) == figures(StepSeries.from_records([]), 0)

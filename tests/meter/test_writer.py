@@ -194,3 +194,28 @@ def test_windows_shorter_than_sink_window_s_reach_the_sinks_together_every_step_
         (1, 30), (31, 60), (61, 90), (91, 120), (121, 150), (151, 180), (181, 203)]
     assert [data["window"]["steps"] for data in sink.records] == [30] * 6 + [23]
     assert [s["step"] for s in read_run(meter.path).steps] == list(range(1, 204))
+
+
+class FiguresOnly(Windows):
+    reads_steps = False  # the window figures only
+
+
+def test_a_goal_set_mid_window_puts_every_step_in_the_run_once_and_no_records_are_kept(
+        tmp_path, clock):
+    sink = FiguresOnly()
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=10, console=False,
+                            report=False, count_flops=False, sinks=[sink])
+    for i, b in enumerate(meter.loader([torch.zeros(2)] * 203), start=1):
+        with meter.step(b):
+            clock.advance(1 / 512)
+            # a goal in the middle of the steps not sent yet, then another in the next ones
+            target = {45: 1.0, 47: 0.5, 100: 0.25}.get(i)
+            meter.observe(loss=1.0 / i, target=target)
+    meter.finish()
+    pipeline = meter._pipeline
+    assert [s["step"] for s in pipeline.state.series] == list(range(1, 204))
+    assert pipeline.state.tracker is not None
+    assert [data["steps"] for data in sink.records] == [[]] * 7  # nobody reads them
+    assert [data["window"]["steps"] for data in sink.records] == [30] * 6 + [23]
+    assert [data["window"]["last_step"] for data in sink.records] == [
+        30, 60, 90, 120, 150, 180, 203]

@@ -72,6 +72,13 @@ def figures(steps: StepSeries, warmup: int) -> Figures:
     step_s = steps.column("step_s")[skip:]
     total_s = float(step_s.sum())
     wait_s = float(steps.column("wait_s")[skip:].sum())
+
+    def values(name: str, first: int = 0) -> np.ndarray | None:
+        """A column from step ``first`` on; None when it is all null (most are, in most
+        runs: a window's figures then skip their arrays)."""
+        return None if steps.null(name) else steps.column(name)[first:]
+
+    nonfinite = values("loss_nonfinite")
     return {
         "first_step": int(step[0]) if n else None,
         "last_step": int(step[-1]) if n else None,
@@ -80,35 +87,42 @@ def figures(steps: StepSeries, warmup: int) -> Figures:
         "warmup_steps": warmup,
         "measured_s": total_s if measured else None,
         # a step whose batch could not be counted makes samples/s unknown, not lower
-        "samples_per_s": per_s(_total(steps.column("samples")[skip:]), total_s),
-        "tokens_per_s": per_s(_total(steps.column("tokens")[skip:]), total_s),
+        "samples_per_s": per_s(_total(values("samples", skip)), total_s),
+        "tokens_per_s": per_s(_total(values("tokens", skip)), total_s),
         "steps_per_s": per_s(measured, total_s),
         "step_s_median": median(step_s),
         "step_s_p90": percentile(step_s, 90.0),
         "step_s_mean": total_s / measured if measured else None,
         "wait_s_per_step": wait_s / measured if measured else None,
         "wait_pct": share_pct(wait_s, total_s),
-        "exposed_wait_s_per_step": _finite_mean(steps.column("exposed_wait_s")[skip:]),
-        "h2d_s_per_step": _finite_mean(steps.column("h2d_s")[skip:]),
-        "outside_s": _finite_sum(steps.column("outside_s")),
-        "loss": _finite_mean(steps.column("loss")),
-        "loss_nonfinite_steps": int(np.count_nonzero(steps.column("loss_nonfinite") == 1.0)),
+        "exposed_wait_s_per_step": _finite_mean(values("exposed_wait_s", skip)),
+        "h2d_s_per_step": _finite_mean(values("h2d_s", skip)),
+        "outside_s": _finite_sum(values("outside_s")),
+        "loss": _finite_mean(values("loss")),
+        "loss_nonfinite_steps": (int(np.count_nonzero(nonfinite == 1.0))
+                                 if nonfinite is not None else 0),
         "t_s": float(steps.column("t_s")[-1]) if n else None,
     }
 
 
-def _total(counts: np.ndarray) -> float | None:
+def _total(counts: np.ndarray | None) -> float | None:
     """The sum of counts, None when a step's count is unknown (or there is none)."""
+    if counts is None:
+        return None
     total = float(counts.sum())
     return total if counts.size and math.isfinite(total) else None
 
 
-def _finite_mean(values: np.ndarray) -> float | None:
+def _finite_mean(values: np.ndarray | None) -> float | None:
+    if values is None:
+        return None
     finite = values[np.isfinite(values)]
     return float(finite.mean()) if finite.size else None
 
 
-def _finite_sum(values: np.ndarray) -> float | None:
+def _finite_sum(values: np.ndarray | None) -> float | None:
+    if values is None:
+        return None
     finite = values[np.isfinite(values)]
     return float(finite.sum()) if finite.size else None
 

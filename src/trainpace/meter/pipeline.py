@@ -2,11 +2,13 @@
 
 Runs on the writer thread (:class:`~trainpace.sinks.background.Writer`). The training thread
 hands over a window's rows as they are; here they become ``steps.jsonl`` records (the lines,
-one append for all the windows taken together) and columns (the window's
-:class:`~trainpace.series.StepSeries`, appended to the run's), and the window's figures come
-from the function that computes the run's. Each window's figures go to the sinks (one
-:class:`~trainpace.sinks.base.FanOut`) as its window record; windows shorter than
-``SINK_WINDOW_S`` go out together.
+one append for all the windows taken together) and, at once, columns (a
+:class:`~trainpace.series.StepSeries`, appended to the run's when its window record goes out),
+and the window's figures come from the function that computes the run's. The records are kept
+only for the sinks and observers that read steps: made into columns while they are fresh
+(hundreds, not a window record's thousands), tiny steps cost the writer far less. Each
+window's figures go to the sinks (one :class:`~trainpace.sinks.base.FanOut`) as its window
+record; windows shorter than ``SINK_WINDOW_S`` go out together.
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ class WindowPipeline:
         self._system_written_s = -float("inf")
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
-        self._unsent: list[StepRecord] = []  # steps not in a window record yet
-        self._in_columns = 0  # of them, those already in the run's columns (a new goal)
+        self._unsent = StepSeries()  # the steps not in a window record yet
+        self._unsent_records: list[StepRecord] = []  # their records, kept for those that read them
+        self._in_run = 0  # of them, those already in the run's columns (a new goal)
         self._sent_t_s = 0.0  # the run time the last window record reached
 
     def emit(self, record: Record) -> None:
@@ -83,10 +86,9 @@ class WindowPipeline:
 
     def windows(self, windows: list[Window]) -> None:
         """The windows handed over since the last call, taken together: their lines go to the
-        run folder now (one append). Once the steps not in a window record yet hold
-        ``SINK_WINDOW_S`` of run time (at once at the end, or when a loader ran out), they
-        become columns (the run's, and the window record's figures) and go to the sinks and
-        observers: made into columns together, tiny steps cost the writer half as much."""
+        run folder now (one append), their steps into the columns not sent yet. Once those
+        hold ``SINK_WINDOW_S`` of run time (at once at the end, or when a loader ran out),
+        they go into the run's columns, and as a window record to the sinks and observers."""
         last = windows[-1]
         made = [(window, window.make_records()) for window in windows]
         lines = [record for _, records in made for record in records]
@@ -95,11 +97,14 @@ class WindowPipeline:
                 self.run_folder.append_steps(lines)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("writing the run folder (window)", exc)
+        keep = bool(self.observers or self.sinks.reads_steps)
         for window, records in made:
-            unsent = self._unsent
-            unsent.extend(records)
-            if unsent and (window.final or window.flush
-                           or unsent[-1]["t_s"] - self._sent_t_s >= SINK_WINDOW_S):
+            if records:
+                self._unsent.extend(records)
+                if keep:
+                    self._unsent_records.extend(records)
+            if self._unsent and (window.final or window.flush or (
+                    records and records[-1]["t_s"] - self._sent_t_s >= SINK_WINDOW_S)):
                 self._send(window.final)
         self._system(last.last_step)
 
@@ -116,32 +121,35 @@ class WindowPipeline:
 
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
-        new = self._unsent[self._in_columns:]
-        if new:
-            self._into_run(StepSeries.from_records(new))
-            self._in_columns = len(self._unsent)
+        unsent = self._unsent
+        if len(unsent) > self._in_run:
+            self._into_run(unsent if not self._in_run
+                           else StepSeries.from_records(unsent[self._in_run:]))
+            self._in_run = len(unsent)
         self.state.follow(goal)
 
     def _send(self, final: bool) -> None:
         """The steps not sent yet: into the run's columns, and as a window record to the sinks
         and observers; then, now and then, a refreshed summary."""
-        unsent, done = self._unsent, self._in_columns
-        self._unsent, self._in_columns = [], 0
-        self._sent_t_s = unsent[-1]["t_s"]
-        steps = StepSeries.from_records(unsent)
-        self._into_run(steps if not done else StepSeries.from_records(unsent[done:]))
-        self._window(unsent, steps, final)
+        steps, records, done = self._unsent, self._unsent_records, self._in_run
+        self._unsent, self._unsent_records, self._in_run = StepSeries(), [], 0
+        last_step = int(steps.column("step")[-1])
+        self._sent_t_s = float(steps.column("t_s")[-1])
+        if done < len(steps):
+            self._into_run(steps if not done else StepSeries.from_records(steps[done:]))
+        self._window(steps, records, last_step, final)
         if not final:
-            self._maybe_refresh(int(unsent[-1]["step"]))
+            self._maybe_refresh(last_step)
 
     def _into_run(self, steps: StepSeries) -> None:
         self.state.series.append(steps)
         if self.state.tracker is not None:
             self.state.tracker.add(steps)
 
-    def _window(self, records: list[StepRecord], steps: StepSeries, final: bool) -> None:
-        """The window record (figures and steps) of ``records`` (as columns: ``steps``) to the
-        sinks, and to the window observers."""
+    def _window(self, steps: StepSeries, records: list[StepRecord], last_step: int,
+                final: bool) -> None:
+        """The window record (figures, and the step records when someone reads them) of
+        ``steps`` to the sinks, and to the window observers."""
         state = self.state
         window = figures(steps, state.warmup(final=final))
         if state.tracker is not None:
@@ -154,13 +162,11 @@ class WindowPipeline:
             samples, tokens = window.get("samples_per_s"), window.get("tokens_per_s")
             window["usd_per_million_samples"] = price / 3600 / samples * 1e6 if samples else None
             window["usd_per_million_tokens"] = price / 3600 / tokens * 1e6 if tokens else None
-        first = records[0]
+        t_s = steps.column("t_s")
         window.update(self._device_window(  # type: ignore[typeddict-item]
-            first["t_s"] - first["step_s"], records[-1]["t_s"]))
-        # the steps go only to those that read them
-        shown = records if self.observers or self.sinks.reads_steps else []
-        self.sinks.log(Record("window", {"window": window, "steps": shown},
-                              records[-1]["step"]))
+            float(t_s[0] - steps.column("step_s")[0]), float(t_s[-1])))
+        # the steps go only to those that read them (the records were kept for them)
+        self.sinks.log(Record("window", {"window": window, "steps": records}, last_step))
         for observer in self.observers:
             try:
                 observer(window, records)
