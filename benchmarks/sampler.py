@@ -14,8 +14,9 @@ binding; a real driver's own cost is only seen with ``--device cuda`` on a GPU m
 Beside the sampler as it is, the same run measures it the way it read before (host figures
 through psutil, each reading added to the aggregate table on its own, the thread waiting in
 ``Event.wait`` and timing each reading's CPU), so the ratio between the two holds on a loaded
-machine where the absolute figures drift. ``cycle_cpu_ms`` is the sampler thread's CPU time
-per reading, waking up included (its CPU clock); ``reading_ms`` the wall time of a reading.
+machine where the absolute figures drift. ``cycle_cpu_ms`` is the process's CPU time per
+reading while only the sampler runs (its whole cycle, waking up included); ``reading_ms`` the
+wall time of a reading.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def measure(device: str, nvml: object, hz: float, seconds: float, *,
         "readings": sampler.readings,
         "rows": len(rows),
         "reading_ms": round(1000 * sampler.busy_s / max(sampler.readings, 1), 3),
-        "cycle_cpu_ms": round(1000 * sampler.busy_cpu_s / max(sampler.readings, 1), 3),
+        # the process's CPU while only the sampler runs, per reading (its whole cycle)
+        "cycle_cpu_ms": round(10 * with_sampler * wall / max(sampler.readings, 1), 3),
         "start_cpu_ms": round(start_ms, 1),
         "with_sampler_cpu_pct": round(with_sampler, 3),
     }
