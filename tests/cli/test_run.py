@@ -394,6 +394,20 @@ def test_json_before_the_first_step_one_error_object_and_the_scripts_status(tmp_
     assert not out.exists()
 
 
+def test_two_training_threads_the_first_ones_steps_and_the_other_named(tmp_path):
+    out = tmp_path / "threads"
+    done = trainpace_run("--json", "--quiet", "--out", out, "--", "two_threads.py")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["steps"]["total"] == 31  # learner-a's: its first step alone, then 30
+    assert len(steps_of(out)) == 31
+    findings = {f["id"]: f for f in summary["diagnosis"]["findings"]}
+    threads = findings["run_other_threads"]
+    assert threads["evidence"] == {"measured_thread": "learner-a", "other_threads": ["learner-b"]}
+    assert "'learner-b'" in threads["title"]
+    assert "other processes" not in json.dumps(summary["diagnosis"])
+
+
 def test_output_paths_with_markup_or_unwritable_are_never_the_scripts_problem(tmp_path):
     out = tmp_path / "a[/]b"
     done = trainpace_run("--out", out, "edge.py", "--where", "train", "--steps", "3")

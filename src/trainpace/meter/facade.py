@@ -43,6 +43,7 @@ import datetime as dt
 import inspect
 import logging
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -197,7 +198,7 @@ class Meter:
         if accumulate != 1 and not is_int_at_least(accumulate, 1):
             raise ConfigError("accumulate", accumulate, "must be an integer >= 1")
         context = self._context
-        if context.depth or self._loop.finished:
+        if context.depth or self._loop.finished or self._recorder.from_other_thread():
             return self._nested_or_finished(context)
         context.batch = batch
         context.accumulate = accumulate
@@ -206,6 +207,14 @@ class Meter:
     def _nested_or_finished(self, context: StepContext) -> StepContext | NullStep:
         if self._loop.finished:
             self._after_finish("meter.step()")
+            return NULL_STEP
+        rec = self._recorder
+        if rec.from_other_thread():
+            # Its steps would interleave with the first thread's and be taken for nested ones.
+            self._log_once.warn_once(
+                "threads", f"meter.step() in thread {threading.current_thread().name!r}: the "
+                f"steps recorded are those of thread {rec.step_thread_name!r}, the first to step; "
+                "steps of other threads are not measured (a Meter per thread measures each)")
             return NULL_STEP
         self._log_once.warn_once("nested", "meter.step() inside meter.step(): steps do not nest; "
                                "the inner block is ignored (the outer one is the step)")
