@@ -48,6 +48,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from threading import get_ident
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -198,13 +199,17 @@ class Meter:
         if accumulate != 1 and not is_int_at_least(accumulate, 1):
             raise ConfigError("accumulate", accumulate, "must be an integer >= 1")
         context = self._context
-        if context.depth or self._loop.finished or self._recorder.from_other_thread():
-            return self._nested_or_finished(context)
+        if context.depth or self._loop.finished or self._recorder.step_thread != get_ident():
+            unusual = self._nested_or_finished(context)
+            if unusual is not None:
+                return unusual
         context.batch = batch
         context.accumulate = accumulate
         return context
 
-    def _nested_or_finished(self, context: StepContext) -> StepContext | NullStep:
+    def _nested_or_finished(self, context: StepContext) -> StepContext | NullStep | None:
+        """The step context for a step that is not a plain one (None: it is, the first
+        step of the thread that trains)."""
         if self._loop.finished:
             self._after_finish("meter.step()")
             return NULL_STEP
@@ -216,6 +221,8 @@ class Meter:
                 f"steps recorded are those of thread {rec.step_thread_name!r}, the first to step; "
                 "steps of other threads are not measured (a Meter per thread measures each)")
             return NULL_STEP
+        if not context.depth:
+            return None
         self._log_once.warn_once("nested", "meter.step() inside meter.step(): steps do not nest; "
                                "the inner block is ignored (the outer one is the step)")
         return context
