@@ -376,6 +376,38 @@ def test_a_script_that_fails_its_argument_parsing_leaves_no_run(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("script", "code", "said"), [
+    (("edge.py", "--where", "nonsense"), 2, "invalid choice: 'nonsense'"),
+    (("{tmp}/imports.py",), 1, "ModuleNotFoundError: No module named 'no_such_module_here'"),
+])
+def test_json_before_the_first_step_one_error_object_and_the_scripts_status(tmp_path, script,
+                                                                            code, said):
+    (tmp_path / "imports.py").write_text("import no_such_module_here\n")
+    out = tmp_path / "never"
+    done = trainpace_run("--json", "--quiet", "--out", out, "--",
+                         *(part.format(tmp=tmp_path) for part in script))
+    assert done.returncode == code
+    assert said in done.stderr
+    answer = json.loads(done.stdout)  # exactly one object on stdout
+    assert answer["exit_code"] == code
+    assert "before its first optimizer step" in answer["error"]
+    assert not out.exists()
+
+
+def test_two_training_threads_the_first_ones_steps_and_the_other_named(tmp_path):
+    out = tmp_path / "threads"
+    done = trainpace_run("--json", "--quiet", "--out", out, "--", "two_threads.py")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["steps"]["total"] == 31  # learner-a's: its first step alone, then 30
+    assert len(steps_of(out)) == 31
+    findings = {f["id"]: f for f in summary["diagnosis"]["findings"]}
+    threads = findings["run_other_threads"]
+    assert threads["evidence"] == {"measured_thread": "learner-a", "other_threads": ["learner-b"]}
+    assert "'learner-b'" in threads["title"]
+    assert "other processes" not in json.dumps(summary["diagnosis"])
+
+
 def test_output_paths_with_markup_or_unwritable_are_never_the_scripts_problem(tmp_path):
     out = tmp_path / "a[/]b"
     done = trainpace_run("--out", out, "edge.py", "--where", "train", "--steps", "3")

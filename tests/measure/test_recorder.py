@@ -1,5 +1,7 @@
 """The hot-path recorder, driven by a manual clock: every expected figure is exact."""
 
+import threading
+
 import pytest
 import torch
 
@@ -300,3 +302,17 @@ def test_the_rows_handed_over_become_records_of_the_one_schema(clock, kind):
     if kind == "uncounted":
         assert {r["samples"] for r in records} == {None}
     assert {r["outside_s"] for r in records} == ({0.0} if kind == "metered" else {None})
+
+
+def test_the_steps_are_the_first_threads_and_the_others_are_named():
+    rec = StepRecorder()
+    assert rec.from_other_thread() is False  # the first to ask is the one recorded
+    answers = []
+    other = threading.Thread(target=lambda: answers.append(rec.from_other_thread()),
+                             name="learner-b")
+    other.start()
+    other.join()
+    assert answers == [True]
+    assert rec.from_other_thread() is False
+    assert rec.step_thread_name == threading.current_thread().name
+    assert list(rec.other_threads.values()) == ["learner-b"]

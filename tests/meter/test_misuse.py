@@ -2,6 +2,7 @@
 
 import logging
 import math
+import threading
 import tracemalloc
 
 import pytest
@@ -106,3 +107,34 @@ def test_a_folder_setting_pointing_at_a_file_is_a_config_error(tmp_path, key):
 def test_cuda_asked_for_on_a_machine_without_it_is_refused():
     with pytest.raises(DeviceError, match="CUDA is not available on this machine"):
         quiet(device="cuda")
+
+
+def test_two_training_threads_the_first_ones_steps_and_the_other_named(tmp_path, clock, caplog):
+    meter = quiet(tmp_path / "run", clock=clock, window=10)
+    together = threading.Barrier(2, timeout=30)
+    first_step_done = threading.Event()
+
+    def train(first_alone):
+        if first_alone:
+            with meter.step(torch.zeros(4, 2)):
+                clock.advance(0.01)
+            first_step_done.set()
+        for _ in range(30):
+            with meter.step(torch.zeros(4, 2)):
+                together.wait()  # both threads are inside a step block now
+                clock.advance(0.01)
+
+    a = threading.Thread(target=train, args=(True,), name="learner-a")
+    b = threading.Thread(target=train, args=(False,), name="learner-b")
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        a.start()
+        first_step_done.wait(30)
+        b.start()
+        a.join()
+        b.join()
+    s = meter.finish()
+    assert s.steps.total == 31  # learner-a's: its first step alone, then 30
+    assert len(read_run(meter.path).steps) == 31
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("'learner-b'" in line and "'learner-a'" in line for line in said) == 1
+    assert not any("steps do not nest" in line for line in said)

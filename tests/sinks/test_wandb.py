@@ -189,24 +189,30 @@ print("finished", summary.steps.total, flush=True)
 """
 
 
-@pytest.mark.slow
-def test_an_unreachable_server_never_holds_the_training(tmp_path):
-    """wandb.init() online against a closed local port waits for over a minute: the Meter is
-    made, steps and finishes meanwhile (the run is started on the sink's thread)."""
+def unreachable_server(tmp_path):
+    """The environment of a script logging online to a closed local port."""
     import os
     import socket
-    import subprocess
-    import sys
-    import threading
 
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     src = str(Path(trainpace.__file__).resolve().parents[1])
-    env = dict(os.environ, WANDB_MODE="online", WANDB_BASE_URL=f"http://127.0.0.1:{port}",
-               WANDB_API_KEY="x" * 40, WANDB_DIR=str(tmp_path), WANDB_SILENT="true",
-               PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
-    process = subprocess.Popen([sys.executable, "-c", UNREACHABLE], env=env, cwd=tmp_path,
+    return dict(os.environ, WANDB_MODE="online", WANDB_BASE_URL=f"http://127.0.0.1:{port}",
+                WANDB_API_KEY="x" * 40, WANDB_DIR=str(tmp_path), WANDB_SILENT="true",
+                PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+
+
+@pytest.mark.slow
+def test_an_unreachable_server_never_holds_the_training(tmp_path):
+    """wandb.init() online against a closed local port waits for over a minute: the Meter is
+    made, steps and finishes meanwhile (the run is started on the sink's thread)."""
+    import subprocess
+    import sys
+    import threading
+
+    process = subprocess.Popen([sys.executable, "-c", UNREACHABLE],
+                               env=unreachable_server(tmp_path), cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     # Bare wandb.init() here blocks for 102 s: a training still held after 60 s fails.
     bound = threading.Timer(60, process.kill)
@@ -219,3 +225,19 @@ def test_an_unreachable_server_never_holds_the_training(tmp_path):
         process.wait()
         process.stdout.close()
     assert lines == ["constructed, run None", "stepped", "finished 10"]
+
+
+@pytest.mark.slow
+def test_an_unreachable_server_never_holds_the_exit(tmp_path):
+    """The run the sink started cannot finish: wandb's own exit hook would wait for its
+    service for about 90 s more; the process ends within sink_timeout_s of its own ending."""
+    import subprocess
+    import sys
+
+    started_s = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", UNREACHABLE], env=unreachable_server(tmp_path),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    took_s = time.monotonic() - started_s
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "finished 10"
+    assert took_s < 60, f"the process took {took_s:.0f} s to exit"  # ~95 s before, ~8 s now

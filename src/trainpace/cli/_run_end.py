@@ -7,11 +7,12 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from trainpace.cli._run_signals import die_of, exit_status
+from trainpace.cli._run_signals import _Terminated, die_of, exit_status
 
 
 def run_unmeasured(target: Any) -> int:
@@ -37,6 +38,8 @@ def report_run(args: argparse.Namespace, target: Any, meter: Any, patch: Any,
     summary = _finished(meter, patch)
     if not patch.trained and _failed(failure):
         _discard(meter.path)
+        if args.json:  # --json prints one object, also when nothing was trained
+            _print_json_to(saved_stdout, _nothing_trained(failure))
         return
     from rich.markup import escape
 
@@ -51,16 +54,43 @@ def report_run(args: argparse.Namespace, target: Any, meter: Any, patch: Any,
             print(f"trainpace run: cannot write the HTML report {args.html} "
                   f"({exc.strerror or exc})", file=sys.stderr)
     if args.json:
-        from trainpace.cli._output import print_json
-
-        sys.stdout.flush()
-        if saved_stdout is not None:
-            os.dup2(saved_stdout, 1)
-        print_json(summary.to_dict())
+        _print_json_to(saved_stdout, summary.to_dict())
     else:
         print(f"run folder: {meter.path}  (see it again: trainpace report {meter.path})",
               file=sys.stderr)
 
+
+
+def _print_json_to(saved_stdout: int | None, obj: Any) -> None:
+    """The one JSON object, on the real stdout (fd 1 went to stderr while the script ran)."""
+    from trainpace.cli._output import print_json
+
+    sys.stdout.flush()
+    if saved_stdout is not None:
+        os.dup2(saved_stdout, 1)
+    print_json(obj)
+
+
+def _nothing_trained(failure: BaseException | None) -> dict[str, Any]:
+    """The ``--json`` object of a script that failed before its first step: no summary (no
+    run folder is left), the script's exit status."""
+    code = _status_of(failure)
+    error = ("the script ended before its first optimizer step (exit status "
+             f"{code}); nothing was measured and no run folder was kept")
+    return {"error": error, "exit_code": code}
+
+
+def _status_of(failure: BaseException | None) -> int:
+    """The script's exit status as the shell sees it (:func:`exit_status` without its output:
+    the traceback is already printed)."""
+    if isinstance(failure, SystemExit):
+        code = failure.code
+        return 0 if code is None else code if isinstance(code, int) else 1
+    if isinstance(failure, _Terminated):
+        return 128 + signal.SIGTERM
+    if isinstance(failure, KeyboardInterrupt):
+        return 128 + signal.SIGINT
+    return 0 if failure is None else 1
 
 
 def _failed(failure: BaseException | None) -> bool:

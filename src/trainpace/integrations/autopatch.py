@@ -42,6 +42,7 @@ a bad command line is answered at once).
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -127,6 +128,12 @@ class AutoPatch:
         self.loaders_skipped = 0  # iterated under no_grad: taken for evaluation
         self.backward_calls = 0
         self.trained = False  # a step was opened (the script got as far as training)
+        # The steps are one thread's: the first to open one. The hooks are process-wide, so a
+        # second training thread (its own model and optimizer) would open and end steps in
+        # this one's; its work is left alone, and the report names it.
+        self._step_thread: int | None = None  # threading.get_ident() of that thread
+        self.step_thread_name: str | None = None
+        self.other_threads: dict[int, str] = {}  # ident -> name, of threads left alone
 
     @staticmethod
     def counters(samples_per_step: int | None,
@@ -203,7 +210,7 @@ class AutoPatch:
         original = self._original_iter
         if original is None:  # removed while a reference to the patched method lived on
             return DataLoader.__iter__(loader)
-        if self._entering:  # meter.loader's own iter() of this DataLoader
+        if self._entering or self._elsewhere():  # meter.loader's own iter(); another thread
             return original(loader)
         if self._ended:  # the loop left its iterator (a new epoch, an evaluation loader)
             self._close()
@@ -245,9 +252,25 @@ class AutoPatch:
             if self._ended:
                 self._close()
 
+    def _elsewhere(self) -> bool:
+        """Whether the calling thread is not the one whose steps are recorded (before the
+        first step: none is). A thread that is not is remembered by name."""
+        step_thread = self._step_thread
+        if step_thread is None:
+            return False
+        ident = threading.get_ident()
+        if ident == step_thread:
+            return False
+        if ident not in self.other_threads:
+            self.other_threads[ident] = threading.current_thread().name
+        return True
+
     def _open(self) -> None:
         """Open a step (the first sign of training since the last optimizer step); a step
         that ended is closed first."""
+        if self._step_thread is None:  # the first thread to train is the one measured
+            self._step_thread = threading.get_ident()
+            self.step_thread_name = threading.current_thread().name
         if self._ended:
             self._close()
         if self._forward_handle is not None:
@@ -278,13 +301,16 @@ class AutoPatch:
 
     def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
         # Registered only while no step is open: one call per step, not one per module.
-        if (self._context is None or self._ended) and torch.is_grad_enabled():
+        if ((self._context is None or self._ended) and torch.is_grad_enabled()
+                and not self._elsewhere()):
             self._open()
 
     def _backward(self, tensors: Any, *args: Any, **kwargs: Any) -> Any:
         original = self._original_backward
         if original is None:
             return torch.autograd.backward(tensors, *args, **kwargs)
+        if self._elsewhere():
+            return original(tensors, *args, **kwargs)
         self.backward_calls += 1
         # After the step's optimizer step, a backward() is still its own (a GAN's second
         # network): the step is one whole iteration, as a `with meter.step()` body would be.
@@ -312,6 +338,8 @@ class AutoPatch:
             self._fault("keeping the loss before scaling", exc)
 
     def _pre_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._elsewhere():
+            return
         pacer = self._pacer_optimizer
         if optimizer is not pacer and id(optimizer) not in self.optimizers:
             self._first_step_of(optimizer)
@@ -333,6 +361,8 @@ class AutoPatch:
         self._steps_without_pacer.clear()
 
     def _post_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._elsewhere():
+            return
         if optimizer is not self._pacer_optimizer:
             key = id(optimizer)
             count = self._steps_without_pacer[key] = self._steps_without_pacer.get(key, 0) + 1
@@ -427,6 +457,18 @@ class AutoPatch:
                 evidence={"dataloaders_iterated": 0,
                           "dataloaders_under_no_grad": self.loaders_skipped},
                 advice=advice,
+            ))
+        if self.other_threads:
+            others = sorted(self.other_threads.values())
+            out.append(Finding(
+                id="run_other_threads", severity="warning",
+                title=f"Training in {len(others) + 1} threads: only thread "
+                      f"{self.step_thread_name!r}, the first to train, is measured; the steps "
+                      f"of {', '.join(map(repr, others))} are not",
+                evidence={"measured_thread": self.step_thread_name, "other_threads": others},
+                advice=["the figures are one thread's steps, with the other threads' work "
+                        "competing for the same cores and device; a trainpace.Meter per "
+                        "thread (with meter.step(): ...) measures each"],
             ))
         if len(self.optimizers) > 1:
             names = list(self.optimizers.values())

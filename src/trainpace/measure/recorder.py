@@ -15,6 +15,7 @@ of its ``step_s``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -74,6 +75,26 @@ class StepRecorder:
         # between two steps may be the loop's own data loading, which belongs to the step.
         self._metered = False
         self._idle_since: float | None = None  # a step ended (or the loader ran out) here
+        # The steps are one thread's: the first to open one. Steps opened by other threads
+        # (a second training thread with its own model) would interleave with its steps and
+        # be taken for nested ones; they are not recorded, and the threads are named.
+        self.step_thread: int | None = None  # threading.get_ident() of that thread
+        self.step_thread_name: str | None = None
+        self.other_threads: dict[int, str] = {}  # ident -> name, of threads whose steps are not
+
+    def from_other_thread(self) -> bool:
+        """Whether the calling thread is not the one whose steps are recorded (the first one
+        to ask is that thread). A thread that is not is remembered by name."""
+        ident = threading.get_ident()
+        if ident == self.step_thread:
+            return False
+        if self.step_thread is None:
+            self.step_thread = ident
+            self.step_thread_name = threading.current_thread().name
+            return False
+        if ident not in self.other_threads:
+            self.other_threads[ident] = threading.current_thread().name
+        return True
 
     # -- the loop's side ------------------------------------------------------------------
 

@@ -43,10 +43,12 @@ import datetime as dt
 import inspect
 import logging
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from threading import get_ident
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -197,16 +199,30 @@ class Meter:
         if accumulate != 1 and not is_int_at_least(accumulate, 1):
             raise ConfigError("accumulate", accumulate, "must be an integer >= 1")
         context = self._context
-        if context.depth or self._loop.finished:
-            return self._nested_or_finished(context)
+        if context.depth or self._loop.finished or self._recorder.step_thread != get_ident():
+            unusual = self._nested_or_finished(context)
+            if unusual is not None:
+                return unusual
         context.batch = batch
         context.accumulate = accumulate
         return context
 
-    def _nested_or_finished(self, context: StepContext) -> StepContext | NullStep:
+    def _nested_or_finished(self, context: StepContext) -> StepContext | NullStep | None:
+        """The step context for a step that is not a plain one (None: it is, the first
+        step of the thread that trains)."""
         if self._loop.finished:
             self._after_finish("meter.step()")
             return NULL_STEP
+        rec = self._recorder
+        if rec.from_other_thread():
+            # Its steps would interleave with the first thread's and be taken for nested ones.
+            self._log_once.warn_once(
+                "threads", f"meter.step() in thread {threading.current_thread().name!r}: the "
+                f"steps recorded are those of thread {rec.step_thread_name!r}, the first to step; "
+                "steps of other threads are not measured (a Meter per thread measures each)")
+            return NULL_STEP
+        if not context.depth:
+            return None
         self._log_once.warn_once("nested", "meter.step() inside meter.step(): steps do not nest; "
                                "the inner block is ignored (the outer one is the step)")
         return context

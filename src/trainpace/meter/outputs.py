@@ -56,7 +56,8 @@ def keyword_sinks(config: MeterConfig, stream: TextIO | None, run_id: str) -> li
                            "without it", entry.key, str(value), type(exc).__name__, exc)
     sinks.extend(sinks_from_options(wandb=config.wandb, mlflow=config.mlflow,
                                     prometheus=config.prometheus,
-                                    prometheus_host=config.prometheus_host, run_id=run_id))
+                                    prometheus_host=config.prometheus_host, run_id=run_id,
+                                    sink_timeout_s=config.sink_timeout_s))
     return sinks
 
 

@@ -20,12 +20,15 @@ def sinks_from_options(
     prometheus: int | None = None,
     prometheus_host: str | None = None,
     run_id: str | None = None,
+    sink_timeout_s: float = 5.0,
 ) -> list[Sink]:
     """The sinks these options ask for (none for ``None``/``False``).
 
     - ``wandb``: ``True`` (the active W&B run, else a new one) or a W&B run object;
     - ``mlflow``: ``True`` (the active MLflow run, else a new one) or a tracking URI;
     - ``prometheus``: a port for the exporter (``prometheus_host``: default 127.0.0.1).
+
+    ``sink_timeout_s`` bounds the end of a W&B run the sink started (at the process's exit).
     """
     check_options(wandb=wandb, mlflow=mlflow, prometheus=prometheus,
                   prometheus_host=prometheus_host)
@@ -33,7 +36,7 @@ def sinks_from_options(
     if wandb is not None and wandb is not False:
         from trainpace.sinks.wandb import WandbSink
 
-        sinks.append(WandbSink(wandb, run_id=run_id))
+        sinks.append(WandbSink(wandb, run_id=run_id, finish_timeout_s=sink_timeout_s))
     if mlflow is not None and mlflow is not False:
         from trainpace.sinks.mlflow import MlflowSink
 

@@ -8,7 +8,10 @@ logger has its own step counter, and a step behind it would be dropped); each ro
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,11 +37,15 @@ class WandbSink(DroppingSink):
 
     A run it starts is started on first use, on the sink's own thread: ``wandb.init`` waits
     for the server (over a minute when it cannot be reached), and the training must not.
+    Nor must the process's exit: wandb's own exit hook waits for its service without a bound
+    (97 s with an unreachable server), so a run it started and could not finish is ended at
+    exit within ``finish_timeout_s``, and what is not sent by then is left behind.
     """
 
     label = "W&B"
 
-    def __init__(self, run: Any = True, *, run_id: str | None = None) -> None:
+    def __init__(self, run: Any = True, *, run_id: str | None = None,
+                 finish_timeout_s: float = 5.0) -> None:
         super().__init__()
         try:
             import wandb
@@ -48,6 +55,7 @@ class WandbSink(DroppingSink):
         self._name = run_id
         self._summary: Mapping[str, Any] | None = None
         self._owned = False
+        self._finish_timeout_s = finish_timeout_s
         self.run: Any = None
         try:
             if run is True or run is None:
@@ -68,6 +76,10 @@ class WandbSink(DroppingSink):
         with the WANDB_* settings)."""
         if self.run is None:
             self._owned = True
+            # The service starts here (a local process, no network); the hook registered
+            # after it runs before wandb's own at exit (atexit runs the last one first).
+            self._wandb.setup()
+            atexit.register(self._end_at_exit)
             self._use(self._wandb.init(
                 project=os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT, name=self._name,
                 reinit="create_new"))
@@ -95,6 +107,42 @@ class WandbSink(DroppingSink):
             self._started().summary.update(final)
         if self._owned and self.run is not None:
             self.run.finish()
+            atexit.unregister(self._end_at_exit)  # finished: wandb's exit has nothing to wait for
+
+    def _end_at_exit(self) -> None:
+        """At exit, a run this sink started and did not finish (the server unreachable):
+        ``wandb.teardown()`` on a thread of its own, waited for at most ``finish_timeout_s``.
+        Its first act removes wandb's exit hook, which would wait for the service without a
+        bound; a service still busy after that is killed."""
+        service = _service_process()  # before the teardown forgets it
+        ending = threading.Thread(target=self._teardown, name="trainpace-wandb-end",
+                                  daemon=True)
+        ending.start()
+        ending.join(self._finish_timeout_s)
+        if ending.is_alive() and service is not None:
+            # Still sending to the server: it would outlive this process for a minute and
+            # more, holding its stdout and stderr (a pipe reader, `| tee`, waits for it). It
+            # ignores SIGTERM while it retries; what it wrote in the run's folder stays.
+            with contextlib.suppress(Exception):  # the process is ending: nothing to tell
+                service.kill()
+
+    def _teardown(self) -> None:
+        with contextlib.suppress(BaseException):  # the process is ending: nothing to tell
+            self._wandb.teardown()
+
+
+def _service_process() -> Any:
+    """The ``subprocess.Popen`` of wandb's service, when this process started it (wandb
+    0.31's internals: None where they differ)."""
+    try:
+        from wandb.sdk import wandb_setup
+
+        connection = getattr(wandb_setup.singleton(), "_connection", None)
+        proc = getattr(connection, "_proc", None)
+        process = getattr(proc, "_process", None)
+    except Exception:  # noqa: BLE001 - another wandb version: no service to end
+        return None
+    return process if hasattr(process, "kill") else None
 
 
 def _meta_config(meta: Mapping[str, Any]) -> dict[str, Any]:
