@@ -275,6 +275,9 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
         if hasattr(signal, "SIGCHLD"):
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         sys.unraisablehook = lambda unraisable: None
+        # Likewise multiprocessing's own threads (the resource sharer of the workers' file
+        # descriptors) fail as the workers die: silent too, as the process would have been.
+        threading.excepthook = lambda args: None
         threading.Thread(target=watchdog, name="trainpace-sigterm", daemon=True).start()
         if raising_is_safe(frame):
             raise _Terminated
