@@ -406,13 +406,38 @@ def _advice_texts(node: ast.AST | None, function: ast.FunctionDef,
         return [f"computed by `{made_by[0]}()` from the evidence" if made_by and made_by[0]
                 else f"computed by the rule (`{node.value.id}.{node.attr}`)"]
     text = _text(node)
+    if isinstance(node, ast.JoinedStr) and (not text or _thin(text)):
+        # all figures ("{where}: {fix} — {gain}"): the texts are in the names it formats
+        named = [v.value.id for v in node.values
+                 if isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name)]
+        texts = [t for name in named if name not in seen
+                 for t in _advice_texts(ast.Name(id=name), function, seen)]
+        texts += [f"computed by `{made}()` from the evidence" for name in named
+                  if (made := _unpacked_from(function, name))]
+        if texts:
+            return texts
     return [text] if text else []
+
+
+def _thin(text: str) -> bool:
+    """A text that is all figures ("…: …") says nothing without them."""
+    return len(re.sub(r"[^A-Za-z]", "", text)) < 8
+
+
+def _unpacked_from(function: ast.FunctionDef, variable: str) -> str | None:
+    """The function whose result ``variable`` is unpacked from (``a, b = f(...)``), if any."""
+    for node in ast.walk(function):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and any(isinstance(t, ast.Tuple) and any(
+                    isinstance(e, ast.Name) and e.id == variable for e in t.elts)
+                    for t in node.targets)):
+            return _call_name(node.value)
+    return None
 
 
 def _add(texts: list[str], new: list[str]) -> None:
     # a text that is all figures ("…: …") says nothing without them
-    texts += [text for text in new
-              if text not in texts and len(re.sub(r"[^A-Za-z]", "", text)) >= 8]
+    texts += [text for text in new if text not in texts and not _thin(text)]
 
 
 def finding_catalogue() -> list[FindingEntry]:
