@@ -15,7 +15,7 @@ from report.folders import steps, write_run
 from trainpace.errors import RunFolderError
 from trainpace.inputs import JSON_MAX_BYTES
 from trainpace.runlog import read_json, read_jsonl, read_run
-from trainpace.series import MAX_LINE_BYTES, read_steps
+from trainpace.steps_file import MAX_LINE_BYTES, read_steps
 from trainpace.summary import Summary
 
 posix_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs and /dev/zero: POSIX")

@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from trainpace.series import BLOCK_BYTES, StepSeries, read_steps
+from trainpace.series import StepSeries
+from trainpace.steps_file import BLOCK_BYTES, read_steps
 
 
 def record(step, **changes):

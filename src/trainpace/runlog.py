@@ -37,7 +37,8 @@ import orjson
 
 from trainpace.errors import RunFolderError
 from trainpace.inputs import JSON_MAX_BYTES, open_regular, read_bounded
-from trainpace.series import MAX_LINE_BYTES, StepSeries, read_steps
+from trainpace.series import StepSeries
+from trainpace.steps_file import MAX_LINE_BYTES, read_steps
 from trainpace.summary import Summary
 
 META_FILE = "meta.json"
@@ -113,7 +114,7 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], bool]:
     """Read a JSON-lines file; returns (records, last_line_was_truncated).
 
     A last line that does not parse is dropped (a killed writer); a bad line anywhere else,
-    or one longer than :data:`~trainpace.series.MAX_LINE_BYTES`, is an error naming the file
+    or one longer than :data:`~trainpace.steps_file.MAX_LINE_BYTES`, is an error naming the file
     and the line. Only a regular file is read (:func:`~trainpace.inputs.open_regular`).
     """
     records: list[dict[str, Any]] = []
