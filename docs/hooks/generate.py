@@ -496,8 +496,8 @@ def finding_catalogue() -> list[FindingEntry]:
                     _add(entry.advice, _advice_texts(
                         _argument(call, "advice", 4 if is_verdict else -1), fn))
                     entry.thresholds |= read
-    autopatch = _Module(SRC / "trainpace" / "integrations" / "autopatch.py")
-    for tree_fn in ast.walk(autopatch.tree):
+    blind = _Module(SRC / "trainpace" / "integrations" / "blind_spots.py")
+    for tree_fn in ast.walk(blind.tree):
         if not isinstance(tree_fn, ast.FunctionDef):
             continue
         for ids, call in _findings_made(tree_fn):

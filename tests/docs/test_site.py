@@ -52,7 +52,7 @@ def test_every_verb_and_option_is_in_the_cli_reference() -> None:
 def _finding_ids_in_source() -> set[str]:
     ids = set()
     for path in [*(ROOT / "src/trainpace/diagnosis").glob("*.py"),
-                 ROOT / "src/trainpace/integrations/autopatch.py"]:
+                 ROOT / "src/trainpace/integrations/blind_spots.py"]:
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
                 continue

@@ -54,6 +54,7 @@ from torch.nn.modules import module as _module
 from torch.optim import optimizer as _optimizer
 from torch.utils.data import DataLoader
 
+from trainpace.integrations.blind_spots import blind_spots
 from trainpace.summary import Finding
 
 if TYPE_CHECKING:
@@ -425,69 +426,4 @@ class AutoPatch:
 
     def blind_spots(self) -> list[Finding]:
         """What could not be seen, and why, as findings for the report (empty: all seen)."""
-        out: list[Finding] = []
-        if self.optimizer_steps == 0:
-            out.append(Finding(
-                id="run_no_optimizer_step", severity="warning",
-                title="No optimizer step was seen: there are no step boundaries, so no step "
-                      "times, throughput or data wait",
-                evidence={"optimizer_steps": 0, "backward_calls": self.backward_calls,
-                          "dataloaders_iterated": self.loaders_metered},
-                advice=["trainpace run marks a step at each torch.optim optimizer's step(); a "
-                        "script that updates its weights another way can use trainpace.Meter "
-                        "in its loop (with meter.step(): ...)"],
-            ))
-        if self.loaders_metered == 0:
-            # the counts may be given (--samples-per-step); the data wait never is: with no
-            # DataLoader metered it stays unknown, not 0% (the report must not say "✓")
-            if self._samples is None:
-                advice = ["pass --samples-per-step N (and --tokens-per-step N) to give the "
-                          "counts of one optimizer step"]
-                unknown = "samples, tokens and data wait are unknown"
-            else:
-                advice = ["the counts come from --samples-per-step; the time spent getting "
-                          "each batch is measured only from a torch DataLoader's iteration"]
-                unknown = "the data wait is unknown"
-            if self.loaders_skipped:
-                advice.insert(0, "only DataLoaders iterated under torch.no_grad() were seen; "
-                              "they are taken for evaluation and not metered")
-            out.append(Finding(
-                id="run_no_dataloader", severity="info",
-                title="No torch.utils.data.DataLoader was iterated for training: " + unknown,
-                evidence={"dataloaders_iterated": 0,
-                          "dataloaders_under_no_grad": self.loaders_skipped},
-                advice=advice,
-            ))
-        if self.other_threads:
-            others = sorted(self.other_threads.values())
-            out.append(Finding(
-                id="run_other_threads", severity="warning",
-                title=f"Training in {len(others) + 1} threads: only thread "
-                      f"{self.step_thread_name!r}, the first to train, is measured; the steps "
-                      f"of {', '.join(map(repr, others))} are not",
-                evidence={"measured_thread": self.step_thread_name, "other_threads": others},
-                advice=["the figures are one thread's steps, with the other threads' work "
-                        "competing for the same cores and device; a trainpace.Meter per "
-                        "thread (with meter.step(): ...) measures each"],
-            ))
-        if len(self.optimizers) > 1:
-            names = list(self.optimizers.values())
-            pacers = self.pacers
-            if len(pacers) == 1:
-                title = (f"{len(names)} optimizers stepped; the first one, {names[0]}, marks "
-                         "the steps")
-                advice = ["the other optimizers' steps are inside each step: the step time "
-                          "is one full iteration of all of them"]
-            else:
-                title = (f"{len(names)} optimizers stepped; the steps are marked by "
-                         f"{' then '.join(pacers)} (a new one takes over when it steps twice "
-                         "without the one before)")
-                advice = ["each training loop's steps are its own optimizer's; the figures "
-                          "are over all of them"]
-            out.append(Finding(
-                id="run_several_optimizers", severity="info", title=title,
-                evidence={"optimizers": names,
-                          "steps_marked_by": pacers[0] if len(pacers) == 1 else pacers},
-                advice=advice,
-            ))
-        return out
+        return blind_spots(self)

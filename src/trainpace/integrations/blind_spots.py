@@ -1,0 +1,98 @@
+"""What ``trainpace run`` could not see in a script, and why: findings for its report.
+
+The patches count what they saw (optimizer steps, DataLoaders, threads, optimizers); a script
+that trains without one of them gets a finding that says which figures are unknown and how to
+give them, never a zero shown as a measurement.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from trainpace.summary import Finding
+
+
+class Seen(Protocol):
+    """What the patches counted (:class:`~trainpace.integrations.autopatch.AutoPatch`)."""
+
+    optimizer_steps: int
+    backward_calls: int
+    loaders_metered: int
+    loaders_skipped: int
+    optimizers: dict[int, str]
+    pacers: list[str]
+    step_thread_name: str | None
+    other_threads: dict[int, str]
+
+    @property
+    def samples_given(self) -> bool: ...
+
+
+def blind_spots(patch: Seen) -> list[Finding]:
+    """What ``patch`` could not see, and why (empty: all seen)."""
+    out: list[Finding] = []
+    if patch.optimizer_steps == 0:
+        out.append(Finding(
+            id="run_no_optimizer_step", severity="warning",
+            title="No optimizer step was seen: there are no step boundaries, so no step "
+                  "times, throughput or data wait",
+            evidence={"optimizer_steps": 0, "backward_calls": patch.backward_calls,
+                      "dataloaders_iterated": patch.loaders_metered},
+            advice=["trainpace run marks a step at each torch.optim optimizer's step(); a "
+                    "script that updates its weights another way can use trainpace.Meter "
+                    "in its loop (with meter.step(): ...)"],
+        ))
+    if patch.loaders_metered == 0:
+        # the counts may be given (--samples-per-step); the data wait never is: with no
+        # DataLoader metered it stays unknown, not 0% (the report must not say "✓")
+        if not patch.samples_given:
+            advice = ["pass --samples-per-step N (and --tokens-per-step N) to give the "
+                      "counts of one optimizer step"]
+            unknown = "samples, tokens and data wait are unknown"
+        else:
+            advice = ["the counts come from --samples-per-step; the time spent getting "
+                      "each batch is measured only from a torch DataLoader's iteration"]
+            unknown = "the data wait is unknown"
+        if patch.loaders_skipped:
+            advice.insert(0, "only DataLoaders iterated under torch.no_grad() were seen; "
+                          "they are taken for evaluation and not metered")
+        out.append(Finding(
+            id="run_no_dataloader", severity="info",
+            title="No torch.utils.data.DataLoader was iterated for training: " + unknown,
+            evidence={"dataloaders_iterated": 0,
+                      "dataloaders_under_no_grad": patch.loaders_skipped},
+            advice=advice,
+        ))
+    if patch.other_threads:
+        others = sorted(patch.other_threads.values())
+        out.append(Finding(
+            id="run_other_threads", severity="warning",
+            title=f"Training in {len(others) + 1} threads: only thread "
+                  f"{patch.step_thread_name!r}, the first to train, is measured; the steps "
+                  f"of {', '.join(map(repr, others))} are not",
+            evidence={"measured_thread": patch.step_thread_name, "other_threads": others},
+            advice=["the figures are one thread's steps, with the other threads' work "
+                    "competing for the same cores and device; a trainpace.Meter per "
+                    "thread (with meter.step(): ...) measures each"],
+        ))
+    if len(patch.optimizers) > 1:
+        names = list(patch.optimizers.values())
+        pacers = patch.pacers
+        if len(pacers) == 1:
+            title = (f"{len(names)} optimizers stepped; the first one, {names[0]}, marks "
+                     "the steps")
+            advice = ["the other optimizers' steps are inside each step: the step time "
+                      "is one full iteration of all of them"]
+        else:
+            title = (f"{len(names)} optimizers stepped; the steps are marked by "
+                     f"{' then '.join(pacers)} (a new one takes over when it steps twice "
+                     "without the one before)")
+            advice = ["each training loop's steps are its own optimizer's; the figures "
+                      "are over all of them"]
+        out.append(Finding(
+            id="run_several_optimizers", severity="info", title=title,
+            evidence={"optimizers": names,
+                      "steps_marked_by": pacers[0] if len(pacers) == 1 else pacers},
+            advice=advice,
+        ))
+    return out
