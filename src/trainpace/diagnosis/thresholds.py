@@ -122,13 +122,13 @@ SOURCES: Mapping[str, str] = {
     "→ 'increase batch size'",
     "device_busy_pct": "TraceML compute_bound_share_warn = 0.90; gpu_metrics.md §2.4: "
     "host-bound when GPU-Util < ~90%",
-    "memory_used_risk_pct": "issue 4 (trainpace); torch-tb-profiler advises at 90%",
+    "memory_used_risk_pct": "trainpace's specification; torch-tb-profiler advises at 90%",
     "thermal_margin_c": "gpu_metrics.md §1.4: flag when slowdown − temperature < ~5 °C",
     "throttle_warning_pct": "gpu_metrics.md §2.4: throttled when Δthrottle counters/Δt > ~5%",
     "bandwidth_high_pct": "gpu_metrics.md §2.4: bandwidth-bound when DRAM activity ≥ ~0.6 "
     "(practical peak ≈ 0.8 per NVIDIA)",
     "outlier_min_steps": "inferred: a median needs enough steps before 3× of it means a stall",
-    "stall_factor": "issue 4 (trainpace): a stall is a step > 3× the median",
+    "stall_factor": "trainpace's specification: a stall is a step > 3× the median",
     "spike_factor": "inferred: 1.5× the median is well outside steady jitter and catches "
     "eval or checkpoint steps that are not full stalls",
     "spike_min_count": "inferred: three events are the fewest that show a period",
@@ -137,7 +137,7 @@ SOURCES: Mapping[str, str] = {
     "outlier_warning_pct": "inferred: TF profiler counts 'all other time' ≥ 3–15% of the step "
     "as significant; 5% of the run lost is worth fixing",
     "outlier_critical_pct": "TraceML overhead_share_crit = 0.20 (same band as other overheads)",
-    "drift_warning_pct": "issue 4 (trainpace): > 10% slower over the run",
+    "drift_warning_pct": "trainpace's specification: > 10% slower over the run",
     "drift_min_steps": "TraceML min_steps_for_confident_diag = 20",
     "slow_phase_factor": "inferred: the spike factor (1.5× the median) held by a run of steps "
     "instead of one",
@@ -147,12 +147,12 @@ SOURCES: Mapping[str, str] = {
     "slow_phase_critical_pct": "TraceML overhead_share_crit = 0.20 (same band as other overheads)",
     "compile_warmup_steps": "inferred: torch.compile, the allocator and cuDNN autotuning settle "
     "in the first few steps (torchtitan's and Lightning's timers skip 1–3)",
-    "warmup_long_pct": "issue 10 (trainpace): an excluded warm-up over a third of the wall time "
-    "leaves the steady figures describing a minority of the run",
+    "warmup_long_pct": "trainpace's specification: an excluded warm-up over a third of the "
+    "wall time leaves the steady figures describing a minority of the run",
     "outside_steps_info_pct": "inferred: the TraceML/TF profiler 10% band, applied to time "
     "between steps",
     "cpu_others_pct": "inferred: when other processes keep ≥ 30% of the machine's CPU busy, "
-    "a run's threads wait for cores (the contention seen in issue 10 took half of it)",
+    "a run's threads wait for cores (contention measured on a shared machine took half of it)",
     "short_kernel_warning_pct": "inferred from HTA CUDA launch stats: when most kernels are "
     "shorter than their ~5–20 µs launch overhead, the step is launch-bound",
     "launch_lag_starved_us": "inferred from HTA's launch stats (launch overhead 5–20 µs): a "
