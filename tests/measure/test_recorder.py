@@ -9,6 +9,11 @@ from trainpace.measure.recorder import StepRecorder
 from trainpace.records import STEP_FIELDS
 
 
+def take_records(rec, *, final=False):
+    """The finished records, made at once (the Meter leaves that to its writer thread)."""
+    return rec.take_ready(final=final)()
+
+
 def fetch(rec, clock, batch, wait_s):
     started = rec.fetch_started()
     clock.advance(wait_s)
@@ -22,7 +27,7 @@ def test_a_step_cycle_includes_the_wait_for_its_batch(clock):
         rec.enter(1)
         clock.advance(0.08)
         rec.exit(None, failed=False)
-    records = rec.take_records()
+    records = take_records(rec)
     assert [r["step"] for r in records] == [1, 2, 3]
     for r in records:
         assert r["step_s"] == pytest.approx(0.10)
@@ -39,7 +44,7 @@ def test_gradient_accumulation_inside_one_step(clock):
         fetch(rec, clock, torch.zeros(8, 2), wait_s=0.01)
         clock.advance(0.02)
     rec.exit(None, failed=False)
-    (record,) = rec.take_records()
+    (record,) = take_records(rec)
     assert record["samples"] == 32
     assert record["micro_batches"] == 4
     assert record["wait_s"] == pytest.approx(0.04)
@@ -54,7 +59,7 @@ def test_accumulate_k_joins_k_step_blocks_into_one_optimizer_step(clock):
         clock.advance(0.01)
         closed.append(rec.exit(torch.zeros(5, 1), failed=False))  # no loader: the argument counts
     assert closed == [False, False, True, False, False, True]
-    records = rec.take_records()
+    records = take_records(rec)
     assert [(r["step"], r["samples"], r["micro_batches"]) for r in records] == [(1, 15, 3), (2, 15, 3)]
     assert records[0]["step_s"] == pytest.approx(0.03)
 
@@ -65,7 +70,7 @@ def test_the_step_argument_is_not_counted_twice_when_the_loader_gave_the_batch(c
     fetch(rec, clock, batch, 0.0)
     rec.enter(1)
     rec.exit(batch, failed=False)
-    assert rec.take_records()[0]["samples"] == 6
+    assert take_records(rec)[0]["samples"] == 6
 
 
 def test_a_failed_step_is_not_a_step(clock):
@@ -76,7 +81,7 @@ def test_a_failed_step_is_not_a_step(clock):
     rec.enter(1)
     clock.advance(0.5)
     rec.exit(torch.zeros(2), failed=False)
-    (record,) = rec.take_records()
+    (record,) = take_records(rec)
     assert record["step"] == 1
     assert record["step_s"] == pytest.approx(0.5)  # the failed second is not in it
 
@@ -88,7 +93,7 @@ def test_observe_outside_a_step_belongs_to_the_step_just_closed(clock):
     rec.observe(loss=4.0)  # two micro-batch losses: their mean
     rec.exit(None, failed=False)
     rec.observe(metric=0.75)  # an eval after the step
-    (record,) = rec.take_records()
+    (record,) = take_records(rec)
     assert record["loss"] == pytest.approx(3.0)
     assert record["metric"] == pytest.approx(0.75)
 
@@ -99,14 +104,14 @@ def test_token_counts_and_the_override(clock):
     fetch(rec, clock, {"input_ids": torch.zeros(2, 3), "attention_mask": mask}, 0.0)
     rec.enter(1)
     rec.exit(None, failed=False)
-    assert rec.take_records()[0]["tokens"] == 5
+    assert take_records(rec)[0]["tokens"] == 5
     assert rec.tokens_counted == "non_padding"
 
     custom = StepRecorder(clock=clock, tokens=lambda b: 42, samples=lambda b: 7)
     fetch(custom, clock, "anything", 0.0)
     custom.enter(1)
     custom.exit(None, failed=False)
-    record = custom.take_records()[0]
+    record = take_records(custom)[0]
     assert (record["samples"], record["tokens"], custom.tokens_counted) == (7, 42, "custom")
 
 
@@ -120,7 +125,7 @@ def test_a_failing_counter_does_not_lose_the_step(clock):
     assert rec.exit(torch.zeros(3), failed=False) is True  # never raises into the loop
     where, error = rec.fault
     assert where == "counting a batch" and str(error) == "boom"
-    (record,) = rec.take_records()
+    (record,) = take_records(rec)
     assert record["step_s"] == pytest.approx(0.1)
 
 
@@ -135,7 +140,7 @@ def test_the_time_between_two_steps_is_the_next_steps(clock):
     rec.enter(1)
     clock.advance(0.1)
     rec.exit(None, failed=False)
-    records = rec.take_records()
+    records = take_records(rec)
     assert records[1]["step_s"] == pytest.approx(0.103)
     assert records[1]["t_s"] == pytest.approx(0.203) == sum(r["step_s"] for r in records)
 
@@ -183,12 +188,12 @@ def test_device_step_time_comes_from_events_not_the_host(clock):
         clock.advance(0.001)
         rec.exit(None, failed=False)
     assert clock.now - 1000.0 == pytest.approx(0.006)
-    assert rec.take_records() == []  # nothing finished on the device yet, and nothing blocked
+    assert take_records(rec) == []  # nothing finished on the device yet, and nothing blocked
     assert clock.now - 1000.0 == pytest.approx(0.006)
     clock.now = 1000.0 + 0.052  # the device has finished step 1 only
-    records = rec.take_records()
+    records = take_records(rec)
     assert [r["step"] for r in records] == [1]
-    records += rec.take_records(final=True)
+    records += take_records(rec, final=True)
     assert [r["step"] for r in records] == [1, 2, 3]
     # step 1 = 1 ms of waiting with the device idle + 50 ms of work; then 50 ms each
     assert [r["step_s"] for r in records] == pytest.approx([0.051, 0.050, 0.050])
@@ -205,7 +210,7 @@ def test_exposed_wait_is_the_device_idle_time_while_the_host_waits(clock):
         rec.enter(1)
         dev.enqueue(0.010)
         rec.exit(None, failed=False)
-    records = rec.take_records(final=True)
+    records = take_records(rec, final=True)
     # step 2's fetch overlaps the last 10 ms of step 1's device work: 20 ms exposed
     assert [r["exposed_wait_s"] for r in records] == pytest.approx([0.030, 0.020])
     assert [r["step_s"] for r in records] == pytest.approx([0.040, 0.030])
@@ -230,7 +235,7 @@ def test_fetch_times_and_counts_in_one_call_and_keeps_its_own_faults(clock):
         rec.exit(None, failed=False)
     with pytest.raises(StopIteration):
         rec.fetch(it)
-    assert [r["wait_s"] for r in rec.take_records()] == pytest.approx([0.03, 0.03])
+    assert [r["wait_s"] for r in take_records(rec)] == pytest.approx([0.03, 0.03])
 
 
 def test_tuple_batches_are_counted_from_their_first_tensor_whatever_the_layout(clock):
@@ -248,7 +253,7 @@ def test_tuple_batches_are_counted_from_their_first_tensor_whatever_the_layout(c
         rec.fetch(it)
         rec.enter(1)
         rec.exit(None, failed=False)
-    assert [r["samples"] for r in rec.take_records()] == [8, 8, 5, 7, 6, 3]
+    assert [r["samples"] for r in take_records(rec)] == [8, 8, 5, 7, 6, 3]
     assert rec.fault is None
 
 
@@ -265,7 +270,7 @@ def test_a_batch_that_cannot_be_counted_gives_unknown_samples_and_one_warning(ca
             rec.fetch(batches)
             rec.enter(1)
             rec.exit(None, False)
-    records = rec.take_records(final=True)
+    records = take_records(rec, final=True)
     assert [r["samples"] for r in records] == [None, None, None]
     assert figures(StepSeries.from_records(records), 0)["samples_per_s"] is None
     warnings = [r.message for r in caplog.records if "samples=" in r.message]
@@ -288,7 +293,7 @@ def test_the_rows_handed_over_become_records_of_the_one_schema(clock, kind):
             object() if kind == "uncounted" else torch.zeros(4, 2))
         rec.exit(batch, failed=False)
     make_records = rec.take_ready()
-    assert rec.take_records() == []  # handed over: the rows left the recorder
+    assert take_records(rec) == []  # handed over: the rows left the recorder
     records = make_records()
     assert [tuple(r) for r in records] == [STEP_FIELDS] * 6
     assert [r["step"] for r in records] == list(range(1, 7))

@@ -351,19 +351,13 @@ class StepRecorder:
 
     # -- the window boundary's side -------------------------------------------------------
 
-    def take_records(self, *, final: bool = False) -> list[StepRecord]:
-        """Finished ``steps.jsonl`` records, oldest first (those whose values can be read now).
-
-        Without ``final`` it never blocks: a step whose device events have not completed, or
-        whose device values are still being copied, waits for a later call. With ``final``
-        (end of run) it waits for the device and returns everything.
-        """
-        return self.take_ready(final=final)()
-
     def take_ready(self, *, final: bool = False) -> Callable[[], list[StepRecord]]:
-        """:meth:`take_records`, the making of the records left to the caller of the function
-        returned (the writer thread): on the host clock the rows are handed over as they are,
-        which keeps the training thread's share of a window to a list copy."""
+        """Finished ``steps.jsonl`` records, oldest first (those whose values can be read now),
+        the making of them left to the caller of the function returned (the writer thread): on
+        the host clock the rows are handed over as they are, which keeps the training thread's
+        share of a window to a list copy. Without ``final`` it never blocks: a step whose device
+        events have not completed, or whose device values are still being copied, waits for a
+        later call. With ``final`` (end of run) it waits for the device and returns everything."""
         if self.timer is None:  # every value is already on the host
             rows = list(self._pending)
             self._pending.clear()
