@@ -147,11 +147,12 @@ def test_a_matmul_heavy_step_is_compute(tmp_path, cpu_ceilings):
     assert finding.evidence["mfu_pct"] == summary.flops.mfu_pct
 
 
-def test_an_elementwise_step_far_below_the_memory_roof_is_not_bandwidth_bound(
+def test_an_elementwise_step_is_bandwidth_bound_only_at_a_real_share_of_the_peak(
         tmp_path, cpu_ceilings):
-    # below the ridge, but moving ~8% of the measured bandwidth (autograd and Python between
-    # small ops): like issue 25's MNIST at 7.4%, the memory is not what limits it; even a
-    # ceiling measured 4× low would leave it far under the 60% a bandwidth verdict needs
+    # below the ridge; the share of the measured bandwidth it reaches depends on the machine
+    # (8% on a busy one, 70% on a quiet one), so the verdict is checked against the share the
+    # run measured: bandwidth-bound exactly when it moved >= 60% of the peak, and the finding,
+    # the bottleneck and the roofline agree either way (issue 25 §6)
     weight = torch.nn.Parameter(torch.randn(2_000_000))
     opt = torch.optim.SGD([weight], lr=1e-4)
     x = torch.randn(2_000_000)
@@ -163,6 +164,7 @@ def test_an_elementwise_step_far_below_the_memory_roof_is_not_bandwidth_bound(
 
     summary = run_steps(tmp_path / "elementwise", step)
     assert summary.flops.roofline == "bandwidth_bound"
-    assert summary.bandwidth.util_pct < 60
-    assert summary.diagnosis.bottleneck != "memory_bandwidth"
-    assert "bandwidth_bound" not in [f.id for f in summary.diagnosis.findings]
+    high = summary.bandwidth.util_pct >= 60
+    assert ("bandwidth_bound" in [f.id for f in summary.diagnosis.findings]) == high
+    if not high:
+        assert summary.diagnosis.bottleneck != "memory_bandwidth"
