@@ -157,13 +157,13 @@ def test_window_figures_reach_the_logs_with_the_mixin(tmp_path):
         pass
 
     trainer, _callback, _timer, _fetches, steps = train(tmp_path, Trainer)
-    logged = [entry for entry in trainer.state.log_history if "time/step_median_ms" in entry]
+    logged = [entry for entry in trainer.state.log_history if "trainpace/time/step_median_ms" in entry]
     assert logged, trainer.state.log_history
     for entry in logged:
         assert "loss" in entry  # a training log event, with HF's own figures
-        assert entry["time/step_median_ms"] > 0
+        assert entry["trainpace/time/step_median_ms"] > 0
     window = [s["step_s"] for s in steps[:4] if s["step"] > 2]
-    assert logged[0]["time/step_median_ms"] == pytest.approx(1e3 * statistics.median(window))
+    assert logged[0]["trainpace/time/step_median_ms"] == pytest.approx(1e3 * statistics.median(window))
 
 
 def test_the_loader_is_given_back(run):

@@ -150,13 +150,13 @@ def test_figures_match_an_independent_timer_and_validation_is_outside(run):
 def test_window_figures_reach_the_trainers_loggers_with_the_same_names(run):
     tmp_path, _trainer, _callback, _timer, _fetches, steps = run
     with (tmp_path / "logs" / "metrics.csv").open() as f:
-        rows = [row for row in csv.DictReader(f) if row.get("time/step_median_ms")]
+        rows = [row for row in csv.DictReader(f) if row.get("trainpace/time/step_median_ms")]
     assert [int(row["step"]) for row in rows] == [4, 8]
     for row, window in zip(rows, (steps[:4], steps[4:]), strict=True):
         measured = [s["step_s"] for s in window if s["step"] > 2]
-        assert float(row["time/step_median_ms"]) == pytest.approx(
+        assert float(row["trainpace/time/step_median_ms"]) == pytest.approx(
             1e3 * statistics.median(measured), rel=1e-6)
-        assert float(row["throughput/samples_per_s"]) == pytest.approx(
+        assert float(row["trainpace/throughput/samples_per_s"]) == pytest.approx(
             2 * BATCH * len(measured) / sum(measured), rel=1e-6)
 
 

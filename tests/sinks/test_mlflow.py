@@ -45,19 +45,19 @@ def test_a_run_is_started_with_params_window_metrics_and_the_summary(store, cloc
     (run,) = client.search_runs(["0"])
     assert run.info.run_name == "ml-test"
     assert run.info.status == "FINISHED"  # the sink started it, so it ended it
-    points = history(client, run.info.run_id, "throughput/samples_per_s")
+    points = history(client, run.info.run_id, "trainpace/throughput/samples_per_s")
     # one point per window, then the run's figure at its last step
     assert [step for step, _ in points] == [10, 20, 30, 30]
     assert [value for _, value in points] == pytest.approx([400.0] * 4)
-    assert [v for _, v in history(client, run.info.run_id, "time/step_median_ms")] == \
+    assert [v for _, v in history(client, run.info.run_id, "trainpace/time/step_median_ms")] == \
         pytest.approx([20.0] * 4)
-    assert history(client, run.info.run_id, "throughput/tokens_per_s") == []  # not measured
-    assert run.data.metrics["time/wall_s"] == pytest.approx(0.6)
+    assert history(client, run.info.run_id, "trainpace/throughput/tokens_per_s") == []  # not measured
+    assert run.data.metrics["trainpace/time/wall_s"] == pytest.approx(0.6)
     params = run.data.params
     assert params["config.window"] == "10"
     assert params["device.kind"] == "cpu"
     assert params["versions.torch"] == torch.__version__
-    assert run.data.tags["diagnosis/bottleneck"] == summary.diagnosis.bottleneck
+    assert run.data.tags["trainpace/diagnosis/bottleneck"] == summary.diagnosis.bottleneck
     stored = mlflow.artifacts.load_dict(f"{run.info.artifact_uri}/trainpace/summary.json")
     assert stored["throughput"]["samples_per_s"] == pytest.approx(400.0)
 
@@ -71,7 +71,7 @@ def test_logs_into_the_active_run_and_leaves_it_open(store, clock):
     assert len(client.search_runs(["0"])) == 1
     run = client.get_run(active.info.run_id)
     assert run.data.params["lr"] == "0.1" and run.data.params["config.window"] == "10"
-    assert [s for s, _ in history(client, active.info.run_id, "train/loss")] == [10, 20, 30]
+    assert [s for s, _ in history(client, active.info.run_id, "trainpace/loss/window_mean")] == [10, 20, 30]
 
 
 def test_a_dead_server_is_dropped_with_one_warning_and_training_goes_on(clock, caplog,

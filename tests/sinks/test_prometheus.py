@@ -53,7 +53,7 @@ def test_gauges_are_scraped_during_the_run_and_the_exporter_stops_at_the_end(clo
     assert first[("trainpace_step", "0")] == 10
     assert first[("trainpace_throughput_samples_per_s", "0")] == pytest.approx(400.0)
     assert first[("trainpace_time_step_median_ms", "0")] == pytest.approx(20.0)
-    assert first[("trainpace_train_loss", "0")] == pytest.approx(2.0)
+    assert first[("trainpace_loss_window_mean", "0")] == pytest.approx(2.0)
     assert ("trainpace_throughput_tokens_per_s", "0") not in first  # not measured: no sample
     assert second[("trainpace_throughput_samples_per_s", "0")] == pytest.approx(200.0)
     meter.finish()

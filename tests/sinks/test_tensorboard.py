@@ -18,13 +18,13 @@ def test_one_scalar_per_sign_per_window_read_back_with_tensorboard(tmp_path, clo
     acc = event_accumulator.EventAccumulator(str(logdir))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {"throughput/samples_per_s", "time/step_median_ms", "time/step_p90_ms",
-            "data/wait_pct", "train/loss"} <= tags
-    points = acc.Scalars("throughput/samples_per_s")
+    assert {"trainpace/throughput/samples_per_s", "trainpace/time/step_median_ms", "trainpace/time/step_p90_ms",
+            "trainpace/data/wait_pct", "trainpace/loss/window_mean"} <= tags
+    points = acc.Scalars("trainpace/throughput/samples_per_s")
     assert [p.step for p in points] == [10, 20, 30]
     assert [p.value for p in points] == pytest.approx([400.0] * 3)
-    assert [p.value for p in acc.Scalars("time/step_median_ms")] == pytest.approx([20.0] * 3)
-    assert "throughput/tokens_per_s" not in tags  # not measured: no point, not a zero
+    assert [p.value for p in acc.Scalars("trainpace/time/step_median_ms")] == pytest.approx([20.0] * 3)
+    assert "trainpace/throughput/tokens_per_s" not in tags  # not measured: no point, not a zero
 
 
 def test_missing_tensorboard_names_the_extra(tmp_path, monkeypatch):

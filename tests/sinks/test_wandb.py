@@ -106,15 +106,15 @@ def test_windows_are_history_rows_and_the_summary_is_the_runs(offline, clock):
     summary = metered_run(clock, wandb=True, run_id="wb-test")
     assert wandb.run is None  # the sink started the run, so it finished it
     history, final = read_run(run_file(offline))
-    rows = [row for row in history if "throughput/samples_per_s" in row]
+    rows = [row for row in history if "trainpace/throughput/samples_per_s" in row]
     assert [row["trainpace/step"] for row in rows] == [10, 20, 30]
-    assert [row["throughput/samples_per_s"] for row in rows] == pytest.approx([400.0] * 3)
-    assert [row["time/step_median_ms"] for row in rows] == pytest.approx([20.0] * 3)
-    assert [row["train/loss"] for row in rows] == pytest.approx([1.5] * 3)
-    assert all("throughput/tokens_per_s" not in row for row in rows)  # not measured: no point
-    assert final["throughput/samples_per_s"] == pytest.approx(summary.throughput.samples_per_s)
-    assert final["time/wall_s"] == pytest.approx(0.6)
-    assert final["diagnosis/bottleneck"] == summary.diagnosis.bottleneck
+    assert [row["trainpace/throughput/samples_per_s"] for row in rows] == pytest.approx([400.0] * 3)
+    assert [row["trainpace/time/step_median_ms"] for row in rows] == pytest.approx([20.0] * 3)
+    assert [row["trainpace/loss/window_mean"] for row in rows] == pytest.approx([1.5] * 3)
+    assert all("trainpace/throughput/tokens_per_s" not in row for row in rows)  # not measured: no point
+    assert final["trainpace/throughput/samples_per_s"] == pytest.approx(summary.throughput.samples_per_s)
+    assert final["trainpace/time/wall_s"] == pytest.approx(0.6)
+    assert final["trainpace/diagnosis/bottleneck"] == summary.diagnosis.bottleneck
 
 
 def test_logs_into_the_active_run_and_leaves_it_open(offline, clock):
@@ -127,7 +127,7 @@ def test_logs_into_the_active_run_and_leaves_it_open(offline, clock):
     history, final = read_run(run_file(offline))
     assert [row["user/metric"] for row in history if "user/metric" in row] == [1.0, 2.0]
     assert [row["trainpace/step"] for row in history if "trainpace/step" in row] == [10, 20, 30]
-    assert final["throughput/samples_per_s"] == pytest.approx(400.0)
+    assert final["trainpace/throughput/samples_per_s"] == pytest.approx(400.0)
 
 
 def test_a_run_object_is_logged_into(offline, clock):

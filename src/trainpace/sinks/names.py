@@ -1,8 +1,10 @@
 """One metric naming for every sink and framework logger: TensorBoard, W&B, MLflow, Prometheus,
 the Lightning loggers and the Hugging Face ``logs``.
 
-A tag is ``group/name_unit`` (``throughput/samples_per_s``); Prometheus, whose names cannot hold
-a ``/``, gets ``trainpace_throughput_samples_per_s``. Figures that were not measured (None) are
+A tag is ``trainpace/group/name_unit`` (``trainpace/throughput/samples_per_s``): every figure lives
+under trainpace's own namespace, never in a series the user or the framework owns (``train/loss``
+is theirs; trainpace's window mean of it is ``trainpace/loss/window_mean``). Prometheus, whose
+names cannot hold a ``/``, gets ``trainpace_throughput_samples_per_s``. Figures that were not measured (None) are
 no point at all, never a zero.
 """
 
@@ -14,53 +16,53 @@ from typing import Any
 
 # window figure -> (tag, multiplier); the tag carries the unit.
 WINDOW_TAGS: dict[str, tuple[str, float]] = {
-    "samples_per_s": ("throughput/samples_per_s", 1.0),
-    "tokens_per_s": ("throughput/tokens_per_s", 1.0),
-    "steps_per_s": ("throughput/steps_per_s", 1.0),
-    "step_s_median": ("time/step_median_ms", 1e3),
-    "step_s_p90": ("time/step_p90_ms", 1e3),
-    "wait_pct": ("data/wait_pct", 1.0),
-    "device_util_pct": ("device/util_pct", 1.0),
-    "memory_used_pct": ("device/memory_used_pct", 1.0),
-    "temperature_c": ("device/temperature_c", 1.0),
-    "bandwidth_util_pct": ("bandwidth/util_pct", 1.0),
-    "loss": ("train/loss", 1.0),
-    "eta_to_target_s": ("time/eta_to_target_s", 1.0),
-    "usd_per_million_samples": ("cost/usd_per_million_samples", 1.0),
-    "usd_per_million_tokens": ("cost/usd_per_million_tokens", 1.0),
+    "samples_per_s": ("trainpace/throughput/samples_per_s", 1.0),
+    "tokens_per_s": ("trainpace/throughput/tokens_per_s", 1.0),
+    "steps_per_s": ("trainpace/throughput/steps_per_s", 1.0),
+    "step_s_median": ("trainpace/time/step_median_ms", 1e3),
+    "step_s_p90": ("trainpace/time/step_p90_ms", 1e3),
+    "wait_pct": ("trainpace/data/wait_pct", 1.0),
+    "device_util_pct": ("trainpace/device/util_pct", 1.0),
+    "memory_used_pct": ("trainpace/device/memory_used_pct", 1.0),
+    "temperature_c": ("trainpace/device/temperature_c", 1.0),
+    "bandwidth_util_pct": ("trainpace/bandwidth/util_pct", 1.0),
+    "loss": ("trainpace/loss/window_mean", 1.0),
+    "eta_to_target_s": ("trainpace/time/eta_to_target_s", 1.0),
+    "usd_per_million_samples": ("trainpace/cost/usd_per_million_samples", 1.0),
+    "usd_per_million_tokens": ("trainpace/cost/usd_per_million_tokens", 1.0),
 }
 
 # (section, key of summary.json) -> (tag, multiplier): the run's figures at its end. The tags a
 # window also has mean the same thing over the whole run (past warm-up).
 SUMMARY_TAGS: dict[tuple[str, str], tuple[str, float]] = {
-    ("throughput", "samples_per_s"): ("throughput/samples_per_s", 1.0),
-    ("throughput", "tokens_per_s"): ("throughput/tokens_per_s", 1.0),
-    ("throughput", "steps_per_s"): ("throughput/steps_per_s", 1.0),
-    ("time", "step_s_median"): ("time/step_median_ms", 1e3),
-    ("time", "step_s_p90"): ("time/step_p90_ms", 1e3),
-    ("time", "wall_s"): ("time/wall_s", 1.0),
-    ("time", "time_to_target_s"): ("time/to_target_s", 1.0),
-    ("time", "outside_steps_pct"): ("time/outside_steps_pct", 1.0),
-    ("data", "wait_pct"): ("data/wait_pct", 1.0),
-    ("device", "util_pct"): ("device/util_pct", 1.0),
-    ("device", "memory_used_pct"): ("device/memory_used_pct", 1.0),
-    ("device", "temperature_c"): ("device/temperature_c", 1.0),
-    ("bandwidth", "util_pct"): ("bandwidth/util_pct", 1.0),
-    ("flops", "achieved_tflops"): ("flops/achieved_tflops", 1.0),
-    ("flops", "mfu_pct"): ("flops/mfu_pct", 1.0),
-    ("cost", "usd_total"): ("cost/usd_total", 1.0),
-    ("cost", "usd_per_million_samples"): ("cost/usd_per_million_samples", 1.0),
-    ("cost", "usd_per_million_tokens"): ("cost/usd_per_million_tokens", 1.0),
-    ("cost", "usd_to_target"): ("cost/usd_to_target", 1.0),
-    ("cost", "energy_j_per_sample"): ("cost/energy_j_per_sample", 1.0),
-    ("cost", "power_w_mean"): ("cost/power_w", 1.0),
-    ("cost", "kwh"): ("cost/kwh", 1.0),
-    ("cost", "co2_kg"): ("cost/co2_kg", 1.0),
+    ("throughput", "samples_per_s"): ("trainpace/throughput/samples_per_s", 1.0),
+    ("throughput", "tokens_per_s"): ("trainpace/throughput/tokens_per_s", 1.0),
+    ("throughput", "steps_per_s"): ("trainpace/throughput/steps_per_s", 1.0),
+    ("time", "step_s_median"): ("trainpace/time/step_median_ms", 1e3),
+    ("time", "step_s_p90"): ("trainpace/time/step_p90_ms", 1e3),
+    ("time", "wall_s"): ("trainpace/time/wall_s", 1.0),
+    ("time", "time_to_target_s"): ("trainpace/time/to_target_s", 1.0),
+    ("time", "outside_steps_pct"): ("trainpace/time/outside_steps_pct", 1.0),
+    ("data", "wait_pct"): ("trainpace/data/wait_pct", 1.0),
+    ("device", "util_pct"): ("trainpace/device/util_pct", 1.0),
+    ("device", "memory_used_pct"): ("trainpace/device/memory_used_pct", 1.0),
+    ("device", "temperature_c"): ("trainpace/device/temperature_c", 1.0),
+    ("bandwidth", "util_pct"): ("trainpace/bandwidth/util_pct", 1.0),
+    ("flops", "achieved_tflops"): ("trainpace/flops/achieved_tflops", 1.0),
+    ("flops", "mfu_pct"): ("trainpace/flops/mfu_pct", 1.0),
+    ("cost", "usd_total"): ("trainpace/cost/usd_total", 1.0),
+    ("cost", "usd_per_million_samples"): ("trainpace/cost/usd_per_million_samples", 1.0),
+    ("cost", "usd_per_million_tokens"): ("trainpace/cost/usd_per_million_tokens", 1.0),
+    ("cost", "usd_to_target"): ("trainpace/cost/usd_to_target", 1.0),
+    ("cost", "energy_j_per_sample"): ("trainpace/cost/energy_j_per_sample", 1.0),
+    ("cost", "power_w_mean"): ("trainpace/cost/power_w", 1.0),
+    ("cost", "kwh"): ("trainpace/cost/kwh", 1.0),
+    ("cost", "co2_kg"): ("trainpace/cost/co2_kg", 1.0),
 }
 
 STEP_TAG = "trainpace/step"
 """The optimizer step a point belongs to, for loggers whose own step counter is not ours (W&B)."""
-BOTTLENECK_TAG = "diagnosis/bottleneck"
+BOTTLENECK_TAG = "trainpace/diagnosis/bottleneck"
 """The diagnosis' verdict (a string), in the summaries that take one."""
 
 
@@ -84,7 +86,7 @@ def bottleneck(summary: Mapping[str, Any]) -> str | None:
 
 
 def prometheus_name(tag: str) -> str:
-    """``throughput/samples_per_s`` -> ``trainpace_throughput_samples_per_s``
+    """``trainpace/throughput/samples_per_s`` -> ``trainpace_throughput_samples_per_s``
     (``trainpace/step`` -> ``trainpace_step``)."""
     return "trainpace_" + tag.removeprefix("trainpace/").replace("/", "_")
 
