@@ -4,8 +4,8 @@ the Lightning loggers and the Hugging Face ``logs``.
 A tag is ``trainpace/group/name_unit`` (``trainpace/throughput/samples_per_s``): every figure lives
 under trainpace's own namespace, never in a series the user or the framework owns (``train/loss``
 is theirs; trainpace's window mean of it is ``trainpace/loss/window_mean``). Prometheus, whose
-names cannot hold a ``/``, gets ``trainpace_throughput_samples_per_s``. Figures that were not measured (None) are
-no point at all, never a zero.
+names cannot hold a ``/``, gets ``trainpace_throughput_samples_per_s``. Figures that were not
+measured (None) are no point at all, never a zero.
 """
 
 from __future__ import annotations
