@@ -37,7 +37,9 @@ OWN_KEPT = 16  # rank 0's own windows kept for the merge to join (it runs a wind
 class JobRank:
     """This process's place in the job, and what it does because of it."""
 
-    def __init__(self, info: RankInfo, vitals: Callable[[], Any]) -> None:
+    def __init__(self, info: RankInfo, vitals: Callable[[], Any], *,
+                 monitor: RankMonitor | None = None) -> None:
+        """``monitor``: the rank's exchange (made from ``info`` when None; tests give one)."""
         self.info = info
         self.monitor: RankMonitor | None = None
         self._merged_folder: RunFolderSink | None = None
@@ -48,7 +50,7 @@ class JobRank:
         self._shown_window = 0  # the newest merged window the dashboards were given
         self._failed = False
         if info.distributed:
-            self.monitor = RankMonitor(info, run_id="", signs=vitals_signs(vitals))
+            self.monitor = monitor or RankMonitor(info, run_id="", signs=vitals_signs(vitals))
             if info.rank == 0:
                 self.monitor.publish = self._publish
 
@@ -78,7 +80,16 @@ class JobRank:
             return list(sinks)
         own = [sink for sink in sinks if not shows_job(sink)]
         job = [sink for sink in sinks if shows_job(sink)]
-        if self.info.rank != 0 or not job:
+        if self.info.rank != 0:
+            for sink in job:  # a sink made on every rank (sinks=): nothing reaches it here
+                try:
+                    sink.close()
+                except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                    logger.warning("trainpace: closing %s on rank %d failed (%s: %s)",
+                                   type(sink).__name__, self.info.rank, type(exc).__name__,
+                                   exc)
+            return own
+        if not job:
             return own
         self._dashboards = FanOut(job)
         self._dashboards_timeout_s = timeout_s
