@@ -72,3 +72,20 @@ def test_rank_0_shows_the_jobs_windows_and_summary_and_rank_1_nothing():
     summary = shown0.records[-1].data
     assert summary["world_size"] == 2
     assert summary["throughput"]["samples_per_s"] == pytest.approx(240 / 0.4)
+
+
+class DeadStore(MemoryStore):
+    def set(self, key, value):
+        raise ConnectionError("store gone")
+
+    multi_set = set
+
+
+def test_without_the_exchange_rank_0_shows_its_own_windows_labelled_one_rank():
+    rank0 = job_rank(0, DeadStore())
+    shown = Kept(True)
+    rank0.dashboards([shown], timeout_s=5.0)
+    rank0.window(figures(10, 10, 1.5), steps(1, 10, step_s=0.01, samples=8))
+    rank0.finish(Summary(run_id="r"), lambda s, _meta: s)
+    (window,) = [r.data["window"] for r in shown.records if r.kind == "window"]
+    assert (window["ranks"], window["world_size"], window["samples_per_s"]) == (1, 2, 1.0)

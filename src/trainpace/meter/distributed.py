@@ -106,9 +106,23 @@ class JobRank:
         """A window observer (writer thread): post this rank's window; never raises."""
         if self.monitor is None:
             return
-        if self._dashboards is not None:
-            self._own_window(self._dashboards, figures, broken=self.monitor.broken is not None)
-        self.monitor.window(figures, records)
+        dashboards = self._dashboards
+        if dashboards is None:
+            self.monitor.window(figures, records)
+            return
+        last_step = int(figures.get("last_step") or 0)
+        self._own[last_step] = {key: figures[key] for key in OWN_FIGURES if key in figures}
+        while len(self._own) > OWN_KEPT:
+            del self._own[next(iter(self._own))]
+        self.monitor.window(figures, records)  # at rank 0, the merge shows what it completes
+        broken = self.monitor.broken is not None
+        if broken or not figures.get("measured_steps"):
+            # A warm-up window has no figures to merge; without the exchange rank 0 shows
+            # its own, labelled as one rank of the job.
+            shown = dict(figures)
+            if broken:
+                shown.update(ranks=1, world_size=self.info.world_size)
+            dashboards.log(Record("window", {"window": shown, "steps": []}, last_step))
 
     def own_summary(self, summary: Summary) -> Summary:
         """This rank's summary in the job's terms (world size, its rank)."""
@@ -136,21 +150,6 @@ class JobRank:
             self._merged_folder.log(record)
         if self._dashboards is not None and record.kind == "summary":
             self._dashboards.log(record)
-
-    def _own_window(self, dashboards: FanOut, figures: Mapping[str, Any], *,
-                    broken: bool) -> None:
-        """Rank 0's own window: kept for the merge to join; shown as it is while it has no
-        measured step (a warm-up window: no rank's figures to merge) or when the exchange
-        has failed (then labelled as one rank of the job)."""
-        last_step = int(figures.get("last_step") or 0)
-        self._own[last_step] = {key: figures[key] for key in OWN_FIGURES if key in figures}
-        while len(self._own) > OWN_KEPT:
-            del self._own[next(iter(self._own))]
-        if broken or not figures.get("measured_steps"):
-            shown = dict(figures)
-            if broken:
-                shown.update(ranks=1, world_size=self.info.world_size)
-            dashboards.log(Record("window", {"window": shown, "steps": []}, last_step))
 
     def _merged_window(self, records: Mapping[int, WindowRecord]) -> None:
         """A window the merge has from its ranks: the job's figures to the dashboards, once
