@@ -160,9 +160,8 @@ class JobRank:
                 return
             self._shown_window = window
             last_step = max(record["last_step"] for record in records.values())
-            own = self._own.get(last_step) or (self._own[next(reversed(self._own))]
-                                               if self._own else None)
-            figures = job_window(records, world_size=self.info.world_size, own=own)
+            figures = job_window(records, world_size=self.info.world_size,
+                                 own=self._own.get(last_step))  # the same steps, or none
             if not self._rank_figures:
                 del figures["rank_figures"]
             self._dashboards.log(Record("window", {"window": figures, "steps": []}, last_step))
