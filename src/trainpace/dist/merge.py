@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -191,6 +191,8 @@ class Merger:
         self._ended: list[int] = []  # sorted last windows of the ranks that finished
         self._version = 0  # records taken so far: the cache key of rank_dicts()
         self._dicts: tuple[int, list[dict[str, Any]]] | None = None
+        # told each window once its ranks are merged (rank 0's dashboards: meter.distributed)
+        self.on_scored: Callable[[Mapping[int, WindowRecord]], None] | None = None
 
     def add(self, record: WindowRecord) -> None:
         """Take one rank's window record."""
@@ -279,6 +281,8 @@ class Merger:
                             if (state := self.ranks[rank]).scores}))
         self.scored_windows += 1
         self._version += 1
+        if self.on_scored is not None:
+            self.on_scored(records)
 
     # -- the merged figures -------------------------------------------------------------
 

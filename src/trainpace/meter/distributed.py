@@ -4,30 +4,55 @@ A single process gets none of this (``JobRank.single``). Under torchrun each ran
 ``rank{r}/`` inside the job's one run folder (rank 0 picks the name, the others take it), posts
 its window figures through :class:`~trainpace.dist.monitor.RankMonitor` on the writer thread,
 and rank 0 writes the merged summary into the job's folder at the end.
+
+The sinks that show the job (the console line and the dashboards, ``shows_job``) live at rank
+0 only, behind a fan-out of their own: each window once the merge has it from every rank
+(:func:`~trainpace.dist.job_window.job_window`), the merged summary as it is published, and
+rank 0's own meta (the run's setup).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from trainpace.dist.job_summary import rank_summary
+from trainpace.dist.job_window import OWN_FIGURES, job_window
+from trainpace.dist.merge import Merger, WindowRecord
 from trainpace.dist.monitor import RankMonitor, vitals_signs
 from trainpace.dist.ranks import RankInfo, rank_info
+from trainpace.meter.outputs import shows_job
+from trainpace.runlog import Record
+from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder
 from trainpace.summary import Summary
+
+logger = logging.getLogger(__name__)
+
+OWN_KEPT = 16  # rank 0's own windows kept for the merge to join (it runs a window or two late)
 
 
 class JobRank:
     """This process's place in the job, and what it does because of it."""
 
-    def __init__(self, info: RankInfo, vitals: Callable[[], Any]) -> None:
+    def __init__(self, info: RankInfo, vitals: Callable[[], Any], *,
+                 monitor: RankMonitor | None = None) -> None:
+        """``monitor``: the rank's exchange (made from ``info`` when None; tests give one)."""
         self.info = info
         self.monitor: RankMonitor | None = None
         self._merged_folder: RunFolderSink | None = None
+        self._dashboards: FanOut | None = None  # rank 0's sinks that show the job
+        self._dashboards_timeout_s = 0.0
+        self._rank_figures = False
+        self._own: dict[int, dict[str, Any]] = {}  # last step -> rank 0's own window figures
+        self._shown_window = 0  # the newest merged window the dashboards were given
+        self._failed = False
         if info.distributed:
-            self.monitor = RankMonitor(info, run_id="", signs=vitals_signs(vitals))
+            self.monitor = monitor or RankMonitor(info, run_id="", signs=vitals_signs(vitals))
+            if info.rank == 0:
+                self.monitor.publish = self._publish
 
     @classmethod
     def from_environment(cls, vitals: Callable[[], Any]) -> JobRank:
@@ -43,8 +68,35 @@ class JobRank:
         path = self.monitor.run_folder(out, claim_run_folder)
         if self.info.rank == 0:
             self._merged_folder = RunFolderSink(path.parent)
-            self.monitor.publish = self._merged_folder.log
         return path, path.parent
+
+    def dashboards(self, sinks: Sequence[Sink], *, timeout_s: float,
+                   rank_figures: bool = False) -> list[Sink]:
+        """The sinks the Meter feeds itself. A single process: all of them. A job: those that
+        show the job are taken out; at rank 0 they are fed here (and closed at
+        :meth:`finish`, ``timeout_s`` for all), on the other ranks they get nothing.
+        ``rank_figures``: the job's windows carry each rank's own figures too."""
+        if self.monitor is None:
+            return list(sinks)
+        own = [sink for sink in sinks if not shows_job(sink)]
+        job = [sink for sink in sinks if shows_job(sink)]
+        if self.info.rank != 0:
+            for sink in job:  # a sink made on every rank (sinks=): nothing reaches it here
+                try:
+                    sink.close()
+                except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                    logger.warning("trainpace: closing %s on rank %d failed (%s: %s)",
+                                   type(sink).__name__, self.info.rank, type(exc).__name__,
+                                   exc)
+            return own
+        if not job:
+            return own
+        self._dashboards = FanOut(job)
+        self._dashboards_timeout_s = timeout_s
+        self._rank_figures = rank_figures
+        if isinstance(self.monitor.merger, Merger):  # a two-level merge scores no windows here
+            self.monitor.merger.on_scored = self._merged_window
+        return [*own, _MetaTo(self._dashboards)]
 
     def name(self, run_id: str) -> None:
         if self.monitor is not None:
@@ -52,8 +104,25 @@ class JobRank:
 
     def window(self, figures: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> None:
         """A window observer (writer thread): post this rank's window; never raises."""
-        if self.monitor is not None:
+        if self.monitor is None:
+            return
+        dashboards = self._dashboards
+        if dashboards is None:
             self.monitor.window(figures, records)
+            return
+        last_step = int(figures.get("last_step") or 0)
+        self._own[last_step] = {key: figures[key] for key in OWN_FIGURES if key in figures}
+        while len(self._own) > OWN_KEPT:
+            del self._own[next(iter(self._own))]
+        self.monitor.window(figures, records)  # at rank 0, the merge shows what it completes
+        broken = self.monitor.broken is not None
+        if broken or not figures.get("measured_steps"):
+            # A warm-up window has no figures to merge; without the exchange rank 0 shows
+            # its own, labelled as one rank of the job.
+            shown = dict(figures)
+            if broken:
+                shown.update(ranks=1, world_size=self.info.world_size)
+            dashboards.log(Record("window", {"window": shown, "steps": []}, last_step))
 
     def own_summary(self, summary: Summary) -> Summary:
         """This rank's summary in the job's terms (world size, its rank)."""
@@ -68,4 +137,52 @@ class JobRank:
         shown = self.monitor.finish(summary, diagnose=diagnose)
         if self._merged_folder is not None:
             self._merged_folder.close()
+        if self._dashboards is not None:
+            self._dashboards.close(self._dashboards_timeout_s)
         return shown
+
+    # -- rank 0's dashboards (the writer thread) ------------------------------------------
+
+    def _publish(self, record: Record) -> None:
+        """The merged run's meta and summary: to the job's folder; the summary (the job's
+        figures, as the report shows them) to the dashboards too."""
+        if self._merged_folder is not None:
+            self._merged_folder.log(record)
+        if self._dashboards is not None and record.kind == "summary":
+            self._dashboards.log(record)
+
+    def _merged_window(self, records: Mapping[int, WindowRecord]) -> None:
+        """A window the merge has from its ranks: the job's figures to the dashboards, once
+        (a rank's late record of a window already shown is not shown again)."""
+        try:
+            window = max(record["window"] for record in records.values())
+            if window <= self._shown_window or self._dashboards is None:
+                return
+            self._shown_window = window
+            last_step = max(record["last_step"] for record in records.values())
+            figures = job_window(records, world_size=self.info.world_size,
+                                 own=self._own.get(last_step))  # the same steps, or none
+            if not self._rank_figures:
+                del figures["rank_figures"]
+            self._dashboards.log(Record("window", {"window": figures, "steps": []}, last_step))
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            if not self._failed:
+                self._failed = True
+                logger.warning("trainpace: the job's window for the dashboards failed (%s: "
+                               "%s); they miss it", type(exc).__name__, exc)
+
+
+class _MetaTo:
+    """In rank 0's own fan-out: its meta (the run's setup) to the dashboards too."""
+
+    reads_steps = False
+
+    def __init__(self, dashboards: FanOut) -> None:
+        self._dashboards = dashboards
+
+    def log(self, record: Record) -> None:
+        if record.kind == "meta":
+            self._dashboards.log(record)
+
+    def close(self) -> None:
+        """The dashboards are closed by the job (after its last summary)."""

@@ -122,7 +122,10 @@ class Meter:
                                              self._started_at.strftime("run-%Y%m%d-%H%M%S"))
         self._job.name(self.run_id)
         try:
-            outputs = [*keyword_sinks(config, stream, self.run_id), *extra_sinks]
+            outputs = self._job.dashboards(  # under DDP: the job's figures, at rank 0
+                [*keyword_sinks(config, stream, self.run_id, rank=self._job.info.rank),
+                 *extra_sinks], timeout_s=config.sink_timeout_s,
+                rank_figures=config.rank_figures)
         except BaseException:
             if self.path is not None and job_folder == self.path:
                 release_run_folder(self.path)  # nothing was written: the name is free again
