@@ -254,3 +254,50 @@ def test_under_ddp_each_rank_meters_itself(tmp_path):
         # Lightning put its DistributedSampler in.
         assert [s["samples"] for s in steps] == [4] * 8
         assert json.loads((folder / "meta.json").read_text())["run_id"] == "run"
+
+
+def real_fit_truth(out, ranks):
+    """Global samples/s from the fit's independent timers: the sum of samples over the
+    ranks / the slowest rank's wall time of its training iterations."""
+    truths = [json.loads((out / f"truth{rank}.json").read_text()) for rank in range(ranks)]
+    return sum(t["samples"] for t in truths) / max(t["seconds"] for t in truths)
+
+
+def test_a_real_fit_is_measured_within_2_percent_of_its_own_timer(tmp_path):
+    """One process, a tiny model (steps of a few ms), on the real clock: Lightning's work
+    after the user's hooks is inside the steps."""
+    from lightning_fit import BATCHES, WARMUP, fit as real_fit
+
+    callback, _timer, _trainer = real_fit(tmp_path)
+    summary = callback.summary
+    assert summary.steps.total == BATCHES and summary.steps.measured == BATCHES - WARMUP
+    ratio = summary.throughput.samples_per_s / real_fit_truth(tmp_path, 1)
+    assert ratio == pytest.approx(1.0, abs=0.02)
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["framework"]["name"] == "lightning"
+    assert 0 < meta["framework"]["work_pct"] < 100
+
+
+@pytest.mark.slow
+def test_under_ddp_the_job_is_measured_within_2_percent_of_its_ranks_timers(tmp_path):
+    """Two CPU processes (``strategy="ddp"``): Lightning's SIGTERM-flag broadcast before
+    each batch is inside the steps, nothing is outside them, and the global samples/s is the
+    sum of samples over the slowest rank's iterations."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("lightning_fit.py")
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), "2"], timeout=300,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    job = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert job["world_size"] == 2
+    ratio = job["throughput"]["samples_per_s"] / real_fit_truth(tmp_path, 2)
+    assert ratio == pytest.approx(1.0, abs=0.02)
+    assert job["time"]["outside_steps_pct"] < 1.0  # no validation, no checkpoint
+    assert "outside_steps" not in {f["id"] for f in job["diagnosis"]["findings"]}
+    for rank in (0, 1):
+        meta = json.loads((tmp_path / "run" / f"rank{rank}" / "meta.json").read_text())
+        assert meta["framework"]["name"] == "lightning"
+        assert meta["framework"]["steps"] == 110
