@@ -266,7 +266,8 @@ def real_fit_truth(out, ranks):
 def test_a_real_fit_is_measured_within_2_percent_of_its_own_timer(tmp_path):
     """One process, a tiny model (steps of a few ms), on the real clock: Lightning's work
     after the user's hooks is inside the steps."""
-    from lightning_fit import BATCHES, WARMUP, fit as real_fit
+    from lightning_fit import BATCHES, WARMUP
+    from lightning_fit import fit as real_fit
 
     callback, _timer, _trainer = real_fit(tmp_path)
     summary = callback.summary
