@@ -26,6 +26,7 @@ ACCUMULATE = 2
 STEPS = 8
 LOAD_S = 0.010  # each batch takes this long to collate (on the test's clock)
 FORWARD_S = 0.015  # each forward pass of the model, training or evaluating
+FRAMEWORK_S = 0.005  # the Trainer's work after each step's hooks (as its logging is)
 
 
 class PadCollate:
@@ -59,17 +60,19 @@ def dataset(n, seed):
 
 
 class StepTimes(transformers.TrainerCallback):
-    """Independent timer: when each optimizer step ended (after trainpace's callback)."""
+    """The Trainer's work after each step's hooks (a callback after trainpace's), and the
+    independent timer: when each optimizer step's iteration ended."""
 
     def __init__(self, clock):
         self.ends = []
         self.clock = clock
 
     def on_step_end(self, args, state, control, **kwargs):
+        self.clock.advance(FRAMEWORK_S)
         self.ends.append(self.clock())
 
 
-def train(tmp_path, trainer_class=None, **options):
+def train(tmp_path, *, logging_steps=2, report_to="none", **options):
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1,
                                      n_head=2)
@@ -80,14 +83,14 @@ def train(tmp_path, trainer_class=None, **options):
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "hf"), per_device_train_batch_size=BATCH,
         per_device_eval_batch_size=BATCH, gradient_accumulation_steps=ACCUMULATE,
-        max_steps=STEPS, eval_strategy="steps", eval_steps=4, logging_steps=2,
-        save_strategy="no", report_to="none", use_cpu=True, dataloader_num_workers=0,
+        max_steps=STEPS, eval_strategy="steps", eval_steps=4, logging_steps=logging_steps,
+        save_strategy="no", report_to=report_to, use_cpu=True, dataloader_num_workers=0,
         disable_tqdm=True, learning_rate=1e-3, remove_unused_columns=False,
     )
     callback = TrainpaceCallback(tmp_path / "run", window=4, warmup=2, console=False,
                                  report=False, count_flops=False, clock=clock, **options)
     timer = StepTimes(clock)
-    trainer = (trainer_class or transformers.Trainer)(
+    trainer = transformers.Trainer(
         model=model, args=args, train_dataset=dataset(STEPS * BATCH * ACCUMULATE, 1),
         eval_dataset=dataset(2 * BATCH, 2), data_collator=PadCollate(LOAD_S, fetches, clock),
         callbacks=[callback, timer],
@@ -144,7 +147,8 @@ def test_figures_match_an_independent_timer_and_evaluation_is_outside(run):
     measured = [s["step_s"] for s in steps]
     assert measured == pytest.approx(truth)
     assert measured == pytest.approx(
-        [LOAD_S * len(step_collates(fetched, s)) + ACCUMULATE * FORWARD_S for s in range(STEPS)])
+        [LOAD_S * len(step_collates(fetched, s)) + ACCUMULATE * FORWARD_S + FRAMEWORK_S
+         for s in range(STEPS)])
     truth_rate = ACCUMULATE * BATCH * len(truth[2:]) / sum(truth[2:])  # warm-up: 2 steps
     assert callback.summary.throughput.samples_per_s == pytest.approx(truth_rate)
     # the evaluation after step 4: two batches collated and run forward
@@ -152,18 +156,81 @@ def test_figures_match_an_independent_timer_and_evaluation_is_outside(run):
         [0.0] * 4 + [2 * (LOAD_S + FORWARD_S)] + [0.0] * 3, abs=1e-9)
 
 
-def test_window_figures_reach_the_logs_with_the_mixin(tmp_path):
-    class Trainer(TrainpaceTrainer, transformers.Trainer):
-        pass
+def test_the_trainers_own_work_is_measured(run):
+    _trainer, callback, _timer, _fetches, steps = run
+    meta = json.loads((callback.out / "meta.json").read_text())
+    measured = steps[2:]  # past the warm-up
+    assert meta["framework"] == pytest.approx({
+        "name": "huggingface", "steps": 6, "work_s_per_step": FRAMEWORK_S,
+        "step_s_mean": statistics.mean(s["step_s"] for s in measured),
+        "work_pct": 100 * FRAMEWORK_S * 6 / sum(s["step_s"] for s in measured)})
 
-    trainer, _callback, _timer, _fetches, steps = train(tmp_path, Trainer)
-    logged = [entry for entry in trainer.state.log_history if "trainpace/time/step_median_ms" in entry]
-    assert logged, trainer.state.log_history
-    for entry in logged:
-        assert "loss" in entry  # a training log event, with HF's own figures
-        assert entry["trainpace/time/step_median_ms"] > 0
-    window = [s["step_s"] for s in steps[:4] if s["step"] > 2]
-    assert logged[0]["trainpace/time/step_median_ms"] == pytest.approx(1e3 * statistics.median(window))
+
+def window_entries(trainer):
+    return [entry for entry in trainer.state.log_history
+            if "trainpace/time/step_median_ms" in entry]
+
+
+def test_every_window_reaches_log_history_at_its_own_step(run):
+    trainer, _callback, _timer, _fetches, steps = run
+    logged = window_entries(trainer)
+    assert [entry["step"] for entry in logged] == [4, 8]  # the last window too
+    for entry, window in zip(logged, (steps[:4], steps[4:]), strict=True):
+        assert "loss" not in entry and not any(k.startswith("train/") for k in entry)
+        measured = [s["step_s"] for s in window if s["step"] > 2]
+        assert entry["trainpace/time/step_median_ms"] == pytest.approx(
+            1e3 * statistics.median(measured))
+    # HF's own entries are HF's: trainpace added nothing to them
+    assert all(not any(k.startswith("trainpace/") for k in entry)
+               for entry in trainer.state.log_history if entry not in logged)
+
+
+def test_windows_are_not_dropped_when_hf_logs_less_often_than_a_window(tmp_path):
+    trainer, *_ = train(tmp_path, logging_steps=10)  # HF logs no training step at all
+    assert [entry["step"] for entry in window_entries(trainer)] == [4, 8]
+
+
+def test_with_hfs_wandb_reporter_trainpace_declares_and_logs_only_its_own_names(tmp_path,
+                                                                                 monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    declared, rows = [], []
+    run_class = wandb.sdk.wandb_run.Run
+    real_define, real_log = run_class.define_metric, run_class.log
+
+    def define_metric(self, name, *args, **kwargs):
+        declared.append((name, kwargs.get("step_metric")))
+        return real_define(self, name, *args, **kwargs)
+
+    def log(self, data, *args, **kwargs):
+        rows.append(dict(data))
+        return real_log(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(run_class, "define_metric", define_metric)
+    monkeypatch.setattr(run_class, "log", log)
+    trainer, *_ = train(tmp_path, report_to=["wandb"])
+    wandb.finish()
+    hf = {("train/global_step", None), ("*", "train/global_step")}  # HF's own declarations
+    ours = [d for d in declared if d not in hf]
+    assert ours and all(name.startswith("trainpace/") for name, _ in ours), declared
+    assert all(metric in (None, "trainpace/step") for _, metric in ours)
+    keys = {key for row in rows for key in row}
+    assert "trainpace/throughput/samples_per_s" in keys and "train/loss" in keys
+    assert not any(key.startswith("train/trainpace") for key in keys)
+    # HF's rows carry no trainpace key, trainpace's rows no key of HF's
+    for row in rows:
+        names = {key.split("/")[0] for key in row}
+        assert names <= {"trainpace"} or "trainpace" not in names, row
+    assert len(window_entries(trainer)) == 2
+
+
+def test_the_old_mixin_still_runs_and_says_it_is_not_needed():
+    with pytest.warns(DeprecationWarning, match="no longer needed"):
+        class Trainer(TrainpaceTrainer, transformers.Trainer):
+            pass
+    assert issubclass(Trainer, transformers.Trainer)
 
 
 def test_the_loader_is_given_back(run):

@@ -296,7 +296,10 @@ class Meter:
         self._summary = summary if summary is not None else Summary(run_id=self.run_id)
         # rank 0: the job's merged summary, diagnosed with the job's meta
         shown = self._job.finish(
-            self._summary, lambda merged, meta: self._summaries.diagnosed(merged, meta, tune=False))
+            self._summary,
+            # what a front-end noted (note()) is rank 0's, the job's meta has no place for it
+            lambda merged, meta: self._summaries.diagnosed(merged, {**meta, **self._notes},
+                                                           tune=False))
         if self.config.report and shown is not None:
             try:
                 print_report(shown, file=self._stream)
