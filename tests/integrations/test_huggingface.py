@@ -4,6 +4,7 @@ advances by a known delay (so the time figures are known exactly, whatever the m
 load), checked against an independent timer and token count recorded in the same run."""
 
 import json
+import time
 import statistics
 
 import pytest
@@ -262,3 +263,53 @@ def test_without_transformers_the_error_names_the_extra(monkeypatch):
     with pytest.raises(trainpace.MissingDependencyError,
                        match=r"pip install 'trainpace\[huggingface\]'"):
         importlib.import_module("trainpace.integrations.huggingface")
+
+
+class RealClock:
+    """The real clock, for the collate (which adds no delay of its own on it)."""
+
+    def __call__(self):
+        return time.perf_counter()
+
+    def advance(self, seconds):
+        assert seconds == 0.0
+
+
+class IterationTimer(transformers.TrainerCallback):
+    """Independent timer on the real clock (a callback before trainpace's): when each step's
+    work began, and when training ended (before trainpace finishes its run)."""
+
+    def __init__(self):
+        self.begins = []
+        self.end = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.begins.append(time.perf_counter())
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.end = time.perf_counter()
+
+
+def test_a_real_run_is_measured_within_2_percent_of_its_own_timer(tmp_path):
+    """The real clock, HF logging every 5 steps (its loss read, its progress): every second
+    from the first measured step's work to the end of training is in the measured steps."""
+    steps, warmup = 30, 5
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1,
+                                     n_head=2)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "hf"), per_device_train_batch_size=BATCH, max_steps=steps,
+        logging_steps=5, save_strategy="no", report_to="none", use_cpu=True,
+        dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False)
+    callback = TrainpaceCallback(tmp_path / "run", window=10, warmup=warmup, console=False,
+                                 report=False, count_flops=False)
+    timer = IterationTimer()
+    trainer = transformers.Trainer(
+        model=transformers.GPT2LMHeadModel(config), args=args,
+        train_dataset=dataset(steps * BATCH, 1), data_collator=PadCollate(0.0, [], RealClock()),
+        callbacks=[timer, callback])
+    trainer.train()
+    summary = callback.summary
+    assert summary.steps.measured == steps - warmup
+    truth = BATCH * (steps - warmup) / (timer.end - timer.begins[warmup])
+    assert summary.throughput.samples_per_s / truth == pytest.approx(1.0, abs=0.02)
