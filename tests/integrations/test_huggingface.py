@@ -4,8 +4,8 @@ advances by a known delay (so the time figures are known exactly, whatever the m
 load), checked against an independent timer and token count recorded in the same run."""
 
 import json
-import time
 import statistics
+import time
 
 import pytest
 import torch
