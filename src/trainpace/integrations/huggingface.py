@@ -148,7 +148,7 @@ class TrainpaceCallback(TrainerCallback):
         self.meter.note("framework", framework_note("huggingface", iterations))
         self.summary = self.meter.finish()
         self._log_windows(state)  # the last window, at its own step
-        self.meter = None
+        self.meter = self._iterations = None
         if self._loader is not None:
             unmeter_loader(self._loader)
             self._loader = None

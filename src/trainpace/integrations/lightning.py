@@ -162,7 +162,7 @@ class TrainpaceCallback(Callback):
         self.meter.note("framework", framework_note("lightning", self._iterations))
         self.summary = self.meter.finish()
         self._log_windows(trainer)
-        self.meter = None
+        self.meter = self._iterations = None
         self._restore()
 
     def _meter_loaders(self, trainer: Any) -> None:
