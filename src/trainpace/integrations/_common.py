@@ -197,12 +197,10 @@ class Iterations:
     # -- the loader's side ----------------------------------------------------------------
 
     def fetches(self, batches: Iterable[Any]) -> Iterator[Any]:
-        """``iter(batches)``, each fetch (the ``iter()`` too) first ending a finished step."""
-        self._fetching()
-        started = self.clock()
-        iterator = iter(batches)
-        self._fetch_s += self.clock() - started
-        return _Fetches(self, iterator)
+        """An iterator of ``batches`` whose every fetch first ends a finished step. It calls
+        ``iter(batches)`` at its first fetch, as part of it: made ahead of the training (the
+        fit loop's first iterators), it starts no clock before the first batch is asked for."""
+        return _Fetches(self, batches)
 
     def _fetching(self) -> None:
         if self._stepped:
@@ -249,13 +247,14 @@ def framework_note(name: str, iterations: Iterations) -> dict[str, Any] | None:
 
 
 class _Fetches:
-    """An iterator of batches whose every ``next()`` first ends a finished step."""
+    """See :meth:`Iterations.fetches`."""
 
-    __slots__ = ("_iterations", "_iterator")
+    __slots__ = ("_batches", "_iterations", "_iterator")
 
-    def __init__(self, iterations: Iterations, iterator: Iterator[Any]) -> None:
+    def __init__(self, iterations: Iterations, batches: Iterable[Any]) -> None:
         self._iterations = iterations
-        self._iterator = iterator
+        self._batches = batches
+        self._iterator: Iterator[Any] | None = None
 
     def __iter__(self) -> _Fetches:
         return self
@@ -265,6 +264,8 @@ class _Fetches:
         iterations._fetching()
         started = iterations.clock()
         try:
+            if self._iterator is None:  # DataLoader workers start here: waiting too
+                self._iterator = iter(self._batches)
             return next(self._iterator)
         finally:
             iterations._fetch_s += iterations.clock() - started
