@@ -240,7 +240,7 @@ def warmup_steps(meter: Meter) -> int:
     return warmup if isinstance(warmup, int) else 1
 
 
-def framework_note(name: str, iterations: Iterations) -> dict[str, Any] | None:
+def framework_note(name: str, iterations: Iterations) -> dict[str, Any]:
     """meta.json's ``framework``: which framework ran the loop and its measured work per step."""
     work = iterations.framework_work()
     return {"name": name, **work} if work is not None else {"name": name}
