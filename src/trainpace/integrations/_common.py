@@ -274,7 +274,11 @@ class _Fetches:
 class WindowRelay:
     """A sink that hands each window's tags to the training thread, which logs them into the
     framework's own loggers between two steps (loggers are not all thread-safe, and the
-    Meter's sinks run on its writer thread)."""
+    Meter's sinks run on its writer thread).
+
+    The figures are those of the window records the Meter publishes to its sinks: the one
+    place that decides what the framework's loggers get, under DDP too (rank 0's loggers get
+    what rank 0's Meter publishes)."""
 
     reads_steps = False  # the window figures only (see trainpace.sinks.base.Sink)
 
