@@ -29,6 +29,7 @@ LOAD_S = 0.010  # each training batch takes this long to make
 TRAIN_S = 0.015  # each training micro-step
 VAL_S = 0.060  # each validation batch: kept out of the steps
 FRAMEWORK_S = 0.010  # work after every hook of a training batch (as Lightning's own is)
+SAVE_S = 0.200  # each checkpoint save (Lightning's ModelCheckpoint, after each validation)
 
 
 class Collate:
@@ -85,6 +86,19 @@ class StepTimes(pl.Callback):
             self.ends.append(self.clock())
 
 
+class SlowSaves(pl.Callback):
+    """Each checkpoint save takes SAVE_S (a callback after trainpace's, as the writing of the
+    file comes after every callback's ``on_save_checkpoint``)."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.saves = 0
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self.saves += 1
+        self.clock.advance(SAVE_S)
+
+
 def loaders(n_batches, fetches, clock):
     data = TensorDataset(torch.randn(n_batches * BATCH, 4), torch.randn(n_batches * BATCH, 1))
     train = DataLoader(data, batch_size=BATCH, collate_fn=Collate(LOAD_S, fetches, clock))
@@ -105,7 +119,7 @@ def fit(tmp_path, *, accumulate=2, epochs=2, n_batches=8, **options):
         log_every_n_steps=1,
         enable_model_summary=False, default_root_dir=tmp_path,
         logger=CSVLogger(tmp_path / "logs", name="", version=""),
-        callbacks=[callback, timer],
+        callbacks=[callback, timer, SlowSaves(clock)],
     )
     module = Tiny(clock)
     trainer.fit(module, train, val)
@@ -152,10 +166,11 @@ def test_figures_match_an_independent_timer_and_validation_is_outside(run):
     # The validation after each epoch (2 batches of VAL_S, and their collates of VAL_S / 10)
     # is outside the steps (the first one before the first step of epoch 2) and in the wall
     # time, up to the end of the fit.
+    # and so is the checkpoint saved after it.
     validation_s = 2 * (VAL_S + VAL_S / 10)
     assert [s["outside_s"] for s in steps] == pytest.approx(
-        [0.0] * 4 + [validation_s] + [0.0] * 3, abs=1e-9)
-    assert summary.time.wall_s == pytest.approx(sum(truth) + 2 * validation_s)
+        [0.0] * 4 + [validation_s + SAVE_S] + [0.0] * 3, abs=1e-9)
+    assert summary.time.wall_s == pytest.approx(sum(truth) + 2 * (validation_s + SAVE_S))
 
 
 def test_the_frameworks_own_work_is_measured_and_found(run):
