@@ -28,6 +28,7 @@ STEPS = 8
 LOAD_S = 0.010  # each batch takes this long to collate (on the test's clock)
 FORWARD_S = 0.015  # each forward pass of the model, training or evaluating
 FRAMEWORK_S = 0.005  # the Trainer's work after each step's hooks (as its logging is)
+SAVE_S = 0.200  # each checkpoint save, timed after HF wrote it (on_save)
 
 
 class PadCollate:
@@ -73,6 +74,16 @@ class StepTimes(transformers.TrainerCallback):
         self.ends.append(self.clock())
 
 
+class SlowSaves(transformers.TrainerCallback):
+    """The checkpoint saves after steps 4 and 8 take SAVE_S more: outside the steps."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def on_save(self, args, state, control, **kwargs):
+        self.clock.advance(SAVE_S)
+
+
 def train(tmp_path, *, logging_steps=2, report_to="none", **options):
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1,
@@ -85,7 +96,8 @@ def train(tmp_path, *, logging_steps=2, report_to="none", **options):
         output_dir=str(tmp_path / "hf"), per_device_train_batch_size=BATCH,
         per_device_eval_batch_size=BATCH, gradient_accumulation_steps=ACCUMULATE,
         max_steps=STEPS, eval_strategy="steps", eval_steps=4, logging_steps=logging_steps,
-        save_strategy="no", report_to=report_to, use_cpu=True, dataloader_num_workers=0,
+        save_strategy="steps", save_steps=4, save_only_model=True, report_to=report_to,
+        use_cpu=True, dataloader_num_workers=0,
         disable_tqdm=True, learning_rate=1e-3, remove_unused_columns=False,
     )
     callback = TrainpaceCallback(tmp_path / "run", window=4, warmup=2, console=False,
@@ -94,7 +106,7 @@ def train(tmp_path, *, logging_steps=2, report_to="none", **options):
     trainer = transformers.Trainer(
         model=model, args=args, train_dataset=dataset(STEPS * BATCH * ACCUMULATE, 1),
         eval_dataset=dataset(2 * BATCH, 2), data_collator=PadCollate(LOAD_S, fetches, clock),
-        callbacks=[callback, timer],
+        callbacks=[callback, timer, SlowSaves(clock)],
     )
     trainer.train()
     steps = [json.loads(line) for line in (tmp_path / "run" / "steps.jsonl").open()]
@@ -152,9 +164,9 @@ def test_figures_match_an_independent_timer_and_evaluation_is_outside(run):
          for s in range(STEPS)])
     truth_rate = ACCUMULATE * BATCH * len(truth[2:]) / sum(truth[2:])  # warm-up: 2 steps
     assert callback.summary.throughput.samples_per_s == pytest.approx(truth_rate)
-    # the evaluation after step 4: two batches collated and run forward
+    # the evaluation after step 4 (two batches collated and run forward) and the save after it
     assert [s["outside_s"] for s in steps] == pytest.approx(
-        [0.0] * 4 + [2 * (LOAD_S + FORWARD_S)] + [0.0] * 3, abs=1e-9)
+        [0.0] * 4 + [2 * (LOAD_S + FORWARD_S) + SAVE_S] + [0.0] * 3, abs=1e-9)
 
 
 def test_the_trainers_own_work_is_measured(run):
