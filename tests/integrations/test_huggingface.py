@@ -325,3 +325,27 @@ def test_a_real_run_is_measured_within_2_percent_of_its_own_timer(tmp_path):
     assert summary.steps.measured == steps - warmup
     truth = BATCH * (steps - warmup) / (timer.end - timer.begins[warmup])
     assert summary.throughput.samples_per_s / truth == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.slow
+def test_under_ddp_the_job_is_measured_within_2_percent_of_its_ranks_timers(tmp_path):
+    """``torchrun`` of 2 CPU processes: one job folder (``rank{r}/`` in it, the CPU device
+    taken as it comes from the Trainer, "cpu:0"), the global samples/s the sum of samples over
+    the slowest rank's steps."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("hf_fit.py")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    done = subprocess.run([str(torchrun), "--nproc_per_node=2", str(script), str(tmp_path)],
+                          timeout=400, capture_output=True, text=True, check=False,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    job = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert job["world_size"] == 2
+    assert sorted(p.name for p in (tmp_path / "run").glob("rank*")) == ["rank0", "rank1"]
+    truths = [json.loads((tmp_path / f"truth{rank}.json").read_text()) for rank in (0, 1)]
+    truth = sum(t["samples"] for t in truths) / max(t["seconds"] for t in truths)
+    assert job["throughput"]["samples_per_s"] / truth == pytest.approx(1.0, abs=0.02)
+    assert job["time"]["outside_steps_pct"] < 1.0  # no evaluation, no save

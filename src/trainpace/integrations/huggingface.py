@@ -82,21 +82,20 @@ class TrainpaceCallback(TrainerCallback):
         from trainpace.meter import Meter
 
         options = dict(self.meter_options)
-        out = self.out
         rank, world = int(args.process_index), int(args.world_size)
-        if world > 1:
-            if out is not None:
-                options.setdefault("run_id", Path(out).name)
-                out = Path(out) / f"rank{rank}"
-            if rank != 0:
-                options["console"] = False
-                options["report"] = False
-        options.setdefault("device", args.device)
+        # Under DDP the Meter finds its rank itself (torchrun's environment): it writes
+        # out/rank{r}/ and rank 0 merges the job; only rank 0 prints.
+        if world > 1 and rank != 0:
+            options["console"] = False
+            options["report"] = False
+        # the CPU under DDP is "cpu:0" to the Trainer: one device kind to the Meter
+        device = args.device
+        options.setdefault("device", "cpu" if getattr(device, "type", None) == "cpu" else device)
         if "wandb" in (args.report_to or ()) and rank == 0:
             options.setdefault("wandb", True)  # HF's W&B run, under trainpace's names
         self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]
-        self.meter = Meter(out, **options)
+        self.meter = Meter(self.out, **options)
         self._iterations = Iterations(self.meter, options.get("clock", time.perf_counter),
                                       skip_steps=warmup_steps(self.meter))
         loader = kwargs.get("train_dataloader")
