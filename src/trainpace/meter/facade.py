@@ -258,11 +258,14 @@ class Meter:
 
     def note(self, key: str, facts: Mapping[str, Any] | None) -> None:
         """Keep what a front-end measured about the run (an integration's framework work per
-        step) in meta.json under ``key``, where the diagnosis reads it; None removes it."""
+        step) in meta.json under ``key``, where the diagnosis reads it; None removes it. A key
+        of the Meter's own meta (``config``, ``device``, ...) is refused."""
         if self._loop.finished:
             self._after_finish("meter.note()")
             return
         try:
+            if key in self._meta and key not in self._notes:
+                raise ValueError(f"meta.json's {key!r} is the Meter's own; note under another key")
             if facts is None:
                 self._notes.pop(key, None)
             else:
