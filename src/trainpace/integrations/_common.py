@@ -278,9 +278,10 @@ class WindowRelay:
 
     The figures are those of the window records the Meter publishes to its sinks: the one
     place that decides what the framework's loggers get, under DDP too (rank 0's loggers get
-    what rank 0's Meter publishes)."""
+    the job's merged windows, like the dashboards)."""
 
     reads_steps = False  # the window figures only (see trainpace.sinks.base.Sink)
+    shows_job = True  # under DDP: the job's figures, at rank 0 (see trainpace.meter.outputs)
 
     def __init__(self) -> None:
         import queue
