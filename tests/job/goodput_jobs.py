@@ -17,7 +17,7 @@ ARGV = ["train.py", "--lr", "0.1"]
 def event(name: str, run: int, unix_s: float, **keys: Any) -> dict[str, Any]:
     """A ledger event: every key its event has (null unless given)."""
     record = {"schema": ev.SCHEMA, "event": name, "run": run, "unix_s": unix_s}
-    record.update(dict.fromkeys(ev.EVENT_KEYS[name]))
+    record.update(dict.fromkeys(ev.EVENT_KEYS.get(name, ())))
     record.update(keys)
     return record
 
