@@ -303,11 +303,14 @@ class GoodputRun:
     run_id: str | None = None
     status: str | None = None  # "finished" | "failed" | "interrupted" | "killed"
     start_unix_s: float | None = None
+    meter_start_unix_s: float | None = None  # where the Meter opened (imports, model before it)
     first_step_unix_s: float | None = None
     last_step_end_unix_s: float | None = None
     end_unix_s: float | None = None
     steps: int = 0
     kept_steps: int = 0
+    warmup_steps: int = 0
+    first_step_excess_s: float | None = None  # the first step beyond the steady one (compiling)
     productive_s: float | None = None
     resumed_from: str | None = None  # the save the next run loaded, e.g. "run 1, step 40"
     categories: GoodputCategories = field(default_factory=GoodputCategories)
@@ -332,6 +335,12 @@ class Goodput:
     sources: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     other: str | None = None  # what "other" holds
+    # for the checkpoint advice (Young/Daly): the failures seen, the saves and their spacing
+    failures: int | None = None  # runs that ended without finishing (killed, failed, interrupted)
+    checkpoint_saves: int | None = None
+    checkpoint_save_s_mean: float | None = None
+    checkpoint_interval_s: float | None = None  # median start-to-start within a run
+    step_s_median: float | None = None  # of the kept steps past warm-up
     runs: list[GoodputRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 

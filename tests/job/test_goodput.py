@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from tests.job.goodput_jobs import (
 from trainpace.job import events as ev
 from trainpace.job.goodput import goodput
 from trainpace.job.ledger import read_job
-from trainpace.summary import GOODPUT_CATEGORIES
+from trainpace.summary import GOODPUT_CATEGORIES, Goodput, Summary
 
 EXACT = 1e-9
 
@@ -145,3 +146,28 @@ def test_overlapping_runs_are_laid_end_to_end(tmp_path: Path) -> None:
     assert result.wall_s == pytest.approx(10.0, abs=EXACT)  # 5 + 5: end to end, no gap
     assert result.categories.restart_gap_s == 0.0
     _sums_to_wall(result)
+
+
+def test_the_figures_the_checkpoint_advice_needs(tmp_path: Path) -> None:
+    result = goodput(read_job(killed_and_restarted(tmp_path / "job")))
+    assert (result.failures, result.checkpoint_saves) == (1, 1)
+    assert result.checkpoint_save_s_mean == pytest.approx(2.0, abs=EXACT)
+    assert result.checkpoint_interval_s is None  # one save: no spacing to measure
+    assert result.step_s_median == pytest.approx(1.0, abs=EXACT)
+    first, second = result.runs
+    assert (first.warmup_steps, second.warmup_steps) == (1, 1)
+    assert first.first_step_excess_s == pytest.approx(2.1, abs=EXACT)
+    assert second.first_step_excess_s == pytest.approx(1.1, abs=EXACT)
+    assert (first.meter_start_unix_s, second.meter_start_unix_s) == (T0 + 2, T0 + 41)
+
+
+def test_the_goodput_section_round_trips_through_summary_json(tmp_path: Path) -> None:
+    result = goodput(read_job(killed_and_restarted(tmp_path / "job")))
+    data = json.loads(json.dumps(Summary(goodput=result).to_dict()))
+    assert set(data["goodput"]["categories"]) == {
+        *(f"{name}_s" for name in GOODPUT_CATEGORIES), "lost_steps"}
+    assert Summary.from_dict(data).goodput == result
+    older = {k: v for k, v in data.items() if k != "goodput"}  # a writer before jobs
+    assert Summary.from_dict(older).goodput == Goodput()
+    empty = Summary().to_dict()["goodput"]
+    assert empty["pct"] is None and empty["categories"]["startup_s"] is None

@@ -20,6 +20,7 @@ so productive time and the categories sum to it. Goodput = productive / wall.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from trainpace.job import events as ev
-from trainpace.job.ledger import Job, JobRun
+from trainpace.job.ledger import KILLED, Job, JobRun
 from trainpace.measure.summarize import warmup_steps
 from trainpace.stats import median, share_pct
 from trainpace.summary import GOODPUT_CATEGORIES, Goodput, GoodputCategories, GoodputRun
@@ -96,10 +97,21 @@ def goodput(job: Job) -> Goodput:
     if not job.has_ledger:
         sources["startup"] = ("meta.json started_at (the Meter's start: the process's imports "
                               "before it are not seen without job.jsonl) -> the first step")
+    saves = [e for e in job.events if e["event"] == ev.CHECKPOINT_SAVE]
+    gaps = [b["unix_s"] - a["unix_s"] for run in job.runs
+            for a, b in itertools.pairwise(run.timed(ev.CHECKPOINT_SAVE))]
     return Goodput(
         pct=share_pct(productive_s, wall_s), wall_s=wall_s, productive_s=productive_s,
         start_unix_s=job_start, categories=categories, shares_pct=shares, sources=sources,
-        missing=missing, other=OTHER, runs=runs, notes=[*job.notes, *notes])
+        missing=missing, other=OTHER,
+        failures=sum(1 for i, run in enumerate(job.runs) if run.status != ev.FINISHED
+                     and (i < len(job.runs) - 1 or run.status != KILLED)),
+        checkpoint_saves=len(saves) if job.has_ledger else None,
+        checkpoint_save_s_mean=(math.fsum(e["duration_s"] for e in saves) / len(saves)
+                                if saves else None),
+        checkpoint_interval_s=median(gaps) if gaps else None,
+        step_s_median=_steady_step_s(job, cuts),
+        runs=runs, notes=[*job.notes, *notes])
 
 
 def _missing(job: Job) -> dict[str, str]:
@@ -194,6 +206,8 @@ def _run(run: JobRun, cut: _Cut, job_start: float, previous_end: float | None,
     steps_s = wait_s = excess_s = lost_s = 0.0
     kept = lost = 0
     excess_known = True
+    warmup = 0
+    first_excess: float | None = None
     lost_from: float | None = None
     data = run.data
     if data is not None and len(data.series):
@@ -218,6 +232,7 @@ def _run(run: JobRun, cut: _Cut, job_start: float, previous_end: float | None,
         else:
             head = np.arange(len(step)) < warmup
             excess_s = float(np.clip(compute[head & keep] - steady, 0.0, None).sum())
+            first_excess = max(float(compute[0]) - steady, 0.0) if warmup else 0.0
         if lost and run.meter_start_unix_s is not None:
             t_s = series.column("t_s")
             lost_from = run.meter_start_unix_s + float(t_s[~keep][0] - step_s[~keep][0])
@@ -240,9 +255,25 @@ def _run(run: JobRun, cut: _Cut, job_start: float, previous_end: float | None,
         restart_gap_s=gap, teardown_s=teardown_s, other_s=other_s)
     return GoodputRun(
         run=run.number, run_id=run.run_id, status=run.status, start_unix_s=start,
-        first_step_unix_s=run.first_step_unix_s, last_step_end_unix_s=run.last_step_end_unix_s,
-        end_unix_s=end, steps=run.steps, kept_steps=kept, productive_s=productive_s,
+        meter_start_unix_s=run.meter_start_unix_s, first_step_unix_s=run.first_step_unix_s,
+        last_step_end_unix_s=run.last_step_end_unix_s,
+        end_unix_s=end, steps=run.steps, kept_steps=kept, warmup_steps=warmup,
+        first_step_excess_s=first_excess, productive_s=productive_s,
         resumed_from=cut.resumed_from, categories=categories, bands=bands)
+
+
+def _steady_step_s(job: Job, cuts: list[_Cut]) -> float | None:
+    """The median step time of the job's kept steps past their run's warm-up."""
+    parts = []
+    for run, cut in zip(job.runs, cuts, strict=True):
+        if run.data is None or not len(run.data.series):
+            continue
+        step_s = np.nan_to_num(run.data.series.column("step_s"))
+        step = run.data.series.column("step")
+        keep = step <= cut.step if cut.step is not None else np.ones(len(step), dtype=bool)
+        parts.append(step_s[_warmup(run, step_s):][keep[_warmup(run, step_s):]])
+    joined = np.concatenate(parts) if parts else np.empty(0)
+    return median(joined) if joined.size else None
 
 
 def _known(value: float, name: str, missing: dict[str, str]) -> float | None:
