@@ -122,9 +122,7 @@ def _missing(job: Job) -> dict[str, str]:
                "'other'")
         return {"evaluation": why.format(what="evaluations"),
                 "checkpoint_save": why.format(what="checkpoint saves"),
-                "checkpoint_load": why.format(what="checkpoint loads"),
-                **({"lost_progress": "a job of one run: nothing was done again"}
-                   if len(job.runs) > 1 else {})}
+                "checkpoint_load": why.format(what="checkpoint loads")}
     seen = {e["event"] for e in job.events}
     missing = {}
     for event, name, what in ((ev.CHECKPOINT_SAVE, "checkpoint_save", "checkpoint save"),

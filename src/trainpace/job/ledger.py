@@ -13,6 +13,7 @@ runs and a run killed before its first step are kept and named in the notes.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import math
@@ -107,21 +108,22 @@ class Job:
     notes: list[str] = field(default_factory=list)
 
 
-def read_job(folder: str | Path) -> Job:
+def read_job(folder: str | Path, *, top: RunData | None = None) -> Job:
     """Read a job folder (or a plain run folder: a job of one run).
 
+    ``top``: the folder's own run, when the caller has read it already (it is not read again).
     Raises :class:`RunFolderError` only when the folder is not a trainpace folder at all (what
     :func:`~trainpace.runlog.read_run` says); everything else is a note.
     """
     path = Path(folder)
     ledger_path = path / ev.LEDGER_FILE
     if not ledger_path.is_file():
-        top = read_run(path)
-        run = _place(number=1, run_id=top.meta.get("run_id"), data=top, events=[])
-        return Job(path=path, runs=[run], notes=list(top.notes))
+        latest = _with_rank_steps(top if top is not None else read_run(path))
+        run = _place(number=1, run_id=latest.meta.get("run_id"), data=latest, events=[])
+        return Job(path=path, runs=[run], notes=list(latest.notes) if top is None else [])
     notes: list[str] = []
     events = read_ledger(ledger_path, notes)
-    folders = _run_folders(path, notes)
+    folders = _run_folders(path, notes, top)
     starts = {e["run"]: e for e in events if e["event"] == ev.RUN_START}
     numbers = sorted({e["run"] for e in events})
     by_id = {str(e["run_id"]): n for n, e in starts.items()}
@@ -147,7 +149,8 @@ def read_job(folder: str | Path) -> Job:
             notes.append(f"{where}: a second folder for run {number} ({run_id!r}); left out")
             continue
         matched[number] = data
-        notes.extend(data.notes)
+        if top is None or data.path != top.path:  # the caller has the top's own notes
+            notes.extend(data.notes)
     runs = []
     for number in numbers:
         run_events = [e for e in events if e["run"] == number]
@@ -229,19 +232,37 @@ def _invalid(record: Any) -> str | None:
     return None
 
 
-def _run_folders(path: Path, notes: list[str]) -> list[RunData]:
+def _run_folders(path: Path, notes: list[str], top: RunData | None) -> list[RunData]:
     """The earlier runs (``runs/*/``), then the latest (the folder's top), each read; a folder
     that is not a run is named and left out."""
     found: list[RunData] = []
     runs_dir = path / ev.RUNS_DIR
     candidates = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
     for candidate in [*candidates, path]:
+        if candidate == path and top is not None:
+            found.append(_with_rank_steps(top))
+            continue
         try:
-            found.append(read_run(candidate))
+            found.append(_with_rank_steps(read_run(candidate)))
         except RunFolderError as exc:
             if candidate != path:  # the top is empty until the first run writes there
                 notes.append(f"{exc}; left out of the job")
     return found
+
+
+def _with_rank_steps(run: RunData) -> RunData:
+    """A torchrun job's run: its steps are in ``rank0/`` (timed from rank 0's own start)."""
+    rank0 = run.path / "rank0"
+    if len(run.series) or not rank0.is_dir():
+        return run
+    try:
+        ranked = read_run(rank0)
+    except RunFolderError:
+        return run
+    meta = {**run.meta, "started_at": ranked.meta.get("started_at"),
+            "config": ranked.meta.get("config", run.meta.get("config"))}
+    return dataclasses.replace(run, meta=meta, series=ranked.series, summary=ranked.summary,
+                               summary_behind=ranked.summary_behind)
 
 
 def _same_command(ledger: list[Any], meta: list[Any]) -> bool:
@@ -300,7 +321,8 @@ def _place(*, number: int, run_id: Any, data: RunData | None,
             records.append(meter_start)
         finished_at = _unix(data.meta.get("finished_at")) if data is not None else None
         if not events and finished_at is not None:  # a run folder without a ledger
-            end_unix, end_source, status = finished_at, "meta.json finished_at", ev.FINISHED
+            end_unix, end_source, status = max(finished_at, *records), "meta.json finished_at", (
+                ev.FINISHED)
         elif records:
             end_unix, end_source = max(records), "its last record"
             status = KILLED
