@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 import pytest
-from tests.job.goodput_jobs import killed_and_restarted
 
+from job.goodput_jobs import killed_and_restarted
 from trainpace.diagnosis import diagnose
 from trainpace.diagnosis._context import Context
 from trainpace.diagnosis.badput import job_goodput

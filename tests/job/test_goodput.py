@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.job.goodput_jobs import (
+
+from job.goodput_jobs import (
     T0,
     contiguous,
     event,
@@ -16,10 +17,10 @@ from tests.job.goodput_jobs import (
     write_ledger,
     write_run,
 )
-
 from trainpace.job import events as ev
 from trainpace.job.goodput import goodput
 from trainpace.job.ledger import read_job
+from trainpace.sinks.names import summary_scalars
 from trainpace.summary import GOODPUT_CATEGORIES, Goodput, Summary
 
 EXACT = 1e-9
@@ -171,3 +172,17 @@ def test_the_goodput_section_round_trips_through_summary_json(tmp_path: Path) ->
     assert Summary.from_dict(older).goodput == Goodput()
     empty = Summary().to_dict()["goodput"]
     assert empty["pct"] is None and empty["categories"]["startup_s"] is None
+
+
+def test_the_goodput_reaches_the_sinks_as_tags(tmp_path: Path) -> None:
+    result = goodput(read_job(killed_and_restarted(tmp_path / "job")))
+    tags = summary_scalars(Summary(goodput=result).to_dict())
+    goodput_tags = {k: v for k, v in tags.items() if k.startswith("trainpace/goodput/")}
+    assert goodput_tags == pytest.approx({
+        "trainpace/goodput/pct": 100 * 18 / 62, "trainpace/goodput/wall_s": 62.0,
+        "trainpace/goodput/lost_steps": 10.0,
+        **{f"trainpace/goodput/{name}_pct": 100 * s / 62 for name, s in (
+            ("startup", 14.5), ("warmup_excess", 3.2), ("data_wait", 1.8), ("evaluation", 3.0),
+            ("checkpoint_save", 2.0), ("checkpoint_load", 1.5), ("lost_progress", 10.0),
+            ("restart_gap", 6.0), ("teardown", 1.5), ("other", 0.5))}})
+    assert not any(k.startswith("trainpace/goodput/") for k in summary_scalars(Summary().to_dict()))

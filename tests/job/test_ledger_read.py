@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.job.goodput_jobs import (
+
+from job.goodput_jobs import (
     T0,
     contiguous,
     event,
@@ -16,7 +17,6 @@ from tests.job.goodput_jobs import (
     write_ledger,
     write_run,
 )
-
 from trainpace.errors import RunFolderError
 from trainpace.job import events as ev
 from trainpace.job.goodput import goodput
