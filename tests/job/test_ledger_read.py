@@ -123,3 +123,16 @@ def test_a_run_killed_before_its_first_step(tmp_path: Path) -> None:
 def test_not_a_job_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(RunFolderError, match="not a trainpace run folder"):
         read_job(tmp_path)
+
+
+def test_a_torchrun_job_is_timed_from_rank_0s_steps(tmp_path: Path) -> None:
+    """rank 0 writes the job's top-level files; its steps are in rank0/."""
+    folder = tmp_path / "job"
+    write_run(folder / "rank0", "job", T0 + 1, steps(contiguous(2.0, [(1.0, 0.0)] * 3)),
+              warmup=0)
+    write_run(folder, "job", T0, [], warmup=0)
+    (folder / "steps.jsonl").unlink()
+    write_ledger(folder, [run_start(1, T0, "job", T0)])
+    (run,) = read_job(folder).runs
+    assert (run.steps, run.meter_start_unix_s) == (3, T0 + 1)
+    assert (run.first_step_unix_s, run.last_step_end_unix_s) == (T0 + 3, T0 + 6)
