@@ -1,9 +1,10 @@
 """The diagnosis rules, in the order an expert checks them (DESIGN.md).
 
 Step-time anomalies → throughput vs what the hardware allows → device and bandwidth
-utilization → data loading → host overhead → communication and rank imbalance. Each rule is a
-small pure function of a :class:`Context` returning an :class:`Outcome`: findings with their
-evidence (the numbers) and advice computed from them, or what it checked, or why it could not.
+utilization → data loading → host overhead → communication and rank imbalance → a job's
+goodput (when a job was read). Each rule is a small pure function of a :class:`Context`
+returning an :class:`Outcome`: findings with their evidence (the numbers) and advice computed
+from them, or what it checked, or why it could not.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from trainpace.diagnosis import advice as adv
 from trainpace.diagnosis._context import Context, Outcome, Verdict, verdict
 from trainpace.diagnosis.anomalies import drift, loss_finite, step_outliers
+from trainpace.diagnosis.badput import job_goodput
 from trainpace.diagnosis.communication import communication, ranks
 from trainpace.diagnosis.loading import data_wait
 from trainpace.diagnosis.phases import outside_steps, slow_phases
@@ -493,6 +495,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("host overhead", host_overhead),
     ("communication", communication),
     ("rank imbalance", ranks),
+    ("job goodput", job_goodput),
 )
 """(name, rule) in the expert's order; :func:`trainpace.diagnosis.diagnose` runs them all."""
 

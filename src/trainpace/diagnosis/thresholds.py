@@ -65,6 +65,11 @@ class Thresholds:
     communication_critical_pct: float = 30.0
     straggler_warning_pct: float = 10.0
     straggler_critical_pct: float = 20.0
+    # a job's goodput (shares of the job's wall time)
+    goodput_badput_info_pct: float = 5.0
+    goodput_badput_warning_pct: float = 10.0
+    goodput_badput_critical_pct: float = 20.0
+    mtbf_min_failures: int = 2
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -79,6 +84,8 @@ class Thresholds:
             ("straggler_warning_pct", "straggler_critical_pct"),
             ("spike_factor", "stall_factor"),
             ("slow_phase_warning_pct", "slow_phase_critical_pct"),
+            ("goodput_badput_info_pct", "goodput_badput_warning_pct"),
+            ("goodput_badput_warning_pct", "goodput_badput_critical_pct"),
         )
         for low, high in pairs:
             if getattr(self, low) > getattr(self, high):
@@ -177,6 +184,14 @@ SOURCES: Mapping[str, str] = {
     "spending over half their time communicating; 30% is well past tb-profiler's 10%",
     "straggler_warning_pct": "TraceML straggler warn = 0.10 (slowest vs median rank)",
     "straggler_critical_pct": "TraceML straggler crit = 0.20",
+    "goodput_badput_info_pct": "inferred: the outlier band — a category under 5% of a job's "
+    "wall time changes its training time little",
+    "goodput_badput_warning_pct": "TraceML overhead_share_warn = 0.10, applied to a job's "
+    "wall time",
+    "goodput_badput_critical_pct": "TraceML overhead_share_crit = 0.20, applied to a job's "
+    "wall time",
+    "mtbf_min_failures": "inferred: one failure gives a time between failures with no spread "
+    "to judge it by; two are the fewest that make the mean an estimate (below: --mtbf-hours)",
 }
 
 

@@ -64,6 +64,13 @@ SUMMARY_TAGS: dict[tuple[str, str], tuple[str, float]] = {
     ("cost", "power_w_mean"): ("trainpace/cost/power_w", 1.0),
     ("cost", "kwh"): ("trainpace/cost/kwh", 1.0),
     ("cost", "co2_kg"): ("trainpace/cost/co2_kg", 1.0),
+    # a job's goodput (summary.goodput: `trainpace report JOB`, or a Meter that reads its job)
+    ("goodput", "pct"): ("trainpace/goodput/pct", 1.0),
+    ("goodput", "wall_s"): ("trainpace/goodput/wall_s", 1.0),
+    ("goodput.categories", "lost_steps"): ("trainpace/goodput/lost_steps", 1.0),
+    **{("goodput.shares_pct", name): (f"trainpace/goodput/{name}_pct", 1.0) for name in (
+        "startup", "warmup_excess", "data_wait", "evaluation", "checkpoint_save",
+        "checkpoint_load", "lost_progress", "restart_gap", "teardown", "other")},
 }
 
 STEP_TAG = "trainpace/step"
@@ -105,9 +112,17 @@ def split_rank(tag: str) -> tuple[str, int | None]:
 def summary_scalars(summary: Mapping[str, Any]) -> dict[str, float]:
     """``{tag: value}`` of a ``trainpace.summary/1`` dict's measured headline figures."""
     return _scalars(
-        ((summary.get(section) or {}).get(key), tag, scale)
+        (_section(summary, section).get(key), tag, scale)
         for (section, key), (tag, scale) in SUMMARY_TAGS.items()
     )
+
+
+def _section(summary: Mapping[str, Any], dotted: str) -> Mapping[str, Any]:
+    """``summary["goodput"]["shares_pct"]`` for ``"goodput.shares_pct"``; {} where absent."""
+    found: Any = summary
+    for part in dotted.split("."):
+        found = found.get(part) if isinstance(found, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
 
 
 def bottleneck(summary: Mapping[str, Any]) -> str | None:
