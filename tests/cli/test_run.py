@@ -389,8 +389,8 @@ def test_json_before_the_first_step_one_error_object_and_the_scripts_status(tmp_
     assert done.returncode == code
     assert said in done.stderr
     answer = json.loads(done.stdout)  # exactly one object on stdout
-    assert answer["exit_code"] == code
-    assert "before its first optimizer step" in answer["error"]
+    assert answer["error"]["exit_code"] == code
+    assert "before its first optimizer step" in answer["error"]["message"]
     assert not out.exists()
 
 
