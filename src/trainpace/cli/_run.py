@@ -237,7 +237,7 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
             out=out, window=args.window, warmup=args.warmup, target_loss=args.target_loss,
             profile_steps=args.profile, console=False, report=False,
             sinks=[live] if live is not None else [], samples=samples, tokens=tokens,
-            stream=sys.stderr, **extra)
+            stream=sys.stderr, made_by="run", **extra)
     except TrainpaceError:
         raise  # a bad setting or output path: said before the script starts
     except OSError as exc:  # the disk, not the user: the training runs, unmeasured

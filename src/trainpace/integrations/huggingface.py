@@ -87,7 +87,7 @@ class TrainpaceCallback(TrainerCallback):
         options.setdefault("device", args.device)
         self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]
-        self.meter = Meter(out, **options)
+        self.meter = Meter(out, made_by="hf", **options)
         loader = kwargs.get("train_dataloader")
         try:
             if loader is not None and meter_loader(loader, self.meter):

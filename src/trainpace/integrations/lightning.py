@@ -89,7 +89,7 @@ class TrainpaceCallback(Callback):
         options.setdefault("device", pl_module.device)
         self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]
-        self.meter = Meter(out, **options)
+        self.meter = Meter(out, made_by="lightning", **options)
         self._global_step_at_start = int(trainer.global_step)
         self._contained("timing the train DataLoader", self._meter_loaders, trainer)
 
