@@ -8,6 +8,7 @@ and rank 0 writes the merged summary into the job's folder at the end.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,11 @@ from typing import Any
 from trainpace.dist.job_summary import rank_summary
 from trainpace.dist.monitor import RankMonitor, vitals_signs
 from trainpace.dist.ranks import RankInfo, rank_info
-from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder
+from trainpace.errors import ConfigError
+from trainpace.sinks.runfolder import RunFolderSink, claim_rank_folder, claim_run_folder
 from trainpace.summary import Summary
+
+logger = logging.getLogger(__name__)
 
 
 class JobRank:
@@ -41,9 +45,15 @@ class JobRank:
             path = claim_run_folder(out)
             return path, path
         path = self.monitor.run_folder(out, claim_run_folder)
-        if self.info.rank == 0:
+        if self.info.rank == 0:  # its job folder was claimed empty: nothing planted in it
             self._merged_folder = RunFolderSink(path.parent)
             self.monitor.publish = self._merged_folder.log
+            return path, path.parent
+        try:
+            claim_rank_folder(path)
+        except ConfigError as exc:  # monitoring never breaks training: this rank trains on
+            logger.warning("trainpace: rank %d writes no run folder: %s", self.info.rank, exc)
+            return None, None
         return path, path.parent
 
     def name(self, run_id: str) -> None:
