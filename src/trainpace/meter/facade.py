@@ -244,6 +244,8 @@ class Meter:
         if self._loop.finished:
             self._after_finish("meter.observe()")
             return
+        if self._loop.off_the_step_thread("meter.observe()"):
+            return  # its values would land in the training thread's open step
         try:
             if target is not None:
                 name = "metric" if metric is not None else "loss"
