@@ -38,5 +38,9 @@ def error_object(verb: str, message: str, exit_code: int) -> dict[str, Any]:
 
 def print_error_json(verb: str, message: str, exit_code: int,
                      stream: TextIO | None = None) -> None:
-    """Print :func:`error_object` as the command's one JSON object."""
-    print_json(error_object(verb, message, exit_code), stream)
+    """Print :func:`error_object` as the command's one JSON object (when stdout's reader is
+    gone, the error may be that very pipe: stderr has said it, and nothing more is)."""
+    try:
+        print_json(error_object(verb, message, exit_code), stream)
+    except BrokenPipeError:
+        pass
