@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Any, TextIO
@@ -40,7 +41,5 @@ def print_error_json(verb: str, message: str, exit_code: int,
                      stream: TextIO | None = None) -> None:
     """Print :func:`error_object` as the command's one JSON object (when stdout's reader is
     gone, the error may be that very pipe: stderr has said it, and nothing more is)."""
-    try:
+    with contextlib.suppress(BrokenPipeError):
         print_json(error_object(verb, message, exit_code), stream)
-    except BrokenPipeError:
-        pass
