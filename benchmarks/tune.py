@@ -9,7 +9,10 @@ fed, and the tuner must say so. The third case follows the data_wait finding's a
 loop under the Meter (samples of 60 ms, steps of ~200 ms of matmuls) and runs it again: the
 wait must fall under 10% (tests/diagnose/test_loading.py checks only that it falls).
 
-    python benchmarks/tune.py            # all three cases, 40 s and 20 s budgets
+A fourth case tunes CPU-bound samples against a CPU-bound step (a CPU run): the tuner's
+predicted wait is checked against a loop whose step computes.
+
+    python benchmarks/tune.py            # all four cases, 40 s and 20 s budgets
     python benchmarks/tune.py --quick    # the I/O case only, 20 s budget
 
 Prints one JSON object: per case the figures and whether each expectation held.
@@ -33,6 +36,7 @@ import trainpace
 from trainpace.diagnosis import diagnose
 from trainpace.runlog import read_run
 from trainpace.tune import TARGET_WAIT_PCT, tune_loader
+from trainpace.tune.tune_clock import compute_for
 
 
 class Sleepy(Dataset):
@@ -60,8 +64,10 @@ class Busy(Sleepy):
 
 
 def loop_wait_pct(dataset: Any, *, batch_size: int, step_s: float, batches: int = 60,
-                  **settings: Any) -> float:
-    """Share of a sleeping step's cycle spent blocked in next(), after one round of workers."""
+                  cpu_step: bool = False, **settings: Any) -> float:
+    """Share of a step's cycle spent blocked in next(), after one round of workers; the step
+    sleeps (a GPU's) or, with ``cpu_step``, computes (a CPU run's: matrix products)."""
+    spend = compute_for if cpu_step else time.sleep
     with warnings.catch_warnings():  # more workers than cores is what is being checked
         warnings.filterwarnings("ignore", message="This DataLoader will create")
         loader = DataLoader(dataset, batch_size=batch_size, **settings)
@@ -72,7 +78,7 @@ def loop_wait_pct(dataset: Any, *, batch_size: int, step_s: float, batches: int 
         for n in range(skip + batches):
             if n == skip:
                 waited, started = 0.0, time.perf_counter()
-            time.sleep(step_s)
+            spend(step_s)
             t0 = time.perf_counter()
             next(iterator)
             waited += time.perf_counter() - t0
@@ -86,7 +92,9 @@ def loop_wait_pct(dataset: Any, *, batch_size: int, step_s: float, batches: int 
 def io_case(budget_s: float) -> dict[str, Any]:
     dataset, step_s = Sleepy(0.010), 0.060
     t0 = time.perf_counter()
-    result = tune_loader(dataset, batch_size=16, step_s=step_s, budget_s=budget_s)
+    # the step a GPU run's host waits through: a sleep, in the tuner and in the loop
+    result = tune_loader(dataset, batch_size=16, step_s=step_s, budget_s=budget_s,
+                         step_device="cuda")
     elapsed_s = time.perf_counter() - t0
     loop_pct = loop_wait_pct(dataset, batch_size=16, step_s=step_s,
                              **result.recommended.kwargs())
@@ -102,6 +110,30 @@ def io_case(budget_s: float) -> dict[str, Any]:
             "loop_agrees": loop_pct < TARGET_WAIT_PCT,
         },
     }
+
+
+def cpu_step_case(budget_s: float) -> dict[str, Any]:
+    """CPU-bound samples against a CPU-bound step, as on a CPU run: the tuner's predicted wait
+    against the wait of a loop whose step computes, with the tuner's step computing (as it
+    does on a CPU run) and, for comparison, sleeping (as it did before: the sleep frees the
+    cores the workers then use, and the prediction comes out low)."""
+    dataset, step_s = Busy(0.004), 0.040  # 32 ms of CPU a batch of 8, a 40 ms step
+    out: dict[str, Any] = {}
+    for stand_in, device in (("computing", "cpu"), ("sleeping", "cuda")):
+        result = tune_loader(dataset, batch_size=8, step_s=step_s, budget_s=budget_s,
+                             step_device=device)
+        loop_pct = loop_wait_pct(dataset, batch_size=8, step_s=step_s, cpu_step=True,
+                                 **result.recommended.kwargs())
+        out[stand_in] = {"recommended_workers": result.recommended.num_workers,
+                         "tuner_wait_pct": result.wait_pct, "loop_wait_pct": round(loop_pct, 2)}
+    told = out["computing"]
+    predicted = told["tuner_wait_pct"] if told["tuner_wait_pct"] is not None else 0.0
+    out["checks"] = {
+        # the loop waits what the tuner said, within 5 points (or both under the target)
+        "computing_step_predicts_the_loop": abs(told["loop_wait_pct"] - predicted) <= 5.0
+        or (told["loop_wait_pct"] < TARGET_WAIT_PCT and predicted < TARGET_WAIT_PCT),
+    }
+    return out
 
 
 def cpu_case(budget_s: float) -> dict[str, Any]:
@@ -162,6 +194,7 @@ def main() -> None:
     out: dict[str, Any] = {"io": io_case(20.0 if args.quick else 40.0)}
     if not args.quick:
         out["cpu"] = cpu_case(20.0)
+        out["cpu_step"] = cpu_step_case(20.0)
         out["advice"] = advice_case()
     out["ok"] = all(all(case["checks"].values()) for case in out.values()
                     if isinstance(case, dict))

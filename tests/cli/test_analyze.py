@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -162,7 +163,7 @@ def test_json_through_orjson_equals_the_stdlib_encoding(capsys: pytest.CaptureFi
     from trainpace.cli._output import print_json
     from trainpace.trace import analyze_traces
 
-    data = analyze_traces([*SAMPLED, HANDMADE], workers=1).to_dict()
+    data = analyze_traces([*SAMPLED, HANDMADE]).to_dict()
     data["extra"] = {1: float("nan"), "µ": [float("inf"), (1, 2)]}
     print_json(data)  # pytest's capture writes UTF-8: orjson
     fast = capsys.readouterr().out
@@ -185,3 +186,26 @@ def test_a_verb_first_command_line_parses_as_before(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "tune-loader" in capsys.readouterr().out  # the full parser lists every verb
+
+
+@pytest.mark.slow
+def test_ranks_in_parallel_processes_give_the_same_json(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """The command's pool of processes (one per rank) gives the serial figures, byte for byte."""
+    assert main(["analyze", *map(str, SAMPLED), "--json", "--workers", "1"]) == 0
+    serial = capsys.readouterr().out
+    assert main(["analyze", *map(str, SAMPLED), "--json", "--workers", "2"]) == 0
+    assert capsys.readouterr().out == serial
+    assert [r["idle_us"] for r in json.loads(serial)["ranks"]] == [321378.0, 328671.0]
+
+
+def test_the_command_reads_large_ranks_in_processes_and_small_ones_in_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainpace.cli import _analyze
+
+    files = [str(p) for p in SAMPLED]
+    assert _analyze._processes(files, None) == 1  # 2 small files: not worth a process
+    assert _analyze._processes(files, 2) == 2  # asked for
+    assert _analyze._processes(files[:1], 4) == 1  # one file: nothing to share
+    monkeypatch.setattr(_analyze, "PARALLEL_MIN_BYTES", 1)
+    assert _analyze._processes(files, None) == min(2, os.cpu_count() or 1)

@@ -62,6 +62,7 @@ def test_a_plain_loop_json_on_stdout_the_scripts_output_on_stderr(tmp_path):
     assert all(r["loss"] is not None for r in rows)  # the tensor passed to backward()
     meta = json.loads((out / "meta.json").read_text())
     assert meta["finished_at"] is not None
+    assert meta["made_by"] == "run"
     assert meta["loader"]["batch_size"] == 8
     assert json.loads((out / "summary.json").read_text())["steps"]["total"] == 30
     assert "--quiet" not in done.stderr and "step 10 |" not in done.stderr  # --quiet
@@ -389,8 +390,8 @@ def test_json_before_the_first_step_one_error_object_and_the_scripts_status(tmp_
     assert done.returncode == code
     assert said in done.stderr
     answer = json.loads(done.stdout)  # exactly one object on stdout
-    assert answer["exit_code"] == code
-    assert "before its first optimizer step" in answer["error"]
+    assert answer["error"]["exit_code"] == code
+    assert "before its first optimizer step" in answer["error"]["message"]
     assert not out.exists()
 
 

@@ -172,3 +172,5 @@ def test_settings_name_the_cli_flag_when_the_run_came_from_the_cli():
     assert setting("run", "window", 200) == "`trainpace run --window 200`"
     assert setting("demo", "num_workers", 2) == "`trainpace demo --workers 2`"
     assert setting("demo", "warmup", 3) == "Meter(warmup=3)"  # the demo has no such flag
+    assert setting("lightning", "warmup", 3) == "TrainpaceCallback(warmup=3)"
+    assert setting("hf", "window", 50) == "TrainpaceCallback(window=50)"

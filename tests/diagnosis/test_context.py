@@ -137,6 +137,11 @@ def test_the_cli_verb_that_made_the_run_comes_from_meta():
 
     assert ctx(meta={"made_by": "run"}).made_by == "run"
     assert ctx(meta={"made_by": "meter"}).made_by is None
+    assert ctx(meta={"made_by": "lightning"}).made_by == "lightning"
+    assert ctx(meta={"made_by": "hf"}).made_by == "hf"
+    # made_by is the truth where written: the argv is read only for runs older than it
+    assert ctx(meta={"made_by": "meter", "argv": ["/venv/bin/trainpace", "run", "t.py"]}
+               ).made_by is None
     assert ctx(meta={"argv": ["/venv/bin/trainpace", "demo", "--steps", "50"]}).made_by == "demo"
     assert ctx(meta={"argv": ["/venv/bin/trainpace", "run", "train.py"]}).made_by == "run"
     assert ctx(meta={"argv": ["train.py", "--epochs", "2"]}).made_by is None

@@ -152,3 +152,30 @@ def test_a_run_folder_name_planted_in_the_store_is_not_followed(tmp_path, plante
         assert m1.run_folder(tmp_path / "out" / "run", lambda p: p) == (
             tmp_path / "out" / "run" / "rank1")
     assert "is not a folder name beside" in caplog.text
+
+
+def test_a_rank_whose_folder_is_a_planted_link_writes_no_folder_and_trains_on(tmp_path, caplog):
+    """Rank 1 of a job whose rank1/ is a link on its node: a warning, no run folder, nothing
+    written where the link points; its windows still go through the store."""
+    from trainpace.meter.distributed import JobRank
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "rank1").symlink_to(victim, target_is_directory=True)
+    store = MemoryStore()
+    store.set("agree/run_folder/run", "run")
+    job = JobRank(RankInfo(rank=1, world_size=2), vitals=lambda: None)
+    job.monitor = RankMonitor(RankInfo(rank=1, world_size=2), run_id="x",
+                              connect=lambda i, t: store)
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        assert job.claim(tmp_path / "run") == (None, None)
+    assert "rank 1 writes no run folder" in caplog.text and "symbolic link" in caplog.text
+    assert list(victim.iterdir()) == []
+    assert job.monitor.broken is None
+    plain = JobRank(RankInfo(rank=1, world_size=2), vitals=lambda: None)
+    plain.monitor = RankMonitor(RankInfo(rank=1, world_size=2), run_id="x",
+                                connect=lambda i, t: store)
+    store.set("agree/run_folder/other", "other")
+    assert plain.claim(tmp_path / "other") == (tmp_path / "other" / "rank1", tmp_path / "other")
+    assert (tmp_path / "other" / "rank1").is_dir()

@@ -6,6 +6,7 @@ load), checked against an independent timer and token count recorded in the same
 import json
 import statistics
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -150,6 +151,11 @@ def test_steps_samples_and_real_tokens_of_all_micro_batches(run):
     assert [s["wait_s"] for s in steps] == pytest.approx(
         [LOAD_S * len(step_collates(fetched, s)) for s in range(STEPS)])
     assert [len(step_collates(fetched, s)) for s in range(STEPS)] == [3, 2, 2, 2, 2, 2, 2, 1]
+
+
+def test_meta_says_the_hf_trainer_made_the_meter(run):
+    folder = Path(run[1].out)
+    assert json.loads((folder / "meta.json").read_text())["made_by"] == "hf"
 
 
 def test_figures_match_an_independent_timer_and_evaluation_is_outside(run):

@@ -154,6 +154,11 @@ def test_steps_are_optimizer_steps_with_all_their_micro_batches(run):
     assert all(s["loss"] is not None for s in steps)
 
 
+def test_meta_says_lightning_made_the_meter(run):
+    folder = run[0] / "run"
+    assert json.loads((folder / "meta.json").read_text())["made_by"] == "lightning"
+
+
 def test_figures_match_an_independent_timer_and_validation_is_outside(run):
     _, _trainer, callback, timer, fetches, steps, _module = run
     truth = independent_cycles(timer, fetches, 2)

@@ -15,7 +15,7 @@ from trainpace.runlog import read_run
 
 def test_the_meter_keywords_are_the_config_fields_with_the_same_defaults():
     params = inspect.signature(trainpace.Meter).parameters
-    wiring = {"sinks", "stream", "clock"}
+    wiring = {"sinks", "stream", "clock", "made_by"}
     keywords = {name: p.default for name, p in params.items() if name not in wiring}
     fields = {f.name: f.default for f in dataclasses.fields(MeterConfig)}
     assert keywords == fields

@@ -15,3 +15,31 @@ def test_arguments_that_only_resemble_credential_names_keep_their_values():
     argv = ["train.py", "--max-tokens", "512", "--tokenizer=gpt2", "--keyframes", "4",
             "--monkey", "1"]
     assert redacted_argv(argv) == argv
+
+
+def test_made_by_is_written_as_the_front_end_says(tmp_path):
+    import json
+
+    import pytest
+
+    from trainpace import Meter
+    from trainpace.errors import ConfigError
+
+    for made_by, folder in ((None, "own"), ("run", "by-run")):
+        options = {} if made_by is None else {"made_by": made_by}
+        meter = Meter(tmp_path / folder, console=False, report=False, **options)
+        meter.finish()
+        meta = json.loads((tmp_path / folder / "meta.json").read_text())
+        assert meta["made_by"] == (made_by or "meter")
+    with pytest.raises(ConfigError, match="made_by"):
+        Meter(None, made_by="jupyter")
+
+
+def test_the_demo_says_it_made_its_run(tmp_path):
+    import json
+
+    from trainpace.demo import DemoSettings, run_demo
+
+    _, folder = run_demo(DemoSettings(steps=2), out=tmp_path / "demo", console=False,
+                         report=False, count_flops=False)
+    assert json.loads((folder / "meta.json").read_text())["made_by"] == "demo"

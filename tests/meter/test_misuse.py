@@ -138,3 +138,57 @@ def test_two_training_threads_the_first_ones_steps_and_the_other_named(tmp_path,
     said = [r.getMessage() for r in caplog.records]
     assert sum("'learner-b'" in line and "'learner-a'" in line for line in said) == 1
     assert not any("steps do not nest" in line for line in said)
+
+
+def test_another_threads_loader_and_observe_are_not_added_to_the_training_threads_steps(
+        tmp_path, clock, caplog):
+    """A second thread pulls batches from its own meter.loader() and calls observe() while the
+    training thread is inside its steps: the steps keep the training thread's wait, samples
+    and loss only; each misuse is said once, naming both threads."""
+    meter = quiet(tmp_path / "run", clock=clock, window=10)
+    go, done = threading.Event(), threading.Event()
+    failures = []
+
+    def slow(batches, wait_s):
+        for batch in batches:
+            clock.advance(wait_s)  # the time next() blocks, on the shared clock
+            yield batch
+
+    def helper():
+        try:
+            batches = None
+            for _ in range(20):
+                assert go.wait(30)
+                go.clear()
+                if batches is None:
+                    batches = iter(meter.loader(slow([torch.zeros(8, 2)] * 20, 0.003)))
+                next(batches)
+                meter.observe(loss=99.0)
+                done.set()
+        except Exception as exc:  # noqa: BLE001 - said by the test below
+            failures.append(exc)
+            done.set()
+
+    other = threading.Thread(target=helper, name="prefetcher")
+    with caplog.at_level(logging.WARNING, logger="trainpace"):
+        other.start()
+        for batch in meter.loader(slow([torch.zeros(4, 2)] * 20, 0.002)):
+            with meter.step(batch):
+                go.set()  # the other thread fetches and observes now, inside this step
+                assert done.wait(30)
+                done.clear()
+                meter.observe(loss=1.0)
+                clock.advance(0.010)
+        other.join(30)
+    assert failures == []
+    s = meter.finish()
+    steps = read_run(meter.path).steps
+    assert [r["wait_s"] for r in steps] == pytest.approx([0.002] * 20)
+    assert [r["samples"] for r in steps] == [4] * 20
+    assert [r["loss"] for r in steps] == [1.0] * 20
+    assert [r["step_s"] for r in steps][1:] == pytest.approx([0.015] * 19)  # wall time passes
+    assert s.data.wait_s_per_step == pytest.approx(0.002)
+    said = [r.getMessage() for r in caplog.records]
+    for call in ("meter.loader() iteration", "meter.observe()"):
+        assert sum(line.startswith(f"trainpace: {call} in thread 'prefetcher'")
+                   and "'MainThread'" in line for line in said) == 1, said

@@ -6,6 +6,7 @@ on a page that does log, so a Chromium that stopped reporting console lines cann
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -90,3 +91,60 @@ def test_a_long_run_with_a_stall_and_a_slow_phase_renders(tmp_path):
     # the bandwidth line is drawn, and the stall's marker and the warm-up/phase bands are on screen
     assert near(rgb, "#e08a1e") > 5000
     assert near(rgb, "#c8423b") > 20
+
+
+# Measures, in the page as Chromium lays it out, the boxes of each chart's note and of what
+# is drawn in the chart (lines, legend, labels); prints them into the page for --dump-dom.
+_MEASURE_BOXES = """<script>
+const out = [];
+for (const svg of document.querySelectorAll("svg")) {
+  const note = svg.querySelector("text.note");
+  if (!note) continue;
+  const n = note.getBBox();
+  const others = [...svg.querySelectorAll("polyline, circle, line, rect, text")]
+    .filter(e => e !== note).map(e => e.getBBox());
+  out.push({note: [n.x, n.y, n.width, n.height], height: svg.viewBox.baseVal.height,
+            overlaps: others.filter(b => b.x < n.x + n.width && n.x < b.x + b.width &&
+                                         b.y < n.y + n.height && n.y < b.y + b.height).length});
+}
+document.body.insertAdjacentHTML("beforeend", "<pre id=boxes>" + JSON.stringify(out) + "</pre>");
+</script>"""
+
+
+def measured_boxes(page: Path, tmp_path: Path) -> list[dict]:
+    import html
+    import json
+    import re
+
+    probe = page.with_name("measured.html")
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", _MEASURE_BOXES
+                                                              + "</body>"), encoding="utf-8")
+    assert CHROMIUM is not None
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False)
+    found = re.search(r"<pre id=\"boxes\">(.*?)</pre>", proc.stdout, re.S)
+    assert found is not None, proc.stderr[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def test_the_no_bandwidth_note_overlaps_nothing_and_steady_readings_draw_flat(tmp_path):
+    """A CPU run at 95-100% busy (its line along the top of the plot) whose peak bandwidth is
+    known but no byte count: the note says so on a line of its own, crossing no line, legend
+    or label; the busy line is the mean per window (one level for a steady loop)."""
+    from trainpace.summary import Bandwidth
+
+    run = make_run(name="steady")
+    system = [{"t_s": float(t), "device_util_pct": 95.0 if t % 2 else 100.0}
+              for t in range(120)]
+    summary = dataclasses.replace(run.summary, bandwidth=Bandwidth(peak_gb_s=23.0))
+    page = write_page(tmp_path / "report.html",
+                      run_page(summary, series=run.steps, system=system, meta=run.meta))
+    [chart] = measured_boxes(page, tmp_path)
+    assert chart["overlaps"] == 0
+    _, y, width, height = chart["note"]
+    assert y + height <= chart["height"] and width > 100  # inside the chart's own box, drawn
+    assert "set against the 23 GB/s peak" in page.read_text(encoding="utf-8")
+    _, console = render(page, tmp_path)
+    assert console == []

@@ -177,7 +177,70 @@ def test_bandwidth_line_from_the_sampler_else_the_run_estimate_else_why_not():
     svg = utilization_chart(no_reading, estimated)
     assert "memory bandwidth 42% (run mean, estimate_bytes_per_step)" in svg
     assert "stroke-dasharray" in svg
-    assert "no bandwidth reading" in utilization_chart(no_reading, Summary())
+    assert "no bandwidth line: no NVML/DCGM reading" in utilization_chart(no_reading, Summary())
+
+
+def _polyline_points(svg, name):
+    group = re.search(rf'<g [^>]*><title>{re.escape(name)}</title>(.*?)</g>', svg).group(1)
+    return [tuple(map(float, point.split(",")))
+            for line in re.findall(r'points="([^"]*)"', group) for point in line.split()]
+
+
+def test_a_steady_loops_zigzagging_readings_are_drawn_as_means_per_window():
+    """One reading a second, 7% and 58% in turn (a steady CPU loop, as sampled): the plot
+    draws the mean of each 10 s, 32.5% throughout, and its title says so."""
+    rows = [{"t_s": float(t), "device_util_pct": 7.0 if t % 2 else 58.0} for t in range(120)]
+    svg = utilization_chart(rows)
+    assert "Device and bandwidth utilization (mean per 10 s)" in svg
+    ys = {y for _, y in _polyline_points(svg, "device busy")}
+    # one level: every window's mean is the same, 32.5% on the 0-105% scale
+    assert ys == {round(260 - 38 - 32.5 / 105.0 * (260 - 30 - 38), 1)}
+    xs = [x for x, _ in _polyline_points(svg, "device busy")]
+    assert min(xs) == 58.0 and max(xs) == 720 - 16  # the readings' whole span
+
+
+def test_few_readings_are_drawn_as_they_are():
+    rows = [{"t_s": float(t), "device_util_pct": 10.0 * t} for t in range(5)]
+    svg = utilization_chart(rows)
+    assert "(mean per" not in svg
+    assert len(_polyline_points(svg, "device busy")) == 5
+
+
+def test_window_means_weigh_each_reading_by_its_interval():
+    from trainpace.report.plots import window_means
+
+    # readings at 0, 1, 2 (1 s apart) and 4 (2 s after the one before): 10, 20, 30, 60
+    xs, ys = window_means([0.0, 1.0, 2.0, 4.0], [10.0, 20.0, 30.0, 60.0], 3.0)
+    assert xs.tolist() == [0.0, 3.0, 3.0, 4.0]
+    assert ys.tolist() == [20.0, 20.0, 60.0, 60.0]
+    xs, ys = window_means([0.0, 1.0, 5.0], [10.0, None, 30.0], 2.0)  # a window with none: NaN
+    assert xs.tolist() == [0.0, 2.0, 2.0, 4.0, 4.0, 5.0]
+    assert np.isnan(ys[2:4]).all() and ys[[0, 1, 4, 5]].tolist() == [10.0, 10.0, 30.0, 30.0]
+
+
+@pytest.mark.parametrize(("bandwidth", "flops", "said"), [
+    ({"peak_gb_s": 23.0}, {}, "no count of the bytes a step moves to set against the 23 GB/s "
+                              "peak"),
+    ({}, {"bytes_per_step": 1e6}, "no peak bandwidth known for this device to set the bytes "
+                                  "moved against"),
+    ({}, {}, "no count of the bytes a step moves and no peak bandwidth known"),
+])
+def test_the_no_bandwidth_note_says_what_is_missing_and_sits_under_the_chart(bandwidth, flops,
+                                                                            said):
+    from trainpace.summary import Flops
+
+    rows = [{"t_s": float(t), "device_util_pct": 99.0} for t in range(30)]
+    summary = Summary(bandwidth=Bandwidth(**bandwidth), flops=Flops(**flops))
+    svg = utilization_chart(rows, summary)
+    note = re.search(r'<text class="note" x="[\d.]+" y="([\d.]+)"[^>]*>([^<]*)</text>', svg)
+    assert note.group(2) == f"no bandwidth line: no NVML/DCGM reading, and {said}"
+    if "peak_gb_s" in bandwidth:  # a peak the table shows is never said to be missing
+        assert "no peak" not in svg
+    axis = re.search(r'<line x1="[\d.]+" x2="[\d.]+" y1="([\d.]+)" y2="\1" stroke="#9aa0a6"/>',
+                     svg)
+    label = re.search(r'<text x="[\d.]+" y="([\d.]+)" text-anchor="middle">wall time', svg)
+    # below the plot area and the axis's label: no line or legend runs through it
+    assert float(axis.group(1)) < float(label.group(1)) < float(note.group(1)) <= 276
 
 
 def test_a_page_of_a_long_run_keeps_its_size_bounded():

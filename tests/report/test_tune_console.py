@@ -90,3 +90,15 @@ def test_progress_on_a_terminal_is_a_bar_that_goes_away():
     assert "tune-loader" in text
     assert "trying w=4 pf=2" in text
     assert "━" in text  # the bar itself
+
+
+def test_the_head_says_how_the_step_was_simulated():
+    import dataclasses
+
+    trials = [_trial(0, 72.8)]
+    for device, said in (("cpu", "a 30 ms step (--step-ms, CPU work)"),
+                         ("cuda", "a 30 ms step (--step-ms, cuda: a sleep)")):
+        out = io.StringIO()
+        print_tune(dataclasses.replace(_result(trials, trials[0], False), step_device=device),
+                   out)
+        assert said in out.getvalue().splitlines()[0]

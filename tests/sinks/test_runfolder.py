@@ -164,3 +164,33 @@ def test_the_current_folder_with_files_in_it_gets_a_run_folder_beside_it(tmp_pat
     monkeypatch.chdir(here)
     assert claim_run_folder(Path(".")) == tmp_path / "project-2"
     assert sorted(p.name for p in here.iterdir()) == ["train.py"]
+
+
+@pytest.mark.parametrize("planted", ["run/rank1", "run"])
+def test_a_ranks_folder_is_never_reached_through_a_planted_link(tmp_path, planted):
+    """A rank >= 1 takes the folder name rank 0 agreed; on a filesystem the ranks do not
+    share, rank{r}/ (or the job's folder) may be a link someone planted: refused, and nothing
+    is made or written where it points."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    link = tmp_path / "out" / planted
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(victim, target_is_directory=True)
+    with pytest.raises(ConfigError, match="out is a symbolic link") as refused:
+        runfolder.claim_rank_folder(tmp_path / "out" / "run" / "rank1")
+    assert str(refused.value).endswith(f"got {str(link)!r}")  # the link is named
+    assert list(victim.iterdir()) == []
+
+
+def test_a_ranks_folder_is_made_or_taken_when_it_is_a_real_folder(tmp_path):
+    folder = tmp_path / "out" / "run" / "rank1"
+    runfolder.claim_rank_folder(folder)
+    assert folder.is_dir()
+    runfolder.claim_rank_folder(folder)  # made by this rank a moment before: taken
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="cannot be made into a run folder"):
+        runfolder.claim_rank_folder(tmp_path / "file" / "x" / "rank1")
+    (tmp_path / "plain" / "run").mkdir(parents=True)
+    (tmp_path / "plain" / "run" / "rank2").write_text("")
+    with pytest.raises(ConfigError, match=r"out is not a folder.*rank2'$"):
+        runfolder.claim_rank_folder(tmp_path / "plain" / "run" / "rank2")

@@ -10,7 +10,6 @@ from tracekit import HANDMADE, SAMPLED, handmade
 
 from trainpace.errors import ConfigError, TraceFormatError
 from trainpace.trace import analyze_traces
-from trainpace.trace.findings import TraceAnalysis
 
 WriteTrace = Callable[..., Path]
 
@@ -73,7 +72,7 @@ def test_zero_device_events_says_what_was_not_computed(write_trace: WriteTrace) 
 def test_a_straggler_rank_is_found(write_trace: WriteTrace) -> None:
     fast = write_trace(handmade(), "rank0.json")
     slow = write_trace(_scaled(handmade(), 2.0, rank=1), "rank1.json")
-    analysis = analyze_traces([slow, fast], gap_threshold_us=20, workers=1)
+    analysis = analyze_traces([slow, fast], gap_threshold_us=20)
     assert [r.rank for r in analysis.ranks] == [0, 1]  # from distributedInfo, sorted
     cross = analysis.cross_rank
     assert cross.slowest_rank == 1
@@ -88,7 +87,7 @@ def test_a_straggler_rank_is_found(write_trace: WriteTrace) -> None:
 def test_clock_skew_between_ranks_is_reported(write_trace: WriteTrace) -> None:
     a = write_trace(handmade(), "rank0.json")
     b = write_trace(_scaled(handmade(), 1.0, shift=5000.0, rank=1), "rank1.json")
-    analysis = analyze_traces([a, b], workers=1)
+    analysis = analyze_traces([a, b])
     assert [r["clock_offset_us"] for r in analysis.cross_rank.ranks] == [0.0, 5000.0]
     assert any("clocks disagree" in n for n in analysis.cross_rank.notes)
     # durations do not depend on the clocks
@@ -99,28 +98,32 @@ def test_clock_skew_between_ranks_is_reported(write_trace: WriteTrace) -> None:
 def test_duplicate_ranks_fall_back_to_file_order(write_trace: WriteTrace) -> None:
     a = write_trace(handmade(), "a.json")
     b = write_trace(handmade(), "b.json")
-    analysis = analyze_traces([a, b], workers=1)
+    analysis = analyze_traces([a, b])
     assert [(r.rank, Path(r.path).name) for r in analysis.ranks] == [(0, "a.json"), (1, "b.json")]
     assert any("rank 0 is declared by more than one trace" in n for n in analysis.notes)
 
 
-def _figures(analysis: TraceAnalysis) -> list[tuple[Any, ...]]:
-    return [(r.rank, r.idle_us, r.compute_us, r.comm_comp_overlap_pct, r.steps.duration_us_mean)
-            for r in analysis.ranks]
+def test_the_library_call_starts_no_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process pool is the command's speed trick (cli/_analyze.py), never the library's:
+    a library call changes nothing of its caller's process (issue 22)."""
+    import concurrent.futures
+    import inspect
+    import os
 
+    def refused(*_: Any, **__: Any) -> None:
+        raise AssertionError("the library call started a process")
 
-@pytest.mark.slow
-def test_ranks_in_parallel_processes_give_the_same_figures() -> None:
-    serial = analyze_traces(SAMPLED, workers=1)
-    parallel = analyze_traces(SAMPLED, workers=2)
-    assert _figures(parallel) == _figures(serial)
-    assert [(r.rank, r.idle_us) for r in parallel.ranks] == [(0, 321378.0), (1, 328671.0)]
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", refused)
+    monkeypatch.setattr(os, "fork", refused)
+    assert "workers" not in inspect.signature(analyze_traces).parameters
+    analysis = analyze_traces(SAMPLED)
+    assert [(r.rank, r.idle_us) for r in analysis.ranks] == [(0, 321378.0), (1, 328671.0)]
 
 
 def test_bad_trace_error_names_the_file(write_trace: WriteTrace) -> None:
     bad = write_trace(b'{"traceEvents": [', "bad.json")
     with pytest.raises(TraceFormatError, match=r"bad\.json"):
-        analyze_traces([HANDMADE, bad], workers=1)
+        analyze_traces([HANDMADE, bad])
 
 
 def test_trace_without_complete_events(write_trace: WriteTrace) -> None:
@@ -129,8 +132,7 @@ def test_trace_without_complete_events(write_trace: WriteTrace) -> None:
         analyze_traces([path])
 
 
-@pytest.mark.parametrize(("option", "value"), [("gap_threshold_us", 0), ("top", 0),
-                                               ("workers", 0)])
+@pytest.mark.parametrize(("option", "value"), [("gap_threshold_us", 0), ("top", 0)])
 def test_bad_options(option: str, value: int) -> None:
     with pytest.raises(ConfigError, match=option):
         analyze_traces([HANDMADE], **{option: value})
@@ -143,7 +145,7 @@ def test_the_library_call_loads_only_what_it_uses() -> None:
     import sys
 
     code = ("import sys; from trainpace.trace import analyze_traces; "
-            f"analyze_traces([{str(HANDMADE)!r}], workers=1); "
+            f"analyze_traces([{str(HANDMADE)!r}]); "
             "print(sorted(m for m in ('logging', 'trainpace.tune.tuning', 'shlex', "
             "'pathlib') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -31,7 +31,7 @@ def test_among_is_numpys_isin(values: list[int], members: list[int]) -> None:
 def test_analysis_does_not_import_numpy_ma_or_psutil() -> None:
     # Either import costs about 15 ms: as much as analyzing a small trace.
     code = ("import sys; from trainpace.trace import analyze_traces; "
-            f"analyze_traces([{str(SAMPLED[0])!r}], workers=1); "
+            f"analyze_traces([{str(SAMPLED[0])!r}]); "
             "print(sorted(m for m in ('numpy.ma', 'psutil') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)

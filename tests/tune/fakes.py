@@ -27,9 +27,18 @@ class ManualHost:
         self.wall_s = 100.0
         self.cpu_s = 10.0
         self.runq_s = 1.0
+        self.slept: list[float] = []  # the steps spent asleep, and computing
+        self.computed: list[float] = []
 
     def sleep(self, seconds: float) -> None:
         self.wall_s += seconds
+        self.slept.append(seconds)
+
+    def compute(self, seconds: float) -> None:
+        """A CPU-bound step: its wall time is this process's CPU time."""
+        self.wall_s += seconds
+        self.cpu_s += seconds
+        self.computed.append(seconds)
 
     def work(self, wall_s: float, cpu_s: float = 0.0, runq_s: float = 0.0) -> None:
         self.wall_s += wall_s
@@ -39,7 +48,7 @@ class ManualHost:
     @property
     def clock(self) -> TuneClock:
         return TuneClock(wall=lambda: self.wall_s, cpu=lambda: self.cpu_s,
-                         runq=lambda: self.runq_s, sleep=self.sleep)
+                         runq=lambda: self.runq_s, sleep=self.sleep, compute=self.compute)
 
 
 class Timed(Dataset):

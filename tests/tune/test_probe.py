@@ -126,3 +126,27 @@ def test_a_collate_that_raises_is_named():
 def test_an_empty_dataset_is_an_error():
     with pytest.raises(DatasetError, match="empty"):
         _probe(Sleepy(n=0))
+
+
+class _ThreadsSeen(torch.utils.data.Dataset):
+    """Records torch's thread count as each sample is loaded."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        self.seen.append(torch.get_num_threads())
+        return torch.zeros(2)
+
+
+def test_the_probe_leaves_torchs_thread_count_alone():
+    """A library call changes no process-wide setting: not even for the time of the probe
+    (another thread of the caller's would feel it)."""
+    threads = torch.get_num_threads()
+    dataset = _ThreadsSeen()
+    _probe(dataset, batch=4)
+    assert dataset.seen == [threads] * 4
+    assert torch.get_num_threads() == threads

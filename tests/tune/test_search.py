@@ -12,6 +12,7 @@ import itertools
 import math
 
 import pytest
+import torch
 
 from trainpace.errors import ConfigError
 from trainpace.tune import tune_loader
@@ -220,6 +221,11 @@ def test_result_json_has_the_contract_keys():
                       ("batch_s", float), ("trials", list), ("verdict", str)):
         assert isinstance(data[key], kind), key
     assert data["trials"][0]["setting"]["num_workers"] == 0
+    assert data["step_device"] in ("cpu", "cuda", "mps")  # this machine's, said
+    given = tune_loader(Timed(host, 0.0), batch_size=2, step_s=0.02, budget_s=5,
+                        clock=host.clock, step_device="cpu",
+                        trial_runner=ModelTrials(host, batch_s=0.0, step_s=0.02))
+    assert given.to_dict()["step_device"] == "cpu"
 
 
 def test_a_budget_too_short_for_one_batch_says_how_long_to_give():
@@ -246,3 +252,50 @@ def test_real_dataloaders_end_to_end():
     assert all(t.batches >= 3 for t in result.trials)
     assert "num_workers=" in result.code
     assert children() == []
+
+
+def test_the_step_is_simulated_where_it_computes(monkeypatch):
+    """step_device: "cpu" is CPU work on the training thread, an accelerator a sleep; by
+    default, where PyTorch would train on this machine. Said in the result."""
+    from trainpace.errors import ConfigError
+    from trainpace.tune.search import _step_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert _step_device(None) == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert _step_device(None) == "cuda"
+    assert _step_device("cpu") == "cpu"
+    assert _step_device("cuda:1") == "cuda"
+    with pytest.raises(ConfigError, match="step_device"):
+        _step_device("tpu")
+
+
+def test_a_cpu_step_is_computed_by_the_real_trials(monkeypatch):
+    """tune_loader on a CPU run hands run_trial a computing step (the real trial runner)."""
+    import trainpace.tune.search as search_module
+
+    seen = []
+
+    def trial(source, setting, **options):
+        seen.append(options["cpu_step"])
+        raise RuntimeError("enough")
+
+    monkeypatch.setattr(search_module, "run_trial", trial)
+    dataset = torch.utils.data.TensorDataset(torch.zeros(64, 2))
+    for device, cpu_step in (("cpu", True), ("cuda", False)):
+        with pytest.raises(RuntimeError, match="enough"):
+            tune_loader(dataset, batch_size=4, step_s=0.01, budget_s=30, step_device=device)
+        assert seen.pop() is cpu_step
+
+
+def test_the_cpu_step_stand_in_computes_on_the_calling_thread():
+    """compute_for: at least the step's wall time, spent as CPU time of this thread."""
+    import time
+
+    from trainpace.tune.tune_clock import compute_for
+
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    compute_for(0.02)
+    assert time.perf_counter() - wall0 >= 0.02
+    assert time.thread_time() > cpu0  # work, not a sleep (a sleep takes no CPU time)

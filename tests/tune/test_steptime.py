@@ -37,3 +37,14 @@ def test_no_steps_is_an_error_naming_the_fix(tmp_path):
 def test_not_a_run_folder(tmp_path):
     with pytest.raises(RunFolderError, match="no such folder"):
         step_from_run(tmp_path / "nothing")
+
+
+def test_the_runs_device_says_how_its_step_is_simulated(tmp_path):
+    from trainpace.tune.steptime import step_device_of_run
+
+    records = steps(3, step_s=0.05, samples=8, wait_s=0.0)
+    assert step_device_of_run(write_run(tmp_path / "cpu", records,
+                                        meta={"device": {"kind": "cpu"}})) == "cpu"
+    assert step_device_of_run(write_run(tmp_path / "gpu", records,
+                                        meta={"device": {"kind": "cuda", "index": 0}})) == "cuda"
+    assert step_device_of_run(write_run(tmp_path / "old", records, meta={})) is None

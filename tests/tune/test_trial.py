@@ -21,10 +21,12 @@ def _setting(workers: int, prefetch: int = 2) -> Setting:
                    pin_memory=False, persistent_workers=workers > 0)
 
 
-def _model_trial(host, workers, *, batch_s, step_s, min_batches=30, max_s=60.0, **loader):
+def _model_trial(host, workers, *, batch_s, step_s, min_batches=30, max_s=60.0, cpu_step=False,
+                 **loader):
     source = model_source(host, batch_s=batch_s, **loader)
     trial = run_trial(source, _setting(workers), step_s=step_s, max_s=max_s,
-                      min_batches=min_batches, timeout_s=30, batch_bytes=256, clock=host.clock)
+                      min_batches=min_batches, timeout_s=30, batch_bytes=256, cpu_step=cpu_step,
+                      clock=host.clock)
     return trial, source
 
 
@@ -52,6 +54,22 @@ def test_workers_hide_a_wait_the_step_covers():
     assert trial.startup_s == pytest.approx(0.3 + 0.008)  # iter() to the first batch
     assert trial.warmup_batches == 1 * 2 + 1  # the queue of two, and the first batch
     assert trial.batches == 30
+
+
+def test_a_cpu_runs_step_is_spent_computing_on_the_training_thread_not_asleep():
+    """On a CPU run the step keeps the cores from the workers: the stand-in computes for the
+    step's duration (here the manual host's CPU clock runs with it) instead of sleeping."""
+    host = ManualHost()
+    trial, _ = _model_trial(host, 1, batch_s=0.008, step_s=0.050, startup_s=0.3,
+                            cpu_step=True)
+    assert host.slept == []
+    assert host.computed == [0.050] * (trial.warmup_batches - 1 + trial.batches)
+    assert host.cpu_s == pytest.approx(10.0 + 0.050 * len(host.computed))
+    assert trial.wait_s_per_batch == 0.0  # the same figures as a sleeping step's, on this clock
+    assert trial.batches_per_s == pytest.approx(1 / 0.050)
+    asleep = ManualHost()
+    _model_trial(asleep, 1, batch_s=0.008, step_s=0.050, startup_s=0.3)
+    assert asleep.computed == [] and asleep.slept == host.computed
 
 
 def test_the_window_opens_after_the_prefetched_queue():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Any, TextIO
@@ -26,3 +27,19 @@ def print_json(obj: Any, stream: TextIO | None = None) -> None:
         except TypeError:  # a value orjson does not know (an int beyond 64 bits, ...)
             pass
     out.write(json.dumps(json_safe(obj), indent=2, sort_keys=False) + "\n")
+
+
+def error_object(verb: str, message: str, exit_code: int) -> dict[str, Any]:
+    """The one ``--json`` object of a verb that ended in an error: which verb, what went wrong
+    (the line stderr shows), and the exit status (2 bad usage, 1 trainpace's own error; under
+    ``run``, the script's own status where the script decided it)."""
+    return {"error": {"verb": verb, "message": message, "exit_code": exit_code,
+                      "usage": exit_code == 2}}
+
+
+def print_error_json(verb: str, message: str, exit_code: int,
+                     stream: TextIO | None = None) -> None:
+    """Print :func:`error_object` as the command's one JSON object (when stdout's reader is
+    gone, the error may be that very pipe: stderr has said it, and nothing more is)."""
+    with contextlib.suppress(BrokenPipeError):
+        print_json(error_object(verb, message, exit_code), stream)

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from trainpace.cli._run_end import report_run, run_unmeasured
+from trainpace.cli._run_end import print_error_to, report_run, run_unmeasured
 from trainpace.cli._run_signals import (
     TERM_GRACE_S,
     RunEnding,
@@ -179,8 +179,13 @@ def run(args: argparse.Namespace) -> int:
         check_target(target)
         _check_html(args.html)
     except TargetError as exc:
+        code = 2 if exc.usage else 1
         print(f"trainpace run: error: {exc}", file=sys.stderr)
-        return 2 if exc.usage else 1
+        if args.json:
+            from trainpace.cli._output import print_error_json
+
+            print_error_json("run", str(exc), code)
+        return code
     from trainpace.integrations.autopatch import AutoPatch
 
     stem = Path(target.name).stem if target.path is not None else target.name
@@ -232,15 +237,18 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
             out=out, window=args.window, warmup=args.warmup, target_loss=args.target_loss,
             profile_steps=args.profile, console=False, report=False,
             sinks=[live] if live is not None else [], samples=samples, tokens=tokens,
-            stream=sys.stderr, **extra)
+            stream=sys.stderr, made_by="run", **extra)
     except TrainpaceError:
         raise  # a bad setting or output path: said before the script starts
     except OSError as exc:  # the disk, not the user: the training runs, unmeasured
         where = exc.filename or out
-        print(f"trainpace run: warning: cannot write the run folder at {where} "
-              f"({exc.strerror or exc}); the script runs without being measured",
-              file=sys.stderr)
-        return run_unmeasured(target)
+        said = (f"cannot write the run folder at {where} ({exc.strerror or exc}); the script "
+                "runs without being measured")
+        print(f"trainpace run: warning: {said}", file=sys.stderr)
+        code = run_unmeasured(target)
+        if saved_stdout is not None:  # --json: the one object says why there is no summary
+            print_error_to(saved_stdout, said, code)
+        return code
     patch = AutoPatch(meter, samples=samples, tokens=tokens)
     main_pid = os.getpid()
     terminated = threading.Event()

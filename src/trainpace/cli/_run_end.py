@@ -39,7 +39,7 @@ def report_run(args: argparse.Namespace, target: Any, meter: Any, patch: Any,
     if not patch.trained and _failed(failure):
         _discard(meter.path)
         if args.json:  # --json prints one object, also when nothing was trained
-            _print_json_to(saved_stdout, _nothing_trained(failure))
+            print_error_to(saved_stdout, *_nothing_trained(failure))
         return
     from rich.markup import escape
 
@@ -71,13 +71,19 @@ def _print_json_to(saved_stdout: int | None, obj: Any) -> None:
     print_json(obj)
 
 
-def _nothing_trained(failure: BaseException | None) -> dict[str, Any]:
-    """The ``--json`` object of a script that failed before its first step: no summary (no
+def print_error_to(saved_stdout: int | None, message: str, code: int) -> None:
+    """``--json``'s one object for a run without a summary, on the real stdout."""
+    from trainpace.cli._output import error_object
+
+    _print_json_to(saved_stdout, error_object("run", message, code))
+
+
+def _nothing_trained(failure: BaseException | None) -> tuple[str, int]:
+    """What ``--json`` says of a script that failed before its first step: no summary (no
     run folder is left), the script's exit status."""
     code = _status_of(failure)
-    error = ("the script ended before its first optimizer step (exit status "
-             f"{code}); nothing was measured and no run folder was kept")
-    return {"error": error, "exit_code": code}
+    return ("the script ended before its first optimizer step (exit status "
+            f"{code}); nothing was measured and no run folder was kept"), code
 
 
 def _status_of(failure: BaseException | None) -> int:

@@ -128,7 +128,7 @@ def run_demo(settings: DemoSettings, *, out: str | Path | None = None, window: i
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate)
     loss_fn = nn.CrossEntropyLoss()
     meter = Meter(out, window=window, target_loss=settings.target_loss, stream=stream,
-                  console=console, report=report, **meter_options)
+                  console=console, report=report, made_by="demo", **meter_options)
     step = 0
     while step < settings.steps:
         for batch in meter.loader(loader):

@@ -297,12 +297,14 @@ class Context:
 
     @property
     def made_by(self) -> str | None:
-        """``"run"`` or ``"demo"`` when the run was made by that CLI verb (its advice then names
-        the verb's flags, not the Meter's keywords): meta.json's ``made_by``, else its argv."""
+        """The front-end that made the run when it is not a loop's own Meter: ``"run"`` or
+        ``"demo"`` (its advice then names the verb's flags), ``"lightning"`` or ``"hf"`` (the
+        callback's keywords). meta.json's ``made_by``; for a run written before it was
+        recorded, inferred from its argv (``trainpace run``/``demo``)."""
         made_by = self.meta.get("made_by")
         if isinstance(made_by, str):
-            return made_by if made_by in ("run", "demo") else None
-        argv = self.meta.get("argv")
+            return made_by if made_by in ("run", "demo", "lightning", "hf") else None
+        argv = self.meta.get("argv")  # an old run's
         if (isinstance(argv, list) and len(argv) >= 2 and isinstance(argv[0], str)
                 and "trainpace" in argv[0] and argv[1] in ("run", "demo")):
             return str(argv[1])

@@ -38,10 +38,13 @@ CLI_FLAGS: dict[str, dict[str, str]] = {
 
 def setting(made_by: str | None, keyword: str, value: Any) -> str:
     """How the user sets ``keyword`` to ``value``: the CLI verb's flag when the run was made
-    by one that has it (``trainpace run --warmup 3``), else the Meter's keyword."""
+    by one that has it (``trainpace run --warmup 3``), the callback's keyword under Lightning
+    or the HF Trainer (it passes them to its Meter), else the Meter's keyword."""
     flag = CLI_FLAGS.get(made_by or "", {}).get(keyword)
     if flag is not None:
         return f"`trainpace {made_by} {flag} {value}`"
+    if made_by in ("lightning", "hf"):
+        return f"TrainpaceCallback({keyword}={value})"
     return f"Meter({keyword}={value})"
 
 

@@ -95,7 +95,7 @@ class TrainpaceCallback(TrainerCallback):
             options.setdefault("wandb", True)  # HF's W&B run, under trainpace's names
         self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]
-        self.meter = Meter(self.out, **options)
+        self.meter = Meter(self.out, made_by="hf", **options)
         self._iterations = Iterations(self.meter, options.get("clock", time.perf_counter),
                                       skip_steps=warmup_steps(self.meter))
         loader = kwargs.get("train_dataloader")

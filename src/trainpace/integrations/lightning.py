@@ -95,7 +95,7 @@ class TrainpaceCallback(Callback):
         options.setdefault("device", pl_module.device)
         self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]
-        self.meter = Meter(self.out, **options)
+        self.meter = Meter(self.out, made_by="lightning", **options)
         self._iterations = Iterations(self.meter, options.get("clock", time.perf_counter),
                                       skip_steps=warmup_steps(self.meter))
         self._contained("timing the train DataLoader", self._meter_loaders, trainer)

@@ -23,10 +23,11 @@ from trainpace.dist.job_window import OWN_FIGURES, job_window
 from trainpace.dist.merge import Merger, WindowRecord
 from trainpace.dist.monitor import RankMonitor, vitals_signs
 from trainpace.dist.ranks import RankInfo, rank_info
+from trainpace.errors import ConfigError
 from trainpace.meter.outputs import shows_job
 from trainpace.runlog import Record
 from trainpace.sinks.base import FanOut, Sink
-from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder
+from trainpace.sinks.runfolder import RunFolderSink, claim_rank_folder, claim_run_folder
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)
@@ -66,8 +67,14 @@ class JobRank:
             path = claim_run_folder(out)
             return path, path
         path = self.monitor.run_folder(out, claim_run_folder)
-        if self.info.rank == 0:
+        if self.info.rank == 0:  # its job folder was claimed empty: nothing planted in it
             self._merged_folder = RunFolderSink(path.parent)
+            return path, path.parent
+        try:
+            claim_rank_folder(path)
+        except ConfigError as exc:  # monitoring never breaks training: this rank trains on
+            logger.warning("trainpace: rank %d writes no run folder: %s", self.info.rank, exc)
+            return None, None
         return path, path.parent
 
     def dashboards(self, sinks: Sequence[Sink], *, timeout_s: float,

@@ -65,7 +65,7 @@ from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.distributed import JobRank
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
-from trainpace.meter.meta import run_meta
+from trainpace.meter.meta import MADE_BY, run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
 from trainpace.meter.pipeline import SINK_WINDOW_S, Window, WindowPipeline
 from trainpace.meter.probes import StepProbes, profile_window
@@ -100,11 +100,17 @@ class Meter:
             own thread.
         stream: where the console line and the report go (default: stderr).
         clock: the host clock (seconds); injectable for tests.
+        made_by: the front-end that makes this Meter (``"meter"``, a loop's own; ``"run"``,
+            ``"demo"``, ``"lightning"``, ``"hf"``), written to meta.json: the diagnosis names
+            that front-end's way to change a setting.
     """
 
     def __init__(self, out: str | os.PathLike[str] | None = None, *, sinks: Sequence[Sink] = (),
                  stream: TextIO | None = None, clock: Callable[[], float] = time.perf_counter,
-                 **settings: Any) -> None:
+                 made_by: str = "meter", **settings: Any) -> None:
+        if made_by not in MADE_BY:
+            raise ConfigError("made_by", made_by, f"must be one of {', '.join(MADE_BY)}")
+        self._made_by = made_by
         self.config = config = MeterConfig.of(out=out, **settings)
         self.device = resolve_device(config.device)
         extra_sinks = checked_sinks(sinks)
@@ -242,6 +248,8 @@ class Meter:
         if self._loop.finished:
             self._after_finish("meter.observe()")
             return
+        if self._loop.off_the_step_thread("meter.observe()"):
+            return  # its values would land in the training thread's open step
         try:
             if target is not None:
                 name = "metric" if metric is not None else "loss"
@@ -397,7 +405,8 @@ class Meter:
     def _log_meta(self, *, finished: bool = False) -> None:
         rec, profile = self._recorder, self._probes.profile
         meta = run_meta(
-            config=self.config, run_id=self.run_id, started_at=self._started_at,
+            config=self.config, made_by=self._made_by, run_id=self.run_id,
+            started_at=self._started_at,
             finished=finished, device=self.device, device_name=device_name(self.device),
             clock=rec.timer.name if rec.timer is not None else "host",
             goal=self._goal,
@@ -440,7 +449,8 @@ def _with_the_settings(meter: type[Meter]) -> None:
                                   annotation=f.type)
                 for f in dataclasses.fields(MeterConfig) if f.name != "out"]
     init.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [own["self"], own["out"], *settings, own["sinks"], own["stream"], own["clock"]])
+        [own["self"], own["out"], *settings, own["sinks"], own["stream"], own["clock"],
+         own["made_by"]])
     listed = "\n".join(f"        {f.name}={f.default!r}" for f in dataclasses.fields(MeterConfig)
                        if f.name != "out")
     meter.__doc__ = f"{meter.__doc__}\n    The settings and their defaults:\n\n{listed}\n"

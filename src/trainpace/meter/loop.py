@@ -8,6 +8,8 @@ training thread's side of it, which the Meter builds; it never imports the Meter
 
 from __future__ import annotations
 
+import threading
+from _thread import get_ident
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
@@ -72,6 +74,20 @@ class Loop:
 
     def fault(self, where: str, exc: BaseException) -> None:
         self.log_once.report(where, exc)
+
+    def off_the_step_thread(self, call: str) -> bool:
+        """Whether the calling thread is not the one whose steps are recorded (once a step
+        was opened; before it, any thread's batches are the first step's). The first time,
+        one line says that what such a thread does is not recorded."""
+        rec = self.recorder
+        if rec.step_thread is None or rec.step_thread == get_ident():
+            return False
+        self.log_once.warn_once(
+            f"off-thread {call}", f"{call} in thread {threading.current_thread().name!r}: the "
+            f"steps are thread {rec.step_thread_name!r}'s, and its data wait and values are "
+            "what is recorded; this thread's are not (they would be added to steps they are "
+            f"not part of): call {call} in the thread that runs meter.step()")
+        return True
 
 
 class StepContext:
@@ -174,6 +190,8 @@ class MeteredLoader:
         loop = self._loop
         if loop.finished:
             return iter(self._iterable)
+        if loop.off_the_step_thread("meter.loader() iteration"):
+            return MeteredIterator(loop, iter(self._iterable), self._device, self._non_blocking)
         rec = loop.recorder
         started = _contained(loop, "timing the loader", rec.fetch_started)
         iterator = iter(self._iterable)  # DataLoader workers start here: that is waiting too
@@ -202,6 +220,13 @@ class MeteredIterator:
 
     def __next__(self) -> Any:
         loop = self._loop
+        step_thread = self._rec.step_thread
+        if step_thread is not None and step_thread != get_ident() and \
+                loop.off_the_step_thread("meter.loader() iteration"):
+            # Another thread's fetch (a prefetching thread, a second loop): its wait is not
+            # the training thread's. Its batch is handed on as asked, untimed and uncounted.
+            batch = next(self._iterator)
+            return self._move_untimed(batch) if self._device is not None else batch
         if loop.probes.active:
             _contained(loop, "profiling", loop.profile_begin)
         try:
@@ -218,6 +243,14 @@ class MeteredIterator:
         if self._device is not None:
             batch = self._move(batch)
         return batch
+
+    def _move_untimed(self, batch: Any) -> Any:
+        device = self._device
+        assert device is not None
+        non_blocking = self._non_blocking
+        if non_blocking is None:
+            non_blocking = device.type == "cuda" and is_pinned(batch)
+        return move_to(batch, device, non_blocking)
 
     def _move(self, batch: Any) -> Any:
         rec = self._rec

@@ -31,7 +31,13 @@ def process_ranks(env: Mapping[str, str] | None = None) -> dict[str, int | None]
             "node": info.node}
 
 
-def run_meta(*, config: MeterConfig, run_id: str, started_at: dt.datetime, finished: bool,
+# Which front-end made the Meter (meta.json's ``made_by``): the diagnosis names that front-end's
+# way to change a setting (a `trainpace run` flag, a callback's keyword, a Meter keyword).
+MADE_BY = ("meter", "run", "demo", "lightning", "hf")
+
+
+def run_meta(*, config: MeterConfig, made_by: str, run_id: str, started_at: dt.datetime,
+             finished: bool,
              device: torch.device, device_name: str | None, clock: str,
              goal: Goal | None, loader: dict[str, Any] | None, tokens_counted: str | None,
              vitals: dict[str, Any] | None, profile: dict[str, Any] | None,
@@ -40,6 +46,7 @@ def run_meta(*, config: MeterConfig, run_id: str, started_at: dt.datetime, finis
     return {
         "schema": META_SCHEMA,
         "run_id": run_id,
+        "made_by": made_by,
         "started_at": started_at.isoformat(),
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat() if finished else None,
         "host": socket.gethostname(),

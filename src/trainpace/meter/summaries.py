@@ -105,7 +105,7 @@ class Summaries:
         for finding in diagnosis.findings:
             if finding.id == "data_wait" and finding.severity != "info":
                 measured = tune_advice(self.dataloader, step_s=step_s - wait_s,
-                                       budget_s=budget_s)
+                                       budget_s=budget_s, step_device=self._device.type)
                 finding = dataclasses.replace(finding, advice=[*measured, *finding.advice])
             findings.append(finding)
         return dataclasses.replace(diagnosis, findings=findings)

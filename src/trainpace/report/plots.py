@@ -199,7 +199,7 @@ def _axes(frame: _Frame, x_label: str, y_label: str) -> list[str]:
             parts.append(f'<text x="{x:.1f}" y="{base + 14}" text-anchor="middle">'
                          f'{esc(tick_label(tick))}</text>')
     parts.append(f'<line x1="{x0:.1f}" x2="{x1:.1f}" y1="{base}" y2="{base}" stroke="#9aa0a6"/>')
-    parts.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{frame.height - 4}" text-anchor="middle">'
+    parts.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{base + 34}" text-anchor="middle">'
                  f'{esc(x_label)}</text>')
     mid = (frame.top + base) / 2
     parts.append(f'<text x="12" y="{mid:.1f}" text-anchor="middle" '
@@ -251,9 +251,20 @@ def _clip_note(frame: _Frame, count: int, peak: float, fmt: str) -> str:
 
 
 def _note(frame: _Frame, text: str, color: str = "#5f6775", kind: str = "note") -> str:
-    """A line of text inside the plot, top right: what the chart cannot show, and why."""
+    """A line of text inside the plot, top right: how many points the scale cut (their
+    markers are at the top edge, beside it)."""
     return (f'<text class="{kind}" x="{frame.width - frame.right - 4}" y="{frame.top + 11}" '
             f'text-anchor="end" style="fill:{color}">{esc(text)}</text>')
+
+
+NOTE_ROW = 16  # the height of the line under the x axis that says what a chart cannot show
+
+
+def _note_below(frame: _Frame, text: str) -> str:
+    """What the chart cannot show, and why: a line of its own under the x axis's label, where
+    no line, legend or label of the plot can run through it."""
+    return (f'<text class="note" x="{frame.left}" y="{frame.height - 4}" '
+            f'style="fill:#5f6775">{esc(text)}</text>')
 
 
 def _bounds(values: np.ndarray, *, from_zero: bool) -> tuple[float, float]:
@@ -305,7 +316,9 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     y_lo, y_hi = y_range or _bounds(scale, from_zero=from_zero)
     if top is not None:
         y_hi = top
-    frame = _Frame(width, height, float(all_x.min()), float(all_x.max()), y_lo, y_hi)
+    below = NOTE_ROW if note and top is None else 0  # a row of its own for the note
+    frame = _Frame(width, height + below, float(all_x.min()), float(all_x.max()), y_lo, y_hi,
+                   bottom=_Frame.bottom + below)
     parts = _svg_open(frame, title) + _axes(frame, x_label, y_label) + _bands(frame, bands)
     colors = []
     for i, (s, xs, ys) in enumerate(prepared):
@@ -318,7 +331,7 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
         above = sum(_count_above(_array(s.ys), top) for s in series)
         parts.append(_clip_note(frame, above, float(all_y.max()), value_format))
     elif note:
-        parts.append(_note(frame, note))
+        parts.append(_note_below(frame, note))
     for h in hlines:
         y = frame.y(h.y)
         parts.append(f'<line x1="{frame.left}" x2="{width - frame.right}" y1="{y:.1f}" '
@@ -327,6 +340,31 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
                      f'style="fill:{esc(h.color)}">{esc(h.label)}</text>')
     parts += [*_legend(frame, colors), "</svg>"]
     return "".join(parts)
+
+
+def window_means(xs: Values, ys: Values, window: float) -> tuple[np.ndarray, np.ndarray]:
+    """Time-weighted means of readings over consecutive windows of ``window`` (in x's unit)
+    from the first reading, as a level line: each window's mean at its start and at its end
+    (the last end is the last reading). Each reading stands for the interval since the one
+    before it (the first, for the median interval). A window without a finite reading is NaN
+    (a gap in the line). ``window`` 0: the readings as they are."""
+    x, y = _array(xs), _array(ys)
+    if x.size < 2 or not window > 0:
+        return x, y
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    gaps = np.diff(x)
+    weight = np.concatenate([[float(np.median(gaps))], gaps])
+    known = np.isfinite(y) & (weight > 0)
+    index = ((x - x[0]) // window).astype(np.int64)
+    n = int(index[-1]) + 1
+    total = np.bincount(index[known], weights=(weight * y)[known], minlength=n)
+    weights = np.bincount(index[known], weights=weight[known], minlength=n)
+    means = np.full(n, np.nan)
+    np.divide(total, weights, out=means, where=weights > 0)
+    starts = x[0] + np.arange(n) * window
+    ends = np.minimum(starts + window, x[-1])
+    return np.column_stack([starts, ends]).ravel(), np.repeat(means, 2)
 
 
 def _count_above(values: np.ndarray, top: float) -> int:

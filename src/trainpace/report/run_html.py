@@ -38,6 +38,7 @@ from trainpace.report.plots import (
     Series,
     line_chart,
     stacked_chart,
+    window_means,
 )
 from trainpace.series import StepSeries
 from trainpace.stats import ema_array
@@ -47,6 +48,8 @@ from trainpace.units import number_or_none
 Records = Sequence[Mapping[str, Any]]
 Steps = StepSeries | Records
 THROUGHPUT_POINTS = 120  # throughput is averaged over about this many windows of steps
+UTILIZATION_POINTS = 60  # the utilization plot's means across the run, at most
+READINGS_PER_MEAN = 10  # and at least this many sampler readings in each
 WARMUP_COLOR = "#9aa0a6"
 PHASE_COLOR = "#e0a526"
 
@@ -209,21 +212,46 @@ def throughput_chart(steps: Steps, bands: Sequence[Band] = ()) -> str:
                       x_label="wall time (s)", y_label=unit, bands=bands)
 
 
+def utilization_window_s(xs: Sequence[float]) -> float:
+    """The wall time each point of the utilization plot averages: at least READINGS_PER_MEAN
+    sampler readings, at most UTILIZATION_POINTS points across the run, rounded up to 1, 2 or
+    5 × 10^k s; 0 (the readings as they are) for a run of few readings."""
+    x = np.sort(np.asarray(xs, dtype=np.float64))
+    if x.size < 2 * READINGS_PER_MEAN:
+        return 0.0
+    interval = float(np.median(np.diff(x)))
+    wanted = max(READINGS_PER_MEAN * interval, float(x[-1] - x[0]) / UTILIZATION_POINTS)
+    if not wanted > 0:
+        return 0.0
+    power = 10.0 ** np.floor(np.log10(wanted))
+    return float(next(step * power for step in (1, 2, 5, 10) if step * power >= wanted))
+
+
 def utilization_chart(system: Records, summary: Summary | None = None,
                       bands: Sequence[Band] = ()) -> str:
     """Device busy %, memory-bandwidth % and memory used % over wall time.
 
+    Each point is the time-weighted mean of the sampler's readings over a window of wall time
+    (:func:`utilization_window_s`, said in the title), not a reading: one reading covers a
+    short interval, and a steady loop's readings swing with where its bursts of work and its
+    waits fall in each (7% to 58% a second apart on a steady CPU loop). A mean over a window
+    is the summary's own arithmetic over a shorter span, shows a real change at the window's
+    scale and keeps no lag (an exponential smoothing would drag a drop into the next points).
+
     The bandwidth line is the sampler's reading (NVML/DCGM) when there is one; else the run's
     estimate (bytes moved per step / step time / peak) is drawn as a level line, and when
-    neither exists the chart says why it has no bandwidth line.
+    neither exists a line under the chart says what is missing.
     """
     rows = [r for r in system if number_or_none(r.get("t_s")) is not None]
     xs = [number_or_none(r.get("t_s")) or 0.0 for r in rows]
-    series = [Series(label, xs, [number_or_none(r.get(key)) for r in rows], color)
-              for key, label, color in (("device_util_pct", "device busy", "#3b6fd4"),
-                                        ("bandwidth_util_pct", "memory bandwidth", "#e08a1e"),
-                                        ("memory_used_pct", "memory used", "#9aa0a6"))
-              if any(number_or_none(r.get(key)) is not None for r in rows)]
+    window_s = utilization_window_s(xs)
+    series = []
+    for key, label, color in (("device_util_pct", "device busy", "#3b6fd4"),
+                              ("bandwidth_util_pct", "memory bandwidth", "#e08a1e"),
+                              ("memory_used_pct", "memory used", "#9aa0a6")):
+        ys = [number_or_none(r.get(key)) for r in rows]
+        if any(y is not None for y in ys):
+            series.append(Series(label, *window_means(xs, ys, window_s), color))
     note = None
     hlines = []
     sampled = any(s.name == "memory bandwidth" for s in series)
@@ -232,9 +260,26 @@ def utilization_chart(system: Records, summary: Summary | None = None,
         hlines.append(HLine(bandwidth.util_pct, f"memory bandwidth {bandwidth.util_pct:.0f}% "
                             f"(run mean, {bandwidth.source or 'estimate'})", "#e08a1e"))
     elif not sampled:
-        note = "no bandwidth reading: no NVML/DCGM source, and no peak to compare bytes with"
-    return line_chart(series, title="Device and bandwidth utilization", x_label="wall time (s)",
-                      y_label="%", y_range=(0.0, 105.0), hlines=hlines, bands=bands, note=note)
+        note = _no_bandwidth_line(summary)
+    mean = f" (mean per {window_s:g} s)" if window_s else ""
+    return line_chart(series, title=f"Device and bandwidth utilization{mean}",
+                      x_label="wall time (s)", y_label="%", y_range=(0.0, 105.0), hlines=hlines,
+                      bands=bands, note=note)
+
+
+def _no_bandwidth_line(summary: Summary | None) -> str:
+    """Why there is no bandwidth line: what of a reading or an estimate is missing."""
+    peak = summary.bandwidth.peak_gb_s if summary is not None else None
+    moved = summary.flops.bytes_per_step if summary is not None else None
+    if peak is not None and moved is None:
+        missing = f"no count of the bytes a step moves to set against the {peak:g} GB/s peak"
+    elif peak is None and moved is not None:
+        missing = "no peak bandwidth known for this device to set the bytes moved against"
+    elif peak is None:
+        missing = "no count of the bytes a step moves and no peak bandwidth known"
+    else:
+        missing = "no step time to turn the bytes moved into a rate"
+    return f"no bandwidth line: no NVML/DCGM reading, and {missing}"
 
 
 def loss_chart(steps: Steps, summary: Summary, smoothing: float = 0.9,

@@ -60,7 +60,9 @@ def tune_renderable(result: TuneResult) -> RenderableType:
     """The tuner's report as one rich renderable, all but the line to paste (which
     :func:`print_tune` prints last, unwrapped, whatever the width)."""
     p = result.probe
-    step = (f"a {format_duration(result.step_s)} step ({result.step_source})"
+    on = {None: "", "cpu": ", CPU work"}.get(result.step_device, f", {result.step_device}: "
+                                                                  "a sleep")
+    step = (f"a {format_duration(result.step_s)} step ({result.step_source}{on})"
             if result.step_s is not None else "no step time: the fastest loading")
     head = Text.assemble(
         ("tune-loader ", "bold"), f"batch {result.batch_size} · {step} · "

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import logging
 import os
+import stat
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -57,6 +58,31 @@ def claim_run_folder(path: Path) -> Path:
         logger.warning("trainpace: %s already holds a run or other files (a run folder starts "
                        "empty); writing this run to %s", path, candidate)
     return candidate
+
+
+def claim_rank_folder(folder: Path) -> None:
+    """A rank's ``rank{r}/`` inside the job's run folder (named by rank 0), made where it is
+    missing and never reached through a symbolic link: on a filesystem the ranks do not share,
+    either folder may have been planted by someone else (a link to any folder would receive
+    this rank's files). Raises :class:`ConfigError` naming the folder that is refused."""
+    _real_folder(folder.parent, parents=True)
+    _real_folder(folder, parents=False)
+
+
+def _real_folder(path: Path, *, parents: bool) -> None:
+    try:
+        if parents:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path)  # never through a link: on one it fails (EEXIST), following nothing
+        mode = os.lstat(path).st_mode  # the entry itself, not what a link points to
+    except OSError as exc:
+        raise ConfigError("out", str(path), f"cannot be made into a run folder "
+                          f"({exc.strerror or exc})") from exc
+    if not stat.S_ISDIR(mode):
+        kind = "a symbolic link" if path.is_symlink() else "not a folder"
+        raise ConfigError("out", str(path), f"is {kind}, which a rank's run folder never "
+                          "goes through; remove it or give another out=")
 
 
 def release_run_folder(folder: Path) -> None:

@@ -1,9 +1,11 @@
-"""Analyze traces: one rank per trace file, ranks in parallel processes, then across ranks."""
+"""Analyze traces: one rank per trace file, one after the other, then across ranks.
+
+A library call starts no process: ``trainpace analyze`` reads several large ranks in a pool
+of its own (``cli/_analyze.py``) with :func:`analyze_trace_file` and :func:`combine_ranks`."""
 
 from __future__ import annotations
 
 import os
-import warnings
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -20,11 +22,9 @@ from trainpace.trace.host_breakdown import host_breakdown
 from trainpace.trace.idle import GAP_THRESHOLD_US, TOP_GAPS, idle_breakdown
 from trainpace.trace.kernels import TOP_KERNELS, hta_steps, kernel_breakdown
 from trainpace.trace.load import TraceColumns, read_trace, trace_files
-from trainpace.trace.memory import available_memory, check_memory, json_bytes, memory_needed
+from trainpace.trace.memory import available_memory, check_memory
 from trainpace.trace.prepare import Prepared, prepare
 from trainpace.trace.runmeta import find_run_meta
-
-PARALLEL_MIN_BYTES = 32 << 20  # of JSON in all: below it, ranks are read one after the other
 
 
 def _declared_rank(meta: dict[str, Any]) -> int | None:
@@ -114,45 +114,17 @@ def analyze_columns(
     )
 
 
-def _analyze_file(path: str, gap_threshold_us: float, top: int) -> RankAnalysis:
-    cols = read_trace(path)  # its memory was checked before the pool started
+def analyze_trace_file(path: str, *, gap_threshold_us: float = GAP_THRESHOLD_US,
+                       top: int = TOP_KERNELS, check: bool = True) -> RankAnalysis:
+    """Analyze one rank's trace file; its rank is the one it declares, else -1 (numbered by
+    :func:`combine_ranks`). ``check``: refuse first a file that would not fit in the memory
+    available (a caller that checked all its files before reading any passes False)."""
+    if check:
+        check_memory(path, available_memory())
+    cols = read_trace(path)
     rank = _declared_rank(cols.meta)
     return analyze_columns(cols, rank=-1 if rank is None else rank,
                            gap_threshold_us=gap_threshold_us, top=top)
-
-
-def _workers(files: list[str], workers: int | None) -> int:
-    """Processes to use: one per file, within the CPUs and the memory available; by default
-    one in all when the traces are small (starting processes would cost more than it saves).
-    Each file's size is read from its metadata (a FIFO's is unknown: it is not opened here)."""
-    free = available_memory()
-    sizes = {f: json_bytes(f) for f in files}
-    for f, size in sizes.items():
-        check_memory(f, free, size=size)
-    if workers is None and sum(size or 0 for size in sizes.values()) < PARALLEL_MIN_BYTES:
-        return 1
-    limit = workers if workers is not None else (os.cpu_count() or 1)
-    if free is not None:
-        need = max(memory_needed(f, size=size) for f, size in sizes.items())
-        limit = min(limit, max(1, int(free // need)))
-    return max(1, min(limit, len(files)))
-
-
-def _map(files: list[str], n: int, gap_threshold_us: float, top: int) -> list[RankAnalysis]:
-    if n <= 1:
-        return [_analyze_file(f, gap_threshold_us, top) for f in files]
-    # imported here: a process pool's modules cost as much as analyzing a small trace
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    # fork: the worker only reads files and numpy arrays, and needs no re-import of __main__
-    # (spawn would re-run an unguarded user script); spawn only where fork does not exist.
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-        with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(method)) as pool:
-            futures = [pool.submit(_analyze_file, f, gap_threshold_us, top) for f in files]
-            return [f.result() for f in futures]
 
 
 def _assign_ranks(ranks: list[RankAnalysis], notes: list[str]) -> list[RankAnalysis]:
@@ -212,31 +184,44 @@ def _offset(a: RankAnalysis, b: RankAnalysis, step: str) -> float:
     return ((b.steps.origin_us or 0.0) + rb.start_us) - ((a.steps.origin_us or 0.0) + ra.start_us)
 
 
+def check_options(gap_threshold_us: float, top: int) -> None:
+    """The options of an analysis, checked before any file is read."""
+    if gap_threshold_us <= 0:
+        raise ConfigError("gap_threshold_us", gap_threshold_us, "must be > 0")
+    if top < 1:
+        raise ConfigError("top", top, "must be >= 1")
+
+
 def analyze_traces(
     paths: Sequence[str | os.PathLike[str]],
     *,
     gap_threshold_us: float = GAP_THRESHOLD_US,
     top: int = TOP_KERNELS,
-    workers: int | None = None,
 ) -> TraceAnalysis:
-    """Analyze profiler traces (files, or folders of them), one per rank.
+    """Analyze profiler traces (files, or folders of them), one per rank, in this process.
 
     A trace inside a trainpace run folder (``<run>/profile/``) is read with the run's
     ``meta.json``, so the findings know its DataLoader settings and CPU count.
 
     Raises:
-        TraceFormatError: a file that cannot be read as a trace (the message names it).
+        TraceFormatError: a file that cannot be read as a trace, or too large for the memory
+            available (the message names it; every file is checked before any is read).
         ConfigError: a bad option.
     """
-    if gap_threshold_us <= 0:
-        raise ConfigError("gap_threshold_us", gap_threshold_us, "must be > 0")
-    if top < 1:
-        raise ConfigError("top", top, "must be >= 1")
-    if workers is not None and workers < 1:
-        raise ConfigError("workers", workers, "must be >= 1")
+    check_options(gap_threshold_us, top)
     files = trace_files(list(paths))
+    free = available_memory()
+    for file in files:
+        check_memory(file, free)
+    return combine_ranks([analyze_trace_file(file, gap_threshold_us=gap_threshold_us, top=top,
+                                             check=False) for file in files], files)
+
+
+def combine_ranks(analyses: Sequence[RankAnalysis], files: Sequence[str]) -> TraceAnalysis:
+    """The ranks of one job (one :func:`analyze_trace_file` per file of ``files``, in their
+    order) numbered, compared, and summarized with the run's meta.json where there is one."""
     notes: list[str] = []
-    ranks = _assign_ranks(_map(files, _workers(files, workers), gap_threshold_us, top), notes)
+    ranks = _assign_ranks(list(analyses), notes)
     cross = cross_rank(ranks)
     meta_path, meta, problem = find_run_meta(files[0])
     if problem:
@@ -248,4 +233,5 @@ def analyze_traces(
                          notes=notes, run_meta=meta_path if not problem else None)
 
 
-__all__ = ["analyze_columns", "analyze_traces", "cross_rank"]
+__all__ = ["analyze_columns", "analyze_trace_file", "analyze_traces", "combine_ranks",
+           "cross_rank"]

@@ -139,7 +139,7 @@ class ProfileWindow:
         try:
             from trainpace.trace.analyze import analyze_traces
 
-            return analyze_traces([self._path], workers=1, **options)
+            return analyze_traces([self._path], **options)
         except Exception as exc:  # noqa: BLE001 - the run's own results must still come out
             logger.warning("trainpace: could not analyze the profile %s (%s: %s)",
                            self._path, type(exc).__name__, exc)

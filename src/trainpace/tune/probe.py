@@ -7,8 +7,6 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-import torch
-
 from trainpace.tune.loader_source import DatasetError, LoaderSource
 from trainpace.tune.tune_clock import HOST_CLOCK, TuneClock
 from trainpace.tune.tuning import Probe
@@ -51,18 +49,8 @@ def probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float,
     A sample that raises, or whose batch would not fit in the memory budget, is a
     :class:`DatasetError` naming the dataset and the item.
     """
-    threads = torch.get_num_threads()
-    # A DataLoader worker runs torch on one thread; timed on all of them, small tensor ops in
-    # __getitem__ can be several times slower on a busy machine than they will be in a worker.
-    torch.set_num_threads(1)
-    try:
-        return _probe(source, max_s=max_s, memory_budget_bytes=memory_budget_bytes, clock=clock)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _probe(source: LoaderSource, *, max_s: float, memory_budget_bytes: float,
-           clock: TuneClock) -> Probe:
+    # Timed with the caller's torch threads as they are: a library call leaves the process's
+    # settings alone (a worker runs torch on one thread; the trials measure real workers).
     batch = source.batch_size or 1
     wall: list[float] = []
     cpu: list[float] = []

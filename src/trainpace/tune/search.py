@@ -54,6 +54,20 @@ def _validate(budget_s: float, step_s: float | None, memory_budget_gb: float | N
         raise ConfigError("memory_budget_gb", memory_budget_gb, "must be > 0 GB, or None")
 
 
+def _step_device(step_device: str | None) -> str:
+    """Where the simulated step computes: "cpu", or the accelerator's kind."""
+    if step_device is None:
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        return "mps" if mps is not None and mps.is_available() else "cpu"
+    kind = str(step_device).split(":")[0]
+    if kind not in ("cpu", "cuda", "mps", "xpu"):
+        raise ConfigError("step_device", step_device, "must be 'cpu' or an accelerator "
+                          "('cuda', 'mps', 'xpu'), or None for this machine's")
+    return kind
+
+
 def _cost(trial: Trial) -> tuple[int, float, int]:
     """Cheapest first: fewest workers, then least memory, then the shallowest queue."""
     s = trial.setting
@@ -91,19 +105,25 @@ def tune_loader(
     progress: Progress | None = None,
     name: str | None = None,
     step_source: str | None = None,
+    step_device: str | None = None,
     clock: TuneClock = HOST_CLOCK,
     trial_runner: TrialRunner | None = None,
 ) -> TuneResult:
     """Find the cheapest DataLoader settings that keep the data wait under 10% of a step.
 
     ``step_s`` is the training step's duration without its data wait (the time the loop
-    spends outside ``next()``); the tuner sleeps that long between fetches, as a host does
-    while the device computes. Without it the tuner looks for the fastest loading instead.
+    spends outside ``next()``); the tuner spends that long between fetches as the training
+    thread would: on a CPU run (``step_device="cpu"``) computing, which keeps the cores the
+    step takes from the workers; on an accelerator (``"cuda"``, ``"mps"``) asleep, as the
+    host waits while the device computes. ``step_device`` defaults to where PyTorch would
+    train here: an accelerator when it sees one, else the CPU. Without ``step_s`` the tuner
+    looks for the fastest loading instead.
     A DataLoader given here keeps its sampler, collate_fn, drop_last and batch size.
     ``memory_budget_gb`` defaults to half of the memory available now. ``clock`` and
     ``trial_runner`` are for tests: a manual clock, and a fake in place of real DataLoaders.
     """
     _validate(budget_s, step_s, memory_budget_gb)
+    device = _step_device(step_device) if step_s is not None else None
     started_s = clock.wall()
     source = as_source(dataset_or_loader, batch_size=batch_size, collate_fn=collate_fn, name=name)
     budget_gb = memory_budget_gb if memory_budget_gb is not None else \
@@ -118,9 +138,11 @@ def tune_loader(
         def trial_runner(setting: Setting, *, max_s: float, min_batches: int) -> Trial:
             return run_trial(source, setting, step_s=step_s, max_s=max_s,
                              min_batches=min_batches, timeout_s=timeout_s,
-                             batch_bytes=probe.batch_bytes, clock=clock)
+                             batch_bytes=probe.batch_bytes, cpu_step=device == "cpu",
+                             clock=clock)
 
-    return search(source, probe, trial_runner, step_s=step_s, budget_s=budget_s,
+    return search(source, probe, trial_runner, step_s=step_s, step_device=device,
+                  budget_s=budget_s,
                   budget_gb=budget_gb, cores=_usable_cpus(),
                   pin_memory=torch.cuda.is_available(), clock=clock, started_s=started_s,
                   report_progress=report_progress, step_source=step_source)
@@ -135,6 +157,7 @@ def search(
     budget_s: float,
     budget_gb: float,
     cores: int | None,
+    step_device: str | None = None,
     pin_memory: bool,
     clock: TuneClock,
     started_s: float,
@@ -275,6 +298,7 @@ def search(
     return TuneResult(
         recommended=recommended, wait_pct=chosen.wait_pct, reachable=reachable, step_s=step_s,
         step_source=step_source or ("given" if step_s is not None else None),
+        step_device=step_device,
         batch_size=source.batch_size, probe=probe, trials=trials, bound=bound_now, cores=cores,
         memory_budget_gb=budget_gb, budget_s=float(budget_s), elapsed_s=spent(),
         verdict=verdict, advice=advice,

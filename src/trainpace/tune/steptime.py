@@ -12,6 +12,14 @@ from trainpace.runlog import read_run
 from trainpace.stats import median
 
 
+def step_device_of_run(path: str | Path) -> str | None:
+    """The device kind the run trained on ("cpu", "cuda", ...), from its meta.json; None
+    when it does not say."""
+    device = read_run(path).meta.get("device")
+    kind = device.get("kind") if isinstance(device, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 def step_from_run(path: str | Path) -> tuple[float, str]:
     """(step time without the data wait, how it was found) for a run folder.
 

@@ -1,10 +1,11 @@
 """One candidate setting against a simulated training step.
 
-The consumer is honest: between two fetches it sleeps for the step's duration, as the host
-does while the device computes, so workers get the cores and the GIL exactly as in training;
-the wait is the time blocked in ``next()``. Worker processes are found with psutil (children
-that appeared with ``iter()``), their CPU time and memory read over the steady window, and
-they are always shut down before the trial returns.
+The consumer is honest: between two fetches it spends the step's duration as the training
+thread does, so workers get the cores and the GIL exactly as in training: asleep while an
+accelerator computes, computing on a CPU run (a sleep there would free the cores that the
+step takes from the workers). The wait is the time blocked in ``next()``. Worker processes
+are found with psutil (children that appeared with ``iter()``), their CPU time and memory
+read over the steady window, and they are always shut down before the trial returns.
 """
 
 from __future__ import annotations
@@ -121,10 +122,13 @@ def run_trial(
     min_batches: int,
     timeout_s: float,
     batch_bytes: int,
+    cpu_step: bool = False,
     clock: TuneClock = HOST_CLOCK,
 ) -> Trial:
-    """Iterate a DataLoader with ``setting`` for up to ``max_s`` seconds, sleeping ``step_s``
-    between fetches; measure over the batches after the warm-up (the prefetched queue)."""
+    """Iterate a DataLoader with ``setting`` for up to ``max_s`` seconds, spending ``step_s``
+    between fetches (computing on this thread when ``cpu_step``, else asleep); measure over
+    the batches after the warm-up (the prefetched queue)."""
+    spend_step = clock.compute if cpu_step else clock.sleep
     kwargs = setting.kwargs()
     before = _children()
     with warnings.catch_warnings():
@@ -164,7 +168,7 @@ def run_trial(
             if now - started > max_s * 1.5:  # a very slow loader: stop with what there is
                 break
             if step_s:
-                clock.sleep(step_s)
+                spend_step(step_s)
             t0 = clock.wall()
             try:
                 next(iterator)

@@ -108,6 +108,9 @@ class TuneResult:
     verdict: str
     advice: list[str] = field(default_factory=list)
     code: str = ""               # the DataLoader(...) line to paste
+    # where the step computes: "cpu" (simulated as CPU work on the training thread), an
+    # accelerator (simulated as a sleep); None without a step
+    step_device: str | None = None
 
     @property
     def sample_s(self) -> float:
@@ -128,6 +131,7 @@ class TuneResult:
             "batch_s": self.probe.batch_s,
             "step_s": self.step_s,
             "step_source": self.step_source,
+            "step_device": self.step_device,
             "batch_size": self.batch_size,
             "bound": self.bound,
             "cores": self.cores,
