@@ -23,7 +23,11 @@ Figures per run:
 - ``cpu``: its CPU time and its children's (DataLoader workers), from ``getrusage``;
 - ``steps``: the steps after the first, as the script's own timer saw them (the time from
   the end of its first step to the end of its last): what watching costs each step;
-- ``first step``: the first step, which pays trainpace's FLOP count (once per run).
+- ``first step``: the first step, which pays trainpace's FLOP count (once per run);
+- ``start+end``: the wall time outside the training loop (imports, building the model and
+  the data, and at the end trainpace's summary, diagnosis and report), less the bare run's;
+- ``threads`` (a figure under the table): the CPU of trainpace's threads (sampler, writer)
+  as a share of one core, over the process's wall time.
 
     python benchmarks/real_scripts.py             # 5 rounds (about 5 minutes quiet)
     python benchmarks/real_scripts.py --quick     # 2 rounds of shorter scripts
@@ -92,9 +96,13 @@ def run_once(script: Script, variant: str, steps: int) -> dict[str, float]:
                        stderr=subprocess.DEVNULL)
         wall_s = time.perf_counter() - start
         cpu_s = children_cpu_s() - cpu_before
-        ends = json.loads((folder / "timing.json").read_text())["ends_s"]
+        timing = json.loads((folder / "timing.json").read_text())
+    ends = timing["ends_s"]
     return {"wall_s": wall_s, "cpu_s": cpu_s, "steps_s": ends[-1] - ends[0],
-            "first_step_s": ends[0]}
+            "first_step_s": ends[0], "steps": len(ends) - 1, "outside_loop_s": wall_s - timing["loop_s"],
+            "trainpace_threads_cpu_s": sum(
+                cpu_s for name, cpu_s in timing["threads_cpu_s"].items()
+                if name.startswith("trainpace"))}
 
 
 def measure(scripts: tuple[Script, ...], rounds: int, quick: bool
@@ -120,9 +128,11 @@ def spread(values: list[float]) -> dict[str, float]:
 def table(measured: dict[str, list[dict[str, dict[str, float]]]]) -> list[dict[str, Any]]:
     rows = []
     for name, rounds in measured.items():
-        bare_steps = statistics.median(r["bare"]["steps_s"] for r in rounds)
+        # the bare script's mean step after the first (its steps are steps + 1 ends)
+        bare_step_s = statistics.median(r["bare"]["steps_s"] / r["bare"]["steps"]
+                                        for r in rounds)
         for variant in ("run", "meter"):
-            row: dict[str, Any] = {"script": name, "variant": variant, "rounds": len(rounds)}
+            row: dict[str, Any] = {"script": name, "variant": variant}
             for figure in ("wall_s", "cpu_s", "steps_s"):
                 ratios = [r[variant][figure] / r["bare"][figure] for r in rounds]
                 s = spread(ratios)
@@ -130,7 +140,9 @@ def table(measured: dict[str, list[dict[str, dict[str, float]]]]) -> list[dict[s
                     f"{s['median']:.3f}× ({s['low']:.3f}–{s['high']:.3f})")
             extra = [r[variant]["first_step_s"] - r["bare"]["first_step_s"] for r in rounds]
             row["first step +ms"] = round(1e3 * statistics.median(extra), 1)
-            row["bare steps s"] = round(bare_steps, 3)
+            outside = [r[variant]["outside_loop_s"] - r["bare"]["outside_loop_s"] for r in rounds]
+            row["start+end +s"] = round(statistics.median(outside), 2)
+            row["bare step ms"] = round(1e3 * bare_step_s, 1)
             rows.append(row)
     return rows
 
@@ -145,7 +157,15 @@ def main() -> None:
     load_before = [round(x, 2) for x in os.getloadavg()]
     measured = measure(SCRIPT_SET, rounds, args.quick)
     rows = table(measured)
-    write_result("real_scripts", quick=args.quick, rows=rows, load_before=load_before)
+    figures: dict[str, Any] = {"rounds": rounds}
+    for name, per_round in measured.items():
+        for variant in ("run", "meter"):
+            share = [r[variant]["trainpace_threads_cpu_s"] / r[variant]["wall_s"]
+                     for r in per_round]
+            figures[f"{name} {variant}: trainpace's threads, % of one core"] = round(
+                100 * statistics.median(share), 2)
+    write_result("real_scripts", quick=args.quick, rows=rows, figures=figures,
+                 load_before=load_before)
     if args.json:
         print(json.dumps({"rows": rows, "raw": measured}))
         return
