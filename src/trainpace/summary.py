@@ -65,6 +65,7 @@ class Throughput:
     # processes (steps.slowed_by_others); the same as the whole measured run's when none was,
     # null without host CPU readings
     steady_samples_per_s: float | None = None
+    # extension: tokens per second over the same steady span
     steady_tokens_per_s: float | None = None
     # "non_padding" (mask or labels said which tokens are real), "all" (every input_ids
     # token), "custom" (extension: Meter(tokens=callable)), or None (no tokens seen)
