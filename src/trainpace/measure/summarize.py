@@ -60,7 +60,8 @@ def warmup_steps(step_s: np.ndarray, setting: int | str, slowed: np.ndarray | No
     if n == 0:
         return 0
     search = slice(None, WARMUP_SEARCH_STEPS)
-    start = steady_start(step_s[search], excused=slowed[search] if slowed is not None else None)
+    excused = slowed[search] if slowed is not None and len(slowed) == n else None
+    start = steady_start(step_s[search], excused=excused)
     return 1 if start is None else start
 
 
@@ -77,7 +78,7 @@ def steady_rates(steps: StepSeries, warmup: int, slowed: np.ndarray | None) -> S
     """Samples and tokens per second over the steady span: the steps past the first
     ``warmup`` positions that other processes did not slow (``slowed``; None: no host CPU
     readings, and nothing known)."""
-    if slowed is None:
+    if slowed is None or len(slowed) != len(steps):
         return SteadySpan(None, None, None)
     steady = ~slowed.copy()
     steady[:warmup] = False
