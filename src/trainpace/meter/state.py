@@ -39,7 +39,8 @@ SYSTEM_HOST_KEYS = ("system_cpu_pct", "process_cpu_pct", "main_cpu_pct", "main_d
 class RunState:
     """The run's steps and goal on the writer side; builds the summary."""
 
-    def __init__(self, config: MeterConfig, device: torch.device, run_id: str) -> None:
+    def __init__(self, config: MeterConfig, device: torch.device, run_id: str, *,
+                 cpu_count: int | None = None) -> None:
         self.config = config
         self.device = device
         self.run_id = run_id
@@ -55,7 +56,7 @@ class RunState:
         self._cpu_rows: dict[str, deque[float]] = {
             key: deque(maxlen=SYSTEM_ROWS_KEPT)
             for key in ("t_s", "system_cpu_pct", "process_cpu_pct")}
-        self._cpu_count = usable_cpus()
+        self._cpu_count = cpu_count if cpu_count is not None else usable_cpus()
         self.loader: dict[str, Any] | None = None
         self._warmup_count = 0
         self._warmup_at_steps = 0
