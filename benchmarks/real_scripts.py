@@ -29,7 +29,7 @@ Figures per run:
 - ``threads`` (a figure under the table): the CPU of trainpace's threads (sampler, writer)
   as a share of one core, over the process's wall time.
 
-    python benchmarks/real_scripts.py             # 5 rounds (about 5 minutes quiet)
+    python benchmarks/real_scripts.py             # 5 rounds (about 5 minutes on a quiet machine)
     python benchmarks/real_scripts.py --quick     # 2 rounds of shorter scripts
     python benchmarks/real_scripts.py --json
 """
@@ -66,7 +66,7 @@ class Script:
     steps: int  # full run; --quick runs half
 
 
-SCRIPT_SET = (Script("mnist", 80), Script("dcgan", 60), Script("word_lm", 100))
+SCRIPT_SET = (Script("mnist", 60), Script("dcgan", 50), Script("word_lm", 80))
 
 
 def command(script: Script, variant: str, steps: int, folder: Path) -> list[str]:
