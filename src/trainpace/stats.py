@@ -85,6 +85,7 @@ def steady_start(
     *,
     tolerance: float = 0.5,
     run_length: int = 5,
+    excused: np.ndarray | None = None,
 ) -> int | None:
     """Index of the first step of the steady state, or None if none is visible yet.
 
@@ -95,13 +96,23 @@ def steady_start(
     ``run_length`` steps is too. The median lets a noisy step or two through (a loaded
     machine), while warm-up steps, slow one after another, keep it high; a stall later in the
     run does not move the start back.
+
+    ``excused`` marks the steps whose slowness is not the process's own (other processes
+    took the CPU): they count as steady, whatever their time, and stay out of the reference
+    when enough others are left; warm-up then ends where the process's own warm-up ends.
     """
     n = len(step_s)
     run = min(run_length, max(1, n // 4))
     if n < 2 * run + 1:
         return None
     times = np.asarray(step_s, dtype=np.float64)
-    limit = (median(times[n // 2 :]) or 0.0) * (1.0 + tolerance)
+    later = times[n // 2 :]
+    if excused is not None:
+        own = later[~excused[n // 2 :]]
+        later = own if own.size >= run else later
+    limit = (median(later) or 0.0) * (1.0 + tolerance)
+    if excused is not None:
+        times = np.where(excused, np.minimum(times, limit), times)
     windows = np.lib.stride_tricks.sliding_window_view(times, run)  # windows[i] = times[i:i+run]
     # the median of each window from a partition, without np.median's checks (and import)
     half = run // 2

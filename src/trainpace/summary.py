@@ -44,15 +44,25 @@ class Steps:
     measured: int = 0
     # extension: "auto" (detected steady state) or "fixed" (Meter(warmup=int))
     warmup_mode: str | None = None
+    # extension: measured steps that ran while other processes took the CPU (null without
+    # host CPU readings); the steady span is the measured steps without them
+    slowed_by_others: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Throughput:
-    """Work per second over the measured (steady) steps."""
+    """Work per second over the measured steps (warm-up excluded): the whole measured run,
+    and its steady span."""
 
     samples_per_s: float | None = None
     tokens_per_s: float | None = None
     steps_per_s: float | None = None
+    # extensions: over the steady span, the measured steps without those slowed by other
+    # processes (steps.slowed_by_others); the same as the whole measured run's when none was,
+    # null without host CPU readings
+    steady_samples_per_s: float | None = None
+    # extension: tokens per second over the same steady span
+    steady_tokens_per_s: float | None = None
     # "non_padding" (mask or labels said which tokens are real), "all" (every input_ids
     # token), "custom" (extension: Meter(tokens=callable)), or None (no tokens seen)
     tokens_counted: str | None = None

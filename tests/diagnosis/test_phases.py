@@ -8,12 +8,15 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 
 import trainpace
 from diagnosis.helpers import ctx, records
 from trainpace.diagnosis import diagnose, phases
+from trainpace.measure.contention import host_columns, slowed_by_others
+from trainpace.measure.summarize import summarize, warmup_steps
 from trainpace.runlog import read_run
 from trainpace.series import StepSeries
 from trainpace.summary import Steps, Summary, Time
@@ -248,3 +251,30 @@ def test_first_step_work_is_bounded_by_the_first_steps_extra_time():
     c = ctx(Summary(steps=Steps(total=101, warmup=1, measured=100)), steps=records(step_s),
             meta=meta)
     assert phases.own_first_step_s(c, phases.timeline(c)) == pytest.approx(0.5)
+
+
+def test_flop_counting_then_hogs_a_first_step_of_trainpaces_and_a_phase_of_the_machines():
+    # step 1: 2.5 s, 2.4 s of it trainpace's FLOP count (this process busy: its own work);
+    # steps 2–101 at 0.06 s while other processes held the CPU (this process had 20% of the
+    # machine, 50% usually); then 200 steps of 0.02 s
+    step_s = [2.5] + [0.06] * 100 + [0.02] * 200
+    recs = records(step_s)
+    end_s = np.array([r["t_s"] for r in recs])
+    system = [host_row(t, 100.0, 40.0 if 2.5 < t - 0.05 <= 8.5 else 100.0)
+              for t in np.arange(0.1, end_s[-1] + 0.2, 0.1)]
+    slowed = slowed_by_others(np.array(step_s), end_s, host_columns(system), 2)
+    assert np.flatnonzero(slowed).tolist() == list(range(1, 101))
+    assert warmup_steps(np.array(step_s), "auto") == 101  # by the step times alone
+    assert warmup_steps(np.array(step_s), "auto", slowed) == 1
+    summary = summarize(StepSeries.from_records(recs), warmup="auto", slowed=slowed)
+    assert (summary.steps.warmup, summary.steps.slowed_by_others) == (1, 100)
+    meta = {"cpu_count": 2, "vitals": {"flop_count": {"counted": True, "ops_cpu_s": 2.4}}}
+    outcome = phases.slow_phases(ctx(summary, steps=recs, system=system, meta=meta))
+    assert not any(v.finding.id == "long_warmup" for v in outcome.verdicts)
+    finding = next(v.finding for v in outcome.verdicts if v.finding.id == "slow_phase")
+    causes = {(p["start_step"], p["stop_step"]): p["cause"] for p in finding.evidence["phases"]}
+    # the slow run of steps starts at step 1: the phase takes it (named for its main cause),
+    # trainpace's own part of it is a finding of its own
+    assert causes == {(1, 101): "cpu_contention"}
+    own = next(v.finding for v in outcome.verdicts if v.finding.id == "trainpace_first_step")
+    assert own.evidence["trainpace_first_step_s"] == pytest.approx(2.4)  # its CPU cost, recorded

@@ -146,7 +146,9 @@ def test_nulls_stay_null_not_zero():
     d = s.to_dict()
     assert d["throughput"]["samples_per_s"] is None
     assert d["time"]["step_s_median"] is None
-    assert d["steps"] == {"total": 0, "warmup": 0, "measured": 0, "warmup_mode": "auto"}
+    assert d["steps"] == {"total": 0, "warmup": 0, "measured": 0, "warmup_mode": "auto",
+                          "slowed_by_others": None}
+    assert d["throughput"]["steady_samples_per_s"] is None
 
 
 def test_summary_for_a_killed_run_is_rebuilt_from_its_steps(tmp_path):

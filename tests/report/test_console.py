@@ -99,3 +99,17 @@ def test_the_table_says_bandwidth_bound_only_where_the_diagnosis_does():
     s = dataclasses.replace(s, diagnosis=diagnose(s))
     assert any(f.id == "bandwidth_bound" for f in s.diagnosis.findings)
     assert "roofline bandwidth_bound" in " ".join(signs(s)[3].details)
+
+
+def test_the_headline_labels_the_whole_measured_run_and_the_steady_span():
+    s = Summary(run_id="shared", steps=Steps(total=303, warmup=3, measured=300,
+                                             slowed_by_others=100),
+                throughput=Throughput(samples_per_s=333.3, steps_per_s=33.3,
+                                      steady_samples_per_s=500.0))
+    details = signs(s)[0].details
+    assert signs(s)[0].value == "333 samples/s"
+    assert "whole measured run: 300 steps (3 warm-up excluded)" in details
+    assert ("steady span: 500 samples/s over 200 steps, without the 100 other processes "
+            "slowed") in details
+    quiet = dataclasses.replace(s, steps=dataclasses.replace(s.steps, slowed_by_others=0))
+    assert not any(d.startswith("steady span") for d in signs(quiet)[0].details)

@@ -27,6 +27,7 @@ from trainpace.diagnosis._context import (
     severity_for,
 )
 from trainpace.diagnosis.thresholds import Thresholds
+from trainpace.measure.contention import slowed_by_others
 from trainpace.stats import median
 from trainpace.summary import Bottleneck, Finding
 from trainpace.units import format_duration as duration
@@ -177,6 +178,10 @@ def timeline(ctx: Context) -> Timeline | None:
     keep = selection(mask)
     del mask
     measured = ctx.times.step_s
+    # the steady span: the measured steps other processes did not slow, when enough are left
+    slowed = slowed_by_others(measured, ctx.times.t_s, ctx.host_rows, ctx.cpu_count)
+    if slowed is not None and np.count_nonzero(~slowed) >= ctx.t.slow_phase_min_steps:
+        measured = measured[~slowed]
     reference = measured if measured.size >= ctx.t.slow_phase_min_steps else step_s[keep]
     steady = median(reference)
     if not steady or not math.isfinite(steady):
@@ -302,7 +307,8 @@ _ADVICE = {
     "data_wait": "the loader is slower during it (a cold file cache, workers starting): "
                  "persistent_workers=True and a deeper prefetch queue; warm the cache first",
     "cpu_contention": "run where the cores are free (or nice the other processes); the "
-                      "steady figures leave the phase out but the wall time pays for it",
+                      "phase is in the whole measured run's figures and the wall time, the "
+                      "steady span's throughput leaves it out",
     "throttling": "check cooling and the power limit (nvidia-smi -q -d PERFORMANCE)",
     "memory_pressure": "free host memory (fewer workers, smaller prefetch) so nothing swaps",
     "warmup": "expected once per run; torch.compile caches (TORCHINDUCTOR_CACHE_DIR) "

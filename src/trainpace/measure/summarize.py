@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from trainpace.measure.contention import host_columns, slowed_by_others
 from trainpace.records import Figures
 from trainpace.runlog import RunData
 from trainpace.series import StepSeries
@@ -45,19 +46,50 @@ class Goal:
     smoothing: float = 0.9
 
 
-def warmup_steps(step_s: np.ndarray, setting: int | str) -> int:
+def warmup_steps(step_s: np.ndarray, setting: int | str, slowed: np.ndarray | None = None) -> int:
     """How many leading steps are warm-up: a fixed count, or detected ("auto").
 
     "auto" always excludes at least the first step; while no steady state is visible yet
-    (too few steps), only the first step is excluded.
+    (too few steps), only the first step is excluded. ``slowed``: the steps that ran while
+    other processes took the CPU (:func:`~trainpace.measure.contention.slowed_by_others`);
+    their slowness is not warm-up, so warm-up ends where the process's own does.
     """
     n = len(step_s)
     if setting != "auto":
         return min(int(setting), n)
     if n == 0:
         return 0
-    start = steady_start(step_s[:WARMUP_SEARCH_STEPS])
+    search = slice(None, WARMUP_SEARCH_STEPS)
+    excused = slowed[search] if slowed is not None and len(slowed) == n else None
+    start = steady_start(step_s[search], excused=excused)
     return 1 if start is None else start
+
+
+@dataclass(frozen=True)
+class SteadySpan:
+    """The measured steps without those other processes slowed (None: not known)."""
+
+    samples_per_s: float | None
+    tokens_per_s: float | None
+    slowed: int | None  # measured steps slowed by other processes
+
+
+def steady_rates(steps: StepSeries, warmup: int, slowed: np.ndarray | None) -> SteadySpan:
+    """Samples and tokens per second over the steady span: the steps past the first
+    ``warmup`` positions that other processes did not slow (``slowed``; None: no host CPU
+    readings, and nothing known)."""
+    if slowed is None or len(slowed) != len(steps):
+        return SteadySpan(None, None, None)
+    steady = ~slowed.copy()
+    steady[:warmup] = False
+    step_s = steps.column("step_s")[steady]
+    total_s = float(step_s.sum())
+
+    def total(name: str) -> float | None:
+        return None if steps.null(name) else _total(steps.column(name)[steady])
+
+    return SteadySpan(per_s(total("samples"), total_s), per_s(total("tokens"), total_s),
+                      int(np.count_nonzero(slowed[warmup:])))
 
 
 def figures(steps: StepSeries, warmup: int) -> Figures:
@@ -202,16 +234,19 @@ def summarize(
     tokens_counted: str | None = None,
     loader: dict[str, Any] | None = None,
     host: str | None = None,
+    slowed: np.ndarray | None = None,
 ) -> Summary:
     """The run's summary from its steps (the device, bandwidth and flops parts left empty).
 
     ``excluded``: the warm-up count when the caller already knows it (else from ``warmup``);
-    ``progress``: toward ``goal``, when the caller follows it already (else computed).
+    ``progress``: toward ``goal``, when the caller follows it already (else computed);
+    ``slowed``: per step, whether other processes took the CPU then (None: not known).
     """
     step_s = series.column("step_s")
     n = len(series)
     if excluded is None:
-        excluded = warmup_steps(step_s, warmup)
+        excluded = warmup_steps(step_s, warmup, slowed)
+    steady = steady_rates(series, excluded, slowed)
     # the same figures as a window's, past the last warm-up step
     rates = figures(series, int(series.column("step")[excluded - 1]) if excluded else 0)
     t_s = series.column("t_s")
@@ -242,11 +277,14 @@ def summarize(
     return Summary(
         run_id=run_id,
         steps=Steps(total=n, warmup=excluded, measured=n - excluded,
-                    warmup_mode="auto" if warmup == "auto" else "fixed"),
+                    warmup_mode="auto" if warmup == "auto" else "fixed",
+                    slowed_by_others=steady.slowed),
         throughput=Throughput(
             samples_per_s=rates["samples_per_s"],
             tokens_per_s=rates["tokens_per_s"],
             steps_per_s=rates["steps_per_s"],
+            steady_samples_per_s=steady.samples_per_s,
+            steady_tokens_per_s=steady.tokens_per_s,
             tokens_counted=tokens_counted if rates["tokens_per_s"] is not None else None,
         ),
         time=time,
@@ -283,9 +321,13 @@ def summary_for_run(run: RunData) -> Summary:
     elif config.get("target_loss") is not None:
         goal = Goal(name="loss", value=float(config["target_loss"]),
                     smoothing=float(config.get("smoothing", 0.9)))
+    cpu_count = run.meta.get("cpu_count")
     rebuilt = summarize(
         series,
         warmup=config.get("warmup", "auto"),
+        slowed=slowed_by_others(series.column("step_s"), series.column("t_s"),
+                                host_columns(run.system),
+                                cpu_count if isinstance(cpu_count, int) else None),
         goal=goal,
         run_id=run.meta.get("run_id"),
         clock=run.meta.get("clock"),

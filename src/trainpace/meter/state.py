@@ -12,13 +12,16 @@ import socket
 from collections import deque
 from typing import Any
 
+import numpy as np
 import torch
 
 from trainpace.config import MeterConfig
 from trainpace.devices.ceilings import cpu_name
+from trainpace.measure.contention import host_columns, slowed_by_others
 from trainpace.measure.cost import cost_of_run, measured_span
 from trainpace.measure.summarize import Goal, TargetTracker, summarize, warmup_steps
 from trainpace.measure.vitals import DeviceVitals
+from trainpace.meter.meta import usable_cpus
 from trainpace.series import StepSeries
 from trainpace.summary import Device, Summary
 
@@ -36,7 +39,8 @@ SYSTEM_HOST_KEYS = ("system_cpu_pct", "process_cpu_pct", "main_cpu_pct", "main_d
 class RunState:
     """The run's steps and goal on the writer side; builds the summary."""
 
-    def __init__(self, config: MeterConfig, device: torch.device, run_id: str) -> None:
+    def __init__(self, config: MeterConfig, device: torch.device, run_id: str, *,
+                 cpu_count: int | None = None) -> None:
         self.config = config
         self.device = device
         self.run_id = run_id
@@ -48,6 +52,11 @@ class RunState:
         # Follows the goal window by window (rebuilt when the goal changes).
         self.tracker = TargetTracker(self.goal) if self.goal is not None else None
         self.system_rows: deque[dict[str, Any]] = deque(maxlen=SYSTEM_ROWS_KEPT)
+        # the same rows' CPU readings as columns, for the steps other processes slowed
+        self._cpu_rows: dict[str, deque[float]] = {
+            key: deque(maxlen=SYSTEM_ROWS_KEPT)
+            for key in ("t_s", "system_cpu_pct", "process_cpu_pct")}
+        self._cpu_count = cpu_count if cpu_count is not None else usable_cpus()
         self.loader: dict[str, Any] | None = None
         self._warmup_count = 0
         self._warmup_at_steps = 0
@@ -60,24 +69,39 @@ class RunState:
         self.tracker.add(self.series)
 
     def keep_system_rows(self, rows: list[dict[str, Any]]) -> None:
-        self.system_rows.extend(_kept(row) for row in rows)
+        kept = [_kept(row) for row in rows]
+        self.system_rows.extend(kept)
+        for name, column in host_columns(kept).items():
+            self._cpu_rows[name].extend(column.tolist())
+
+    def slowed(self) -> np.ndarray | None:
+        """Per step so far: did other processes take the CPU then (None: no readings)?"""
+        columns = {name: np.fromiter(values, dtype=np.float64, count=len(values))
+                   for name, values in self._cpu_rows.items()}
+        return slowed_by_others(self.series.column("step_s"), self.series.column("t_s"),
+                                columns, self._cpu_count)
 
     def warmup(self, *, final: bool = False) -> int:
-        """Warm-up steps of the steps so far. Auto warm-up is found again each time the run
-        doubles (and at the end): its cost stays negligible however long the run."""
+        """Warm-up steps of the steps so far, the steps other processes slowed not counted
+        as warm-up. Auto warm-up is found again each time the run doubles (and at the end):
+        its cost stays negligible however long the run."""
         n = len(self.series)
         if final or n >= 2 * self._warmup_at_steps:
-            self._warmup_count = warmup_steps(self.series.column("step_s"), self.config.warmup)
+            slowed = self.slowed() if self.config.warmup == "auto" else None
+            self._warmup_count = warmup_steps(self.series.column("step_s"), self.config.warmup,
+                                              slowed)
             self._warmup_at_steps = n
         return self._warmup_count
 
     def summary(self, *, final: bool, end_s: float, t0: float | None, clock: str,
                 tokens_counted: str | None, vitals: DeviceVitals | None) -> Summary:
         """The summary of the steps so far (``final``: of the run, its wall time to ``end_s``)."""
+        slowed = self.slowed()
         summary = summarize(
             self.series,
             warmup=self.config.warmup,
             excluded=self.warmup(final=final),
+            slowed=slowed,
             goal=self.goal,
             progress=self.tracker.progress() if self.tracker is not None else None,
             run_id=self.run_id,

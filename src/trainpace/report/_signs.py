@@ -87,8 +87,9 @@ def signs(summary: Summary) -> list[Sign]:
                      ("achieved", num(f.achieved_tflops, "TFLOP/s")),
                      ("MFU", "not shown: the peak is wrong (see peak_wrong)" if f.error
                       else pct(f.mfu_pct)),
-                     ("over", f"{s.steps.measured} steps ({s.steps.warmup} warm-up excluded)"
-                      if s.steps.total else None)),
+                     ("whole measured run:", f"{s.steps.measured} steps ({s.steps.warmup} "
+                      "warm-up excluded)" if s.steps.total else None),
+                     ("steady span:", _steady_text(s))),
         ),
         Sign(
             "training time",
@@ -156,6 +157,18 @@ MISSING: dict[str, str] = {
                     "trainpace run times the torch DataLoaders a script iterates)",
 }
 """Why a sign is not measured: the source that was missing."""
+
+
+def _steady_text(s: Summary) -> str | None:
+    """The throughput without the steps other processes slowed, when there were some."""
+    slowed, tp = s.steps.slowed_by_others, s.throughput
+    if not slowed:
+        return None
+    rate = (num(tp.steady_samples_per_s, "samples/s") if tp.steady_samples_per_s is not None
+            else num(tp.steady_tokens_per_s, "tokens/s") if tp.steady_tokens_per_s is not None
+            else None)
+    return None if rate is None else (f"{rate} over {s.steps.measured - slowed} steps, "
+                                      f"without the {slowed} other processes slowed")
 
 
 def _warmup_text(s: Summary) -> str | None:

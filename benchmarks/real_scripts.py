@@ -1,0 +1,177 @@
+"""What watching costs real training scripts: bare, under ``trainpace run``, with the Meter.
+
+Three scripts in ``benchmarks/real_scripts/``, written after the published PyTorch examples'
+architectures, on synthetic tensors (no downloads), sized for CPU steps of tens of
+milliseconds:
+
+- ``mnist``: two convolutions and two linear layers, Adadelta, a DataLoader in the process;
+- ``dcgan``: a generator and a discriminator, two Adam optimizers, a DataLoader with one
+  worker process (restarted every epoch, as the example's are);
+- ``word_lm``: a two-layer LSTM language model, its weights updated by hand (no optimizer:
+  no step boundary for ``trainpace run`` to hook), no DataLoader.
+
+Each is run as its own process, three ways: ``bare`` (``python SCRIPT``), ``run``
+(``trainpace run --quiet -- SCRIPT``) and ``meter`` (``python SCRIPT --meter DIR``: the loop
+written for the Meter). A round runs the three of a script back to back, in an order that
+goes through all six permutations over the rounds, so a change of the machine's load falls
+on every variant alike; each figure of a variant is a ratio to the bare run of its round, and
+the table gives the median over rounds with the lowest and highest ratio (the spread).
+
+Figures per run:
+
+- ``wall``: the process from its start to its exit (``perf_counter`` around it);
+- ``cpu``: its CPU time and its children's (DataLoader workers), from ``getrusage``;
+- ``steps``: the steps after the first, as the script's own timer saw them (the time from
+  the end of its first step to the end of its last): what watching costs each step;
+- ``first step``: the first step, which pays trainpace's FLOP count (once per run);
+- ``start+end``: the wall time outside the training loop (imports, building the model and
+  the data, and at the end trainpace's summary, diagnosis and report), less the bare run's;
+- ``threads`` (a figure under the table): the CPU of trainpace's threads (sampler, writer)
+  as a share of one core, over the process's wall time.
+
+    python benchmarks/real_scripts.py             # 5 rounds (about 5 minutes on a quiet machine)
+    python benchmarks/real_scripts.py --quick     # 2 rounds of shorter scripts
+    python benchmarks/real_scripts.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from results import write_result
+
+SCRIPTS = Path(__file__).resolve().parent / "real_scripts"
+VARIANTS = ("bare", "run", "meter")
+ORDERS = list(itertools.permutations(VARIANTS))
+FIGURES = ("wall_s", "cpu_s", "steps_s", "first_step_s")
+# The console script's entry point (pyproject's [project.scripts]) without pip's launcher.
+TRAINPACE = "import sys; from trainpace.cli import entry; sys.exit(entry())"
+
+
+@dataclass(frozen=True)
+class Script:
+    name: str
+    steps: int  # full run; --quick runs half
+
+
+SCRIPT_SET = (Script("mnist", 60), Script("dcgan", 50), Script("word_lm", 80))
+
+
+def command(script: Script, variant: str, steps: int, folder: Path) -> list[str]:
+    path = str(SCRIPTS / f"{script.name}.py")
+    args = ["--steps", str(steps), "--timing", str(folder / "timing.json")]
+    if variant == "bare":
+        return [sys.executable, path, *args]
+    if variant == "meter":
+        return [sys.executable, path, *args, "--meter", str(folder / "meter")]
+    return [sys.executable, "-c", TRAINPACE, "run", "--quiet", "--out", str(folder / "run"),
+            "--", path, *args]
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_once(script: Script, variant: str, steps: int) -> dict[str, float]:
+    """One process of ``script`` as ``variant``: its wall, CPU and step figures."""
+    with tempfile.TemporaryDirectory(prefix="trainpace-real-") as tmp:
+        folder = Path(tmp)
+        cpu_before = children_cpu_s()
+        start = time.perf_counter()
+        subprocess.run(command(script, variant, steps, folder), check=True, cwd=folder,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        wall_s = time.perf_counter() - start
+        cpu_s = children_cpu_s() - cpu_before
+        timing = json.loads((folder / "timing.json").read_text())
+    ends = timing["ends_s"]
+    return {"wall_s": wall_s, "cpu_s": cpu_s, "steps_s": ends[-1] - ends[0],
+            "first_step_s": ends[0], "steps": len(ends) - 1, "outside_loop_s": wall_s - timing["loop_s"],
+            "trainpace_threads_cpu_s": sum(
+                cpu_s for name, cpu_s in timing["threads_cpu_s"].items()
+                if name.startswith("trainpace"))}
+
+
+def measure(scripts: tuple[Script, ...], rounds: int, quick: bool
+            ) -> dict[str, list[dict[str, dict[str, float]]]]:
+    """Per script, per round: each variant's figures."""
+    out: dict[str, list[dict[str, dict[str, float]]]] = {s.name: [] for s in scripts}
+    for r in range(rounds):
+        for i, script in enumerate(scripts):
+            steps = script.steps // 2 if quick else script.steps
+            one = {}
+            for variant in ORDERS[(r + 2 * i) % len(ORDERS)]:
+                one[variant] = run_once(script, variant, steps)
+            out[script.name].append(one)
+            print(f"round {r + 1}/{rounds} {script.name}: " + ", ".join(
+                f"{v} {one[v]['wall_s']:.2f} s" for v in VARIANTS), file=sys.stderr)
+    return out
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "low": min(values), "high": max(values)}
+
+
+def table(measured: dict[str, list[dict[str, dict[str, float]]]]) -> list[dict[str, Any]]:
+    rows = []
+    for name, rounds in measured.items():
+        # the bare script's mean step after the first (its steps are steps + 1 ends)
+        bare_step_s = statistics.median(r["bare"]["steps_s"] / r["bare"]["steps"]
+                                        for r in rounds)
+        for variant in ("run", "meter"):
+            row: dict[str, Any] = {"script": name, "variant": variant}
+            for figure in ("wall_s", "cpu_s", "steps_s"):
+                ratios = [r[variant][figure] / r["bare"][figure] for r in rounds]
+                s = spread(ratios)
+                row[figure.removesuffix("_s")] = (
+                    f"{s['median']:.3f}× ({s['low']:.3f}–{s['high']:.3f})")
+            extra = [r[variant]["first_step_s"] - r["bare"]["first_step_s"] for r in rounds]
+            row["first step +ms"] = round(1e3 * statistics.median(extra), 1)
+            outside = [r[variant]["outside_loop_s"] - r["bare"]["outside_loop_s"] for r in rounds]
+            row["start+end +s"] = round(statistics.median(outside), 2)
+            row["bare step ms"] = round(1e3 * bare_step_s, 1)
+            rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="2 rounds of shorter scripts")
+    parser.add_argument("--rounds", type=int, help="rounds (default 5, --quick 2)")
+    parser.add_argument("--json", action="store_true", help="print the rows as one JSON object")
+    args = parser.parse_args()
+    rounds = args.rounds or (2 if args.quick else 5)
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    measured = measure(SCRIPT_SET, rounds, args.quick)
+    rows = table(measured)
+    figures: dict[str, Any] = {"rounds": rounds}
+    for name, per_round in measured.items():
+        for variant in ("run", "meter"):
+            share = [r[variant]["trainpace_threads_cpu_s"] / r[variant]["wall_s"]
+                     for r in per_round]
+            figures[f"{name} {variant}: trainpace's threads, % of one core"] = round(
+                100 * statistics.median(share), 2)
+    write_result("real_scripts", quick=args.quick, rows=rows, figures=figures,
+                 load_before=load_before)
+    if args.json:
+        print(json.dumps({"rows": rows, "raw": measured}))
+        return
+    for row in rows:
+        print("  ".join(f"{k}={v}" for k, v in row.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""What the three scripts share: their arguments, the optional Meter, the loop's own timer.
+
+Each script is a plain training loop. Run bare (``python mnist.py``) it imports nothing of
+trainpace; ``--meter`` wraps its loader and steps in a Meter, as the getting-started page
+shows; under ``trainpace run -- mnist.py`` it is the bare script, patched from outside.
+``--timing FILE`` makes it write when each step ended (``perf_counter``, from the start of its
+training loop, after the model and the data are built) and the process CPU time of the loop,
+for the benchmark to tell the first step (trainpace counts its FLOPs) from the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+def arguments(description: str, steps: int) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=steps, help="optimizer steps to run")
+    parser.add_argument("--meter", metavar="DIR", help="measure with trainpace.Meter(out=DIR)")
+    parser.add_argument("--timing", metavar="FILE", help="write the loop's times to FILE")
+    return parser.parse_args()
+
+
+class Watch:
+    """The Meter when ``--meter`` asked for one, else pass-throughs; and the loop's timer."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args = args
+        self.meter: Any = None
+        if args.meter:
+            import trainpace
+
+            self.meter = trainpace.Meter(out=args.meter, console=False, report=False)
+        self._ends_s: list[float] = []
+        self._start_s = time.perf_counter()
+        self._start_cpu_s = time.process_time()
+
+    def loader(self, batches: Iterable[Any]) -> Iterator[Any]:
+        return iter(self.meter.loader(batches) if self.meter is not None else batches)
+
+    def step(self, batch: Any) -> contextlib.AbstractContextManager[Any]:
+        return self.meter.step(batch) if self.meter is not None else contextlib.nullcontext()
+
+    def observe(self, loss: Any) -> None:
+        if self.meter is not None:
+            self.meter.observe(loss=loss)
+
+    def tick(self) -> None:
+        """A step has ended (called after it, outside the Meter's step)."""
+        self._ends_s.append(time.perf_counter() - self._start_s)
+
+    def done(self) -> None:
+        loop_s = time.perf_counter() - self._start_s
+        loop_cpu_s = time.process_time() - self._start_cpu_s
+        threads = thread_cpu_s()  # before finish(): trainpace's threads are still running
+        if self.meter is not None:
+            self.meter.finish()
+        if self._args.timing:
+            Path(self._args.timing).write_text(json.dumps(
+                {"loop_s": loop_s, "loop_cpu_s": loop_cpu_s, "ends_s": self._ends_s,
+                 "threads_cpu_s": threads}))
+
+
+def thread_cpu_s() -> dict[str, float]:
+    """CPU seconds of each Python thread of this process so far, by name (from the threads'
+    CPU clocks): the main thread runs the loop and trainpace's hooks, the others are
+    trainpace's sampler and writer (torch's own threads are in none of them)."""
+    out: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            cpu_s = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (AttributeError, OSError):  # not on this platform, or the thread has ended
+            continue
+        out[thread.name] = out.get(thread.name, 0.0) + cpu_s
+    return out

@@ -1,0 +1,94 @@
+"""Which steps ran while other processes took the CPU: from the sampler's host readings.
+
+A step is *slowed by others* when the reading that covers it says the machine's CPU was busy
+(``BUSY_CPU_PCT``), other processes kept a large share of it busy (``OTHERS_CPU_PCT``), and
+this process (with its DataLoader workers) got clearly less of it than it usually gets
+(``SHARE_DROP`` of its usual share: the 90th percentile of its shares over the run, what it
+gets when the machine is free for it). The last test is what tells such a step from the
+process's own warm-up: compiling, growing the allocator or filling caches, the process keeps
+its CPU share; crowded out, it loses it. On a machine loaded the same way all run long no
+step is singled out, and warm-up is found from the step times alone.
+
+Pure functions of the readings: the Meter (live) and ``trainpace report`` (from
+``system.jsonl``) get the same answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+# The machine counts as busy with under a fifth of its CPU idle, and as crowded when other
+# processes keep 30% of it busy: the diagnosis's defaults for CPU contention (thresholds.py).
+BUSY_CPU_PCT = 80.0
+OTHERS_CPU_PCT = 30.0
+# Crowded out: at most 70% of the share the process usually gets (a third of it lost at
+# least; a process that keeps its share is doing its own work).
+SHARE_DROP = 0.7
+USUAL_SHARE_PERCENTILE = 90.0
+
+
+def host_columns(rows: Iterable[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """``t_s``, ``system_cpu_pct`` and ``process_cpu_pct`` of sampler rows as columns (NaN
+    unknown); a row of ``system.jsonl`` nests the host readings under ``host``, a row kept
+    by the Meter has them flat."""
+    t: list[float | None] = []
+    system: list[float | None] = []
+    process: list[float | None] = []
+    for row in rows:
+        t_s = _number(row.get("t_s"))
+        if t_s is None:
+            continue
+        host = row.get("host")
+        readings = host if isinstance(host, Mapping) else row
+        t.append(t_s)
+        system.append(_number(readings.get("system_cpu_pct")))
+        process.append(_number(readings.get("process_cpu_pct")))
+    return {"t_s": _column(t), "system_cpu_pct": _column(system),
+            "process_cpu_pct": _column(process)}
+
+
+def _column(values: list[float | None]) -> np.ndarray:
+    return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def crowded_readings(columns: Mapping[str, np.ndarray], cpu_count: int | None) -> np.ndarray | None:
+    """Per reading: did other processes take the CPU from this one (see the module
+    docstring)? None without CPU readings or a core count."""
+    system, process = columns["system_cpu_pct"], columns["process_cpu_pct"]
+    known = np.isfinite(system) & np.isfinite(process)
+    if not cpu_count or not known.any():
+        return None
+    share = np.minimum(100.0, process / cpu_count)  # of the whole machine, 0–100
+    others = system - share
+    usual = float(np.percentile(share[known], USUAL_SHARE_PERCENTILE))
+    with np.errstate(invalid="ignore"):
+        crowded = known & (system >= BUSY_CPU_PCT) & (others >= OTHERS_CPU_PCT) & (
+            share <= SHARE_DROP * usual)
+    return np.asarray(crowded, dtype=bool)
+
+
+def slowed_by_others(step_s: np.ndarray, end_s: np.ndarray, columns: Mapping[str, np.ndarray],
+                     cpu_count: int | None) -> np.ndarray | None:
+    """Per step: did it run while other processes took the CPU? Judged by the reading that
+    covers the step's middle (a reading at ``t_i`` covers ``(t_{i-1}, t_i]``); a step no
+    reading covers yet is not. None when the readings cannot tell (no CPU figures)."""
+    crowded = crowded_readings(columns, cpu_count)
+    if crowded is None:
+        return None
+    t = columns["t_s"]
+    middle = np.asarray(end_s, dtype=np.float64) - 0.5 * np.asarray(step_s, dtype=np.float64)
+    covering = np.searchsorted(t, middle, side="left")
+    inside = (covering < t.size) & np.isfinite(middle)
+    out = np.zeros(middle.size, dtype=bool)
+    out[inside] = crowded[covering[inside]]
+    return out

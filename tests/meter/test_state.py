@@ -1,0 +1,29 @@
+"""The writer side's run state: warm-up and the steady span from the sampler rows it kept."""
+
+import numpy as np
+import pytest
+import torch
+
+from trainpace.config import MeterConfig
+from trainpace.meter.state import RunState
+from trainpace.series import StepSeries
+
+
+def test_steps_other_processes_slowed_are_not_warm_up_and_leave_the_steady_span():
+    # 3 steps of the process's own warm-up, 100 steps at 0.05 s while hogs held the CPU
+    # (this process had 40% of the 2 cores' machine, 97.5% usually), 200 free steps at 0.02 s
+    step_s = [0.5, 0.3, 0.2] + [0.05] * 100 + [0.02] * 200
+    end_s = np.cumsum(step_s)
+    state = RunState(MeterConfig(), torch.device("cpu"), "r", cpu_count=2)
+    state.series.append(StepSeries.from_records(
+        [{"step": i + 1, "t_s": float(end_s[i]), "step_s": s, "wait_s": 0.0, "samples": 10}
+         for i, s in enumerate(step_s)]))
+    state.keep_system_rows([
+        {"t_s": float(t), "host": {"system_cpu_pct": 100.0,
+                                   "process_cpu_pct": 80.0 if 1.0 < t - 0.05 <= 6.0 else 195.0}}
+        for t in np.arange(0.1, end_s[-1] + 0.2, 0.1)])
+    summary = state.summary(final=True, end_s=float(end_s[-1]), t0=0.0, clock="host",
+                            tokens_counted=None, vitals=None)
+    assert (summary.steps.warmup, summary.steps.slowed_by_others) == (3, 100)
+    assert summary.throughput.samples_per_s == pytest.approx(3000 / 9.0)
+    assert summary.throughput.steady_samples_per_s == pytest.approx(500.0)
