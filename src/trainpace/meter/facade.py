@@ -69,6 +69,7 @@ from trainpace.meter.meta import run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
 from trainpace.meter.pipeline import SINK_WINDOW_S, Window, WindowPipeline
 from trainpace.meter.probes import StepProbes, profile_window
+from trainpace.meter.signals import TermGuard
 from trainpace.meter.state import RunState, device_name
 from trainpace.meter.summaries import Summaries
 from trainpace.report.console import print_report
@@ -118,6 +119,11 @@ class Meter:
         self._job = JobRank.from_environment(lambda: self._vitals)
         job_folder: Path | None
         self.path, job_folder = self._job.claim(config.out)
+        # the job's run folder (under torchrun: the one holding rank{r}/; else self.path)
+        self.job_path: Path | None = job_folder
+        # after finish(): what the report shows (the job's merged summary at rank 0, the
+        # run's own in one process, None on the other ranks of a job)
+        self.job_summary: Summary | None = None
         self.run_id: str = config.run_id or (job_folder.name if job_folder else
                                              self._started_at.strftime("run-%Y%m%d-%H%M%S"))
         self._job.name(self.run_id)
@@ -164,6 +170,10 @@ class Meter:
         self._exit_hook = _at_exit_of(self)
         atexit.register(self._exit_hook)
         self._log_meta()
+        # SIGTERM (a launcher stopping this rank): the end and the report first, then the
+        # signal goes on to the handler that was there before
+        self._term = TermGuard(self.finish, self._job.hurry)
+        self._term.install()
 
     # -- the loop's API -------------------------------------------------------------------
 
@@ -259,6 +269,7 @@ class Meter:
         """End the run: flush the last window, write the summary, print the report."""
         if self._summary is not None:
             return self._summary
+        self._term.finishing = True
         self._loop.finished = True
         self._probes.close()  # first, whatever happens next: no capture outlives the loop
         summary: Summary | None = None
@@ -281,12 +292,20 @@ class Meter:
         # rank 0: the job's merged summary, diagnosed with the job's meta
         shown = self._job.finish(
             self._summary, lambda merged, meta: self._summaries.diagnosed(merged, meta, tune=False))
+        self.job_summary = shown
         if self.config.report and shown is not None:
             try:
                 print_report(shown, file=self._stream)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("printing the report", exc)
+        self._term.finished()  # a SIGTERM that came meanwhile goes on now
         return self._summary
+
+    def watch_job(self, sink: Sink) -> bool:
+        """At rank 0 of a distributed job, ``sink`` gets the job's records (each window's
+        global figures once every rank has sent it, the merged summary) and True is returned;
+        elsewhere False (a sink for the run's own records goes in ``sinks=``)."""
+        return self._job.watch(sink)
 
     def __enter__(self) -> Meter:
         return self

@@ -1,0 +1,114 @@
+"""The Meter's end on SIGTERM: what a launcher sends a rank it stops (torchrun, after another
+rank failed; a scheduler at the end of a job's time).
+
+Without it the process dies at once and the run folder keeps only its windows: no summary,
+no report. :class:`TermGuard` chains to the handler that was there before it: on SIGTERM it
+finishes the Meter (the open window, the summary, the report) within :data:`TERM_FINISH_S`,
+then hands the signal on as if the Meter had not been there: to the user's own handler, or
+to the default action (the process dies of SIGTERM, the exit status it would have had). It
+is installed from the main thread only, and put back as it was when the Meter finishes
+(when no one has replaced it meanwhile).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+# The longest the Meter's end may take after SIGTERM before the signal goes on: well under
+# torchrun's grace period (30 s between its SIGTERM and its SIGKILL).
+TERM_FINISH_S = 10.0
+
+
+class TermGuard:
+    """SIGTERM → ``finish()`` (bounded) → the previous handler, or death by the signal."""
+
+    def __init__(self, finish: Callable[[], Any], hurry: Callable[[], None]) -> None:
+        self._finish = finish
+        self._hurry = hurry  # a signal came: stop waiting for other ranks soon
+        self._previous: Any = None
+        self._installed = False
+        self._pid = os.getpid()
+        self.finishing = False  # the Meter's end has begun (on the main thread)
+        self._pending: tuple[int, FrameType | None] | None = None
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers belong to the main thread
+        try:
+            self._previous = signal.signal(signal.SIGTERM, self._on_term)
+        except (ValueError, OSError):  # an embedded interpreter without signals
+            return
+        self._installed = True
+
+    def uninstall(self) -> None:
+        """Put the previous handler back (unless someone replaced ours meanwhile)."""
+        if not self._installed or threading.current_thread() is not threading.main_thread():
+            return
+        self._installed = False
+        if signal.getsignal(signal.SIGTERM) == self._on_term:
+            signal.signal(signal.SIGTERM, self._previous if self._previous is not None
+                          else signal.SIG_DFL)
+
+    def finished(self) -> None:
+        """The Meter's end is done: a SIGTERM that came during it goes on now."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._pass_on(*pending)
+        else:
+            self.uninstall()
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._pid:  # a forked worker: it dies as it would have
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self._hurry()
+        if self.finishing:
+            # The main thread was in the Meter's end when the signal came: it goes on, and
+            # hands the signal on when it is done (finished()).
+            self._pending = (signum, frame)
+            self._bound_from_another_thread(signum)
+            return
+        done = threading.Event()
+
+        def finish() -> None:
+            try:
+                self._finish()
+            finally:
+                done.set()
+
+        # On its own thread: the main thread may hold a lock the end needs (it was stopped
+        # anywhere); past the bound, the signal goes on without the end.
+        threading.Thread(target=finish, name="trainpace-sigterm", daemon=True).start()
+        done.wait(TERM_FINISH_S)
+        self._pass_on(signum, frame)
+
+    def _bound_from_another_thread(self, signum: int) -> None:
+        """When the signal will end the process anyway, it does so after TERM_FINISH_S even
+        if the Meter's end never returns."""
+        if self._previous not in (None, signal.SIG_DFL):
+            return  # the user's handler decides; it runs when the end returns
+        signal.signal(signum, signal.SIG_DFL)
+        self._installed = False
+
+        def bound() -> None:
+            if self._pending is not None:
+                os.kill(os.getpid(), signum)
+
+        timer = threading.Timer(TERM_FINISH_S, bound)
+        timer.daemon = True
+        timer.start()
+
+    def _pass_on(self, signum: int, frame: FrameType | None) -> None:
+        previous = self._previous
+        self.uninstall()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:  # the default action: the process dies of it
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
