@@ -16,12 +16,19 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 # The longest the Meter's end may take after SIGTERM before the signal goes on: well under
 # torchrun's grace period (30 s between its SIGTERM and its SIGKILL).
 TERM_FINISH_S = 10.0
+# A SIGTERM that stops the main thread inside trainpace's own code (where it may hold a lock
+# the end needs) is delivered again RETRY_S later, RETRIES times at most (then the end runs
+# anyway, bounded by TERM_FINISH_S).
+RETRY_S = 0.02
+RETRIES = 50
+_PACKAGE = str(Path(__file__).resolve().parents[1])
 
 
 class TermGuard:
@@ -35,6 +42,7 @@ class TermGuard:
         self._pid = os.getpid()
         self.finishing = False  # the Meter's end has begun (on the main thread)
         self._pending: tuple[int, FrameType | None] | None = None
+        self._retries = 0
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -68,6 +76,12 @@ class TermGuard:
             os.kill(os.getpid(), signum)
             return
         self._hurry()
+        if not self.finishing and self._retries < RETRIES and _in_trainpace(frame):
+            self._retries += 1
+            again = threading.Timer(RETRY_S, os.kill, args=(os.getpid(), signum))
+            again.daemon = True
+            again.start()
+            return
         if self.finishing:
             # The main thread was in the Meter's end when the signal came: it goes on, and
             # hands the signal on when it is done (finished()).
@@ -112,3 +126,12 @@ class TermGuard:
         elif previous != signal.SIG_IGN:  # the default action: the process dies of it
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+
+
+def _in_trainpace(frame: FrameType | None) -> bool:
+    """Whether the main thread was stopped inside trainpace's own code."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_PACKAGE):
+            return True
+        frame = frame.f_back
+    return False
