@@ -53,7 +53,7 @@ def test_the_line_is_the_jobs_over_rank0s_own_figures():
 
 
 @pytest.mark.parametrize(("steps_on_disk", "window", "expected"),
-                         [(200, 100, 25), (2000, 100, 100), (5, 100, 1), (160, 10, 10)])
+                         [(200, 100, 50), (2000, 100, 100), (5, 100, 1), (160, 10, 10), (30, 10, 7)])
 def test_a_short_job_is_replayed_in_enough_windows(steps_on_disk, window, expected):
     run = RunData(path=Path("r"), meta={"config": {"window": window}},
                   series=StepSeries.from_records(steps(1, steps_on_disk, 0.01, 0.0)))

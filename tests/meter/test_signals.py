@@ -27,7 +27,7 @@ def test_sigterm_finishes_then_the_users_own_handler_runs_and_is_put_back():
     try:
         guard = TermGuard(lambda: seen.append("finish"), lambda: seen.append("hurry"))
         guard.install()
-        assert signal.getsignal(signal.SIGTERM) == guard._on_term
+        assert signal.getsignal(signal.SIGTERM) == guard._on_signal
         os.kill(os.getpid(), signal.SIGTERM)
         assert seen == ["hurry", "finish", ("user", signal.SIGTERM)]
         assert signal.getsignal(signal.SIGTERM) is users  # put back as it was

@@ -255,6 +255,7 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
               f"({exc.strerror or exc}); the script runs without being measured",
               file=sys.stderr)
         return run_unmeasured(target)
+    meter._term.uninstall()  # `run` owns its process's signals (below), not the Meter
     if live is not None and shows == "job":
         meter.watch_job(live)  # rank 0: the job's windows, once every rank has sent them
     patch = AutoPatch(meter, samples=samples, tokens=tokens)

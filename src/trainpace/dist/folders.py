@@ -62,7 +62,7 @@ def _warmup(run: RunData) -> int:
 # A job replayed from its step records is scored over at least this many windows when it has
 # the steps: the straggler rule needs several (diagnosis.communication.STRAGGLER_WINDOWS), and
 # a short job with the default window of 100 steps has only one or two.
-REPLAY_WINDOWS = 8
+REPLAY_WINDOWS = 4
 
 
 def _window_size(run: RunData) -> int:
