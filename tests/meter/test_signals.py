@@ -17,7 +17,7 @@ from trainpace.meter.signals import TermGuard
 SRC = str(Path(trainpace.__file__).resolve().parents[1])
 
 
-def test_sigterm_finishes_then_the_users_own_handler_runs_and_is_put_back():
+def test_the_users_own_handler_decides_and_is_put_back_at_the_end():
     seen = []
 
     def users(signum, frame):
@@ -29,7 +29,9 @@ def test_sigterm_finishes_then_the_users_own_handler_runs_and_is_put_back():
         guard.install()
         assert signal.getsignal(signal.SIGTERM) == guard._on_signal
         os.kill(os.getpid(), signal.SIGTERM)
-        assert seen == ["hurry", "finish", ("user", signal.SIGTERM)]
+        # it runs as without the Meter (a script that checkpoints and trains on: measured on)
+        assert seen == [("user", signal.SIGTERM)]
+        guard.finished()
         assert signal.getsignal(signal.SIGTERM) is users  # put back as it was
     finally:
         signal.signal(signal.SIGTERM, before)
@@ -37,21 +39,18 @@ def test_sigterm_finishes_then_the_users_own_handler_runs_and_is_put_back():
 
 def test_a_sigterm_during_the_end_goes_on_when_the_end_is_done():
     seen = []
-
-    def users(signum, frame):
-        seen.append("user")
-
-    before = signal.signal(signal.SIGTERM, users)
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         guard = TermGuard(lambda: seen.append("finish"), lambda: seen.append("hurry"))
         guard.install()
         guard.finishing = True  # the main thread is in the Meter's end
         os.kill(os.getpid(), signal.SIGTERM)
-        assert seen == ["hurry"]  # the end goes on; the user's handler waits for it
-        guard.finished()
-        assert seen == ["hurry", "user"]
-        assert signal.getsignal(signal.SIGTERM) is users
+        assert seen == ["hurry"]  # not dead: the end goes on, the signal waits for it
+        # from here a second SIGTERM (or the bound's) is the default action, and finished()
+        # delivers the first: checked with real processes below
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
+        guard._pending = None  # nothing waits: the bound's timer must not end pytest
         signal.signal(signal.SIGTERM, before)
 
 

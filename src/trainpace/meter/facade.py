@@ -379,8 +379,13 @@ class Meter:
 
     def _exit_without_finish(self) -> None:
         """At interpreter exit, for a run never finished: its windows reach the run folder;
-        no sink is waited for."""
+        no sink is waited for (a rank of a distributed job finishes: see below)."""
         if self._summary is not None or self._writer.closed:
+            return
+        if self._job.monitor is not None:
+            # A rank of a job whose loop died (its collective failed when another rank did):
+            # its summary, its last window to rank 0, and there the job's report, still come.
+            self.finish()
             return
         try:
             self._loop.boundary(flush=True)

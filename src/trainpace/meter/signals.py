@@ -2,11 +2,13 @@
 rank failed; a scheduler at the end of a job's time).
 
 Without it, SIGTERM kills the process at once and the run folder keeps only its windows: no
-summary, no report. :class:`TermGuard` chains to the handler that was there before it: on
-SIGTERM it finishes the Meter (the open window, the summary, the report) within
-:data:`TERM_FINISH_S`, then hands the signal on as if the Meter had not been there: to the
-user's own handler, or to the default action (the process dies of SIGTERM, the exit status it
-would have had). It is installed from the main thread only, and put back as it was when the
+summary, no report. :class:`TermGuard` chains to the handler that was there before it. Where
+that is the default action, on SIGTERM it finishes the Meter (the open window, the summary,
+the report) within :data:`TERM_FINISH_S`, then lets the signal end the process as it would
+have (it dies of SIGTERM). Where the user installed a handler of their own, that handler
+decides, as without the Meter: it runs at once; if it ends the script (``sys.exit``), the
+Meter ends with it (``with meter:``, ``finish()``); if it returns (a script that checkpoints
+and trains on), the Meter measures on. It is installed from the main thread only, and put back as it was when the
 Meter finishes (where no one has replaced it meanwhile). It holds the Meter weakly: a Meter
 dropped unfinished is not kept alive by its handler.
 
@@ -82,6 +84,10 @@ class TermGuard:
         if os.getpid() != self._pid:  # a forked worker: it dies as it would have
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+            return
+        previous = self._previous.get(signum)
+        if callable(previous):  # the user's own handler decides what a SIGTERM means
+            previous(signum, frame)
             return
         finish, hurry = self._finish(), self._hurry()
         if finish is None or hurry is None:  # the Meter is gone
