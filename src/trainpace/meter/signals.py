@@ -8,9 +8,9 @@ the report) within :data:`TERM_FINISH_S`, then lets the signal end the process a
 have (it dies of SIGTERM). Where the user installed a handler of their own, that handler
 decides, as without the Meter: it runs at once; if it ends the script (``sys.exit``), the
 Meter ends with it (``with meter:``, ``finish()``); if it returns (a script that checkpoints
-and trains on), the Meter measures on. It is installed from the main thread only, and put back as it was when the
-Meter finishes (where no one has replaced it meanwhile). It holds the Meter weakly: a Meter
-dropped unfinished is not kept alive by its handler.
+and trains on), the Meter measures on. It is installed from the main thread only, and put
+back as it was when the Meter finishes (where no one has replaced it meanwhile). It holds the
+Meter weakly: a Meter dropped unfinished is not kept alive by its handler.
 
 Ctrl-C is left to Python: ``KeyboardInterrupt`` is raised where the loop was, and a loop may
 catch it and train on (the Meter goes on recording); ``with meter:`` ends the run on it.
