@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from trainpace.dist.folders import REPLAY_WINDOWS, replay_window
+from trainpace.dist.folders import MIN_WINDOWS, REPLAY_WINDOWS, replay_window
 from trainpace.dist.merge import Merger, window_record
 from trainpace.meter.distributed import job_figures
 from trainpace.runlog import RunData
@@ -53,9 +53,12 @@ def test_the_line_is_the_jobs_over_rank0s_own_figures():
 
 
 @pytest.mark.parametrize(("steps_on_disk", "window", "expected"),
-                         [(200, 100, 50), (2000, 100, 100), (5, 100, 1), (160, 10, 10), (30, 10, 7)])
+                         [(200, 100, 25), (2000, 100, 100), (5, 100, 1), (40, 10, 10),
+                          (30, 10, 3), (8, 2, 2)])
 def test_a_short_job_is_replayed_in_enough_windows(steps_on_disk, window, expected):
     run = RunData(path=Path("r"), meta={"config": {"window": window}},
                   series=StepSeries.from_records(steps(1, steps_on_disk, 0.01, 0.0)))
     assert replay_window([run]) == expected
-    assert steps_on_disk // expected >= min(REPLAY_WINDOWS, steps_on_disk) or expected == window
+    # its own windows when they are enough, else REPLAY_WINDOWS of them (as the steps allow)
+    windows = steps_on_disk // expected
+    assert windows >= MIN_WINDOWS or windows == min(REPLAY_WINDOWS, steps_on_disk)

@@ -59,10 +59,13 @@ def _warmup(run: RunData) -> int:
     return warmup if isinstance(warmup, int) else 0
 
 
-# A job replayed from its step records is scored over at least this many windows when it has
-# the steps: the straggler rule needs several (diagnosis.communication.STRAGGLER_WINDOWS), and
-# a short job with the default window of 100 steps has only one or two.
-REPLAY_WINDOWS = 4
+# A job whose windows are fewer than MIN_WINDOWS is replayed from its step records in
+# REPLAY_WINDOWS windows: the straggler rule needs several (at least 3, and most of them:
+# diagnosis.communication.STRAGGLER_WINDOWS), and a short job with the default window of 100
+# steps has only one or two. Eight windows, not three: a rank must then be behind in five of
+# them, which the noise of a loaded host alone rarely gives.
+MIN_WINDOWS = 4
+REPLAY_WINDOWS = 8
 
 
 def _window_size(run: RunData) -> int:
@@ -71,13 +74,15 @@ def _window_size(run: RunData) -> int:
 
 
 def replay_window(runs: Iterable[RunData]) -> int:
-    """The window the ranks' steps are replayed in: the run's own, or shorter when that
-    would give fewer than REPLAY_WINDOWS windows."""
+    """The window the ranks' steps are replayed in: the run's own, or one that gives
+    REPLAY_WINDOWS windows when the run's own gives fewer than MIN_WINDOWS."""
     sizes, steps = [], 0
     for run in runs:
         sizes.append(_window_size(run))
         steps = max(steps, len(run.series))
     size = min(sizes, default=100)
+    if steps // size >= MIN_WINDOWS:
+        return size
     return max(1, min(size, steps // REPLAY_WINDOWS))
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainpace.dist.folders import REPLAY_WINDOWS, read_distributed
+from trainpace.dist.folders import MIN_WINDOWS, read_distributed
 from trainpace.dist.job_summary import rank_summary, summary_dict
 from trainpace.dist.merge import JOB_WINDOWS_KEPT, JobWindow, Merger
 from trainpace.dist.monitor import RankMonitor, vitals_signs
@@ -147,7 +147,7 @@ class JobRank:
         monitor = self.monitor
         merger = monitor.merger if monitor is not None else None
         if (monitor is None or monitor.run is None or not isinstance(merger, Merger)
-                or merger.scored_windows >= REPLAY_WINDOWS):
+                or merger.scored_windows >= MIN_WINDOWS):
             return None
         try:
             run = read_distributed(monitor.run)
