@@ -140,14 +140,15 @@ class JobRank:
     def _replayed(self, diagnose: Callable[[Summary, Mapping[str, Any]], Summary],
                   ) -> Summary | None:
         """Rank 0, at the end: when the live merge scored too few windows to tell a
-        straggler (a short job, the default window), the job merged again from every rank's
-        steps (each rank's folder is complete once it has sent its last window, or is all
-        that is left of a rank that died). None when a rank's folder is not here (another
-        node's) or the job is too large to read at the end."""
+        straggler (a short job, the default window), or a rank did not send its last window
+        (it died: its folder may hold a window more than it sent), the job merged again from
+        every rank's steps (each rank's folder is complete once it has sent its last window,
+        or is all that is left of a rank that died). None when a rank's folder is not here
+        (another node's) or the job is merged in two levels (too large to read at the end)."""
         monitor = self.monitor
         merger = monitor.merger if monitor is not None else None
         if (monitor is None or monitor.run is None or not isinstance(merger, Merger)
-                or merger.scored_windows >= MIN_WINDOWS):
+                or (merger.scored_windows >= MIN_WINDOWS and not merger.missing(done=True))):
             return None
         try:
             run = read_distributed(monitor.run)
