@@ -205,9 +205,10 @@ def summary_schema() -> str:
     lines = [f"Schema `{module.SCHEMA}`. Keys marked *ext.* are extensions: present in every "
              "summary this version writes, outside the contract readers may rely on.", ""]
     sections: list[tuple[str, type]] = [("(top level)", module.Summary)]
+    prefixes = {module.Summary: "", module.Diagnosis: "diagnosis.", module.Time: "time.",
+                module.Goodput: "goodput.", module.GoodputRun: "goodput.runs[]."}
     for (owner, key), cls in nested.items():
-        prefix = "" if owner is module.Summary else "diagnosis." if owner is module.Diagnosis \
-            else "time."
+        prefix = prefixes[owner]
         label = f"{prefix}{key}" + ("[]" if (owner, key) in module._LISTS else "")
         sections.append((label, cls))
     for label, cls in sections:

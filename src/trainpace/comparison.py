@@ -1,4 +1,5 @@
-"""Compare two runs: throughput, steps and time to a target, and the winner (data only).
+"""Compare two runs: throughput, steps and time to a target, and the winner (data only); and,
+given the jobs they belong to, the jobs' goodput and where their time went.
 
 The winner is the run that reaches the target sooner (time to target, wall clock from the
 run's start). A run that never reaches it counts as infinitely slow, as AlgoPerf scores a miss,
@@ -19,10 +20,12 @@ from typing import Any
 import numpy as np
 
 from trainpace.errors import ConfigError
+from trainpace.job.goodput import goodput
+from trainpace.job.ledger import Job
 from trainpace.measure.cost import Savings, check_price, cost_of_run, savings
 from trainpace.measure.summarize import Goal, summary_for_run, target_progress
 from trainpace.runlog import RunData
-from trainpace.summary import Summary
+from trainpace.summary import GOODPUT_CATEGORIES, Goodput, Summary
 from trainpace.units import format_number
 from trainpace.units import format_seconds as _secs
 
@@ -69,6 +72,8 @@ class Comparison:
     runs: list[RunFigures] = field(default_factory=list)
     # what the winner saves against the other run, at the price given (None without one)
     savings: dict[str, Any] | None = None
+    # the two jobs' goodput and categories, side by side (None when no job was read)
+    goodput: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object: ``{winner, by, reason, throughput_metric, target, runs}``."""
@@ -191,7 +196,8 @@ def check_target(target_loss: float | None) -> None:
 
 
 def compare_runs(run_a: RunData, run_b: RunData, *, target_loss: float | None = None,
-                 price_per_hour: float | None = None) -> Comparison:
+                 price_per_hour: float | None = None,
+                 jobs: tuple[Job, Job] | None = None) -> Comparison:
     """Compare two run folders (read with :func:`trainpace.read_run`).
 
     Args:
@@ -202,13 +208,49 @@ def compare_runs(run_a: RunData, run_b: RunData, *, target_loss: float | None = 
             :class:`ConfigError`.
         price_per_hour: the price of one device-hour: each run's cost and what the winner
             saves (per run to the target, per million tokens or samples, in kWh).
+        jobs: the jobs the runs are the latest runs of (:func:`trainpace.job.ledger.read_job`):
+            their goodput and categories are compared too (:func:`compare_goodput`).
     """
     check_target(target_loss)
     check_price("price_per_hour", price_per_hour)
     result = _compare(run_a, run_b, target_loss)
+    if jobs is not None:
+        result = dataclasses.replace(result, goodput=compare_goodput(
+            goodput(jobs[0]), goodput(jobs[1])))
     if price_per_hour is None:
         return result
     return _with_costs(result, (run_a, run_b), price_per_hour)
+
+
+def compare_goodput(a: Goodput, b: Goodput) -> dict[str, Any]:
+    """Two jobs' goodput side by side: ``{pct, wall_s, productive_s, categories: {name: {s,
+    pct, delta_s}}, lost_steps, better, text}``, each figure a pair ``[A, B]``; ``delta_s``
+    is B − A, and ``text`` names the category that differs most."""
+    categories: dict[str, Any] = {}
+    for name in GOODPUT_CATEGORIES:
+        sa, sb = (getattr(g.categories, f"{name}_s") for g in (a, b))
+        categories[name] = {"s": [sa, sb], "pct": [a.shares_pct.get(name), b.shares_pct.get(name)],
+                            "delta_s": sb - sa if sa is not None and sb is not None else None}
+    better = None
+    if a.pct is not None and b.pct is not None and a.pct != b.pct:
+        better = "A" if a.pct > b.pct else "B"
+    if a.pct is None or b.pct is None:
+        text = "goodput is unknown for " + " and ".join(
+            label for label, g in zip(LABELS, (a, b), strict=True) if g.pct is None)
+    else:
+        text = f"goodput: A {a.pct:.1f}% of {_secs(a.wall_s)}, B {b.pct:.1f}% of {_secs(b.wall_s)}"
+        shares = {name: (c["pct"][0], c["pct"][1]) for name, c in categories.items()
+                  if None not in c["pct"]}
+        if shares:
+            name = max(shares, key=lambda n: abs(shares[n][1] - shares[n][0]))
+            pa, pb = shares[name]
+            if pa != pb:
+                text += (f"; the largest difference is {name.replace('_', ' ')}: "
+                         f"{pa:.1f}% of A's wall time against {pb:.1f}% of B's")
+    return {"pct": [a.pct, b.pct], "wall_s": [a.wall_s, b.wall_s],
+            "productive_s": [a.productive_s, b.productive_s], "categories": categories,
+            "lost_steps": [a.categories.lost_steps, b.categories.lost_steps],
+            "runs": [len(a.runs), len(b.runs)], "better": better, "text": text}
 
 
 def _compare(run_a: RunData, run_b: RunData, target_loss: float | None) -> Comparison:

@@ -53,6 +53,10 @@ class MeterConfig:
     """Prometheus: the port of an exporter to serve the window figures on; None: off."""
     prometheus_host: str | None = None
     """The address the Prometheus exporter listens on (default 127.0.0.1)."""
+    rank_figures: bool = False
+    """Under DDP, the dashboards (and the framework loggers) show the job's figures, from rank
+    0; True: each rank's own figures too, under ``trainpace/rank{r}/`` (Prometheus: its
+    ``rank`` label)."""
     console: bool = True
     """Print one line per window (to ``stream``, default stderr)."""
     report: bool = True

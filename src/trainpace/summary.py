@@ -9,17 +9,13 @@ does, so newer writers stay readable.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
-import numbers
-import operator
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from trainpace.errors import RunFolderError
+from trainpace.summary_check import Malformed, build
 
 SCHEMA = "trainpace.summary/1"
 
@@ -268,6 +264,83 @@ class RankEntry:
     individual_score: float | None = None  # 1.0: as fast as its own best window
 
 
+GOODPUT_CATEGORIES: tuple[str, ...] = (
+    "startup", "warmup_excess", "data_wait", "evaluation", "checkpoint_save", "checkpoint_load",
+    "lost_progress", "restart_gap", "teardown", "other",
+)
+"""The badput categories of a job's wall time, in the order a job meets them; each is the
+``<name>_s`` key of :class:`GoodputCategories`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GoodputCategories:
+    """Where a job's (or one run's) wall time went besides its kept training steps, in seconds;
+    ``None``: not measured (the reason is in :attr:`Goodput.missing`)."""
+
+    startup_s: float | None = None  # process start -> first step (imports, model, data set-up)
+    warmup_excess_s: float | None = None  # warm-up steps beyond the steady step (compilation)
+    data_wait_s: float | None = None  # kept steps waiting for their batch
+    evaluation_s: float | None = None  # evaluations a framework reported
+    checkpoint_save_s: float | None = None  # blocking time in saves
+    checkpoint_load_s: float | None = None  # blocking time in loads
+    lost_progress_s: float | None = None  # steps done again after a restart
+    lost_steps: int | None = None
+    restart_gap_s: float | None = None  # a run's last record -> the next run's process start
+    teardown_s: float | None = None  # last step -> the process's end
+    other_s: float | None = None  # outside the steps, named by nothing (see Goodput.other)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GoodputRun:
+    """One run of a job: its times (Unix seconds), status and categories, and its bands on the
+    job's timeline (``{category, start_s, end_s}``, seconds from the job's start)."""
+
+    run: int = 1
+    run_id: str | None = None
+    status: str | None = None  # "finished" | "failed" | "interrupted" | "killed"
+    start_unix_s: float | None = None
+    meter_start_unix_s: float | None = None  # where the Meter opened (imports, model before it)
+    first_step_unix_s: float | None = None
+    last_step_end_unix_s: float | None = None
+    end_unix_s: float | None = None
+    steps: int = 0
+    kept_steps: int = 0
+    warmup_steps: int = 0
+    first_step_excess_s: float | None = None  # the first step beyond the steady one (compiling)
+    productive_s: float | None = None
+    resumed_from: str | None = None  # the save the next run loaded, e.g. "run 1, step 40"
+    categories: GoodputCategories = field(default_factory=GoodputCategories)
+    bands: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Goodput:
+    """Extension: a job's goodput (its kept training steps' time, less their data wait, over its
+    wall time: first process start -> last end) and where the rest went.
+
+    The categories and ``productive_s`` sum to ``wall_s``. ``sources`` says where each
+    category's time was read; ``missing`` why one is ``None`` (its time is then in ``other``).
+    """
+
+    pct: float | None = None
+    wall_s: float | None = None
+    productive_s: float | None = None
+    start_unix_s: float | None = None
+    categories: GoodputCategories = field(default_factory=GoodputCategories)
+    shares_pct: dict[str, float | None] = field(default_factory=dict)  # category -> % of wall
+    sources: dict[str, str] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    other: str | None = None  # what "other" holds
+    # for the checkpoint advice (Young/Daly): the failures seen, the saves and their spacing
+    failures: int | None = None  # runs that ended without finishing (killed, failed, interrupted)
+    checkpoint_saves: int | None = None
+    checkpoint_save_s_mean: float | None = None
+    checkpoint_interval_s: float | None = None  # median start-to-start within a run
+    step_s_median: float | None = None  # of the kept steps past warm-up
+    runs: list[GoodputRun] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Finding:
     """One diagnosis: what was seen (evidence: the numbers), how bad, and what to do."""
@@ -307,6 +380,7 @@ class Summary:
     host: Host = field(default_factory=Host)
     kernels: Kernels = field(default_factory=Kernels)
     cost: Cost = field(default_factory=Cost)
+    goodput: Goodput = field(default_factory=Goodput)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict, every contract key present."""
@@ -327,8 +401,8 @@ class Summary:
         if missing:
             raise RunFolderError(f"{source}: missing contract keys {missing}")
         try:
-            return _build(cls, data)
-        except _Malformed as exc:
+            return build(cls, data, nested=_NESTED, lists=_LISTS)
+        except Malformed as exc:
             raise RunFolderError(f"{source}: {exc}; the file is damaged or was edited "
                                  "(delete it: `trainpace report` rebuilds the figures from "
                                  "steps.jsonl)") from None
@@ -340,8 +414,6 @@ _CONTRACT_KEYS = frozenset(
     {"schema", "run_id", "world_size", "steps", "throughput", "time", "data", "device",
      "bandwidth", "flops", "ranks", "diagnosis"}
 )
-
-_T = TypeVar("_T")
 
 # Nested sections the reader rebuilds; any other field is taken as the JSON value it is.
 _NESTED: Mapping[tuple[type, str], type] = {
@@ -358,117 +430,11 @@ _NESTED: Mapping[tuple[type, str], type] = {
     (Summary, "host"): Host,
     (Summary, "kernels"): Kernels,
     (Summary, "cost"): Cost,
+    (Summary, "goodput"): Goodput,
+    (Goodput, "categories"): GoodputCategories,
+    (Goodput, "runs"): GoodputRun,
+    (GoodputRun, "categories"): GoodputCategories,
     (Diagnosis, "findings"): Finding,
     (Time, "target"): Target,
 }
-_LISTS = frozenset({(Summary, "ranks"), (Diagnosis, "findings")})
-
-
-def _build(cls: type[_T], data: Any, where: str = "") -> _T:
-    """``cls`` from a JSON object, each field checked against its annotation: a value of the
-    wrong type is a :class:`_Malformed` naming its path; a float that is not finite (NaN, an
-    overflow) is unknown (None) where the contract allows None."""
-    if not isinstance(data, Mapping):
-        raise _Malformed(f"{where or 'the summary'} is {_shown(data)}, expected an object")
-    kwargs: dict[str, Any] = {}
-    hints = _hints(cls)  # type: ignore[arg-type]
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name not in data:
-            continue  # an extension key an older writer did not know: keep the default
-        path = f"{where}.{f.name}" if where else f.name
-        value = data[f.name]
-        nested = _NESTED.get((cls, f.name))
-        if nested is not None and value is not None:
-            if (cls, f.name) in _LISTS:
-                if not isinstance(value, list):
-                    raise _Malformed(f"{path} is {_shown(value)}, expected a list")
-                value = [_build(nested, v, f"{path}[{i}]") for i, v in enumerate(value)]
-            else:
-                value = _build(nested, value, path)
-        else:
-            value = _checked(value, hints[f.name], path)
-        kwargs[f.name] = value
-    return cls(**kwargs)
-
-
-class _Malformed(Exception):  # noqa: N818 (internal: becomes a RunFolderError)
-    """A summary value of the wrong type; the message names it."""
-
-
-_MAX_INT = 2**53  # a count beyond what a float holds exactly is damage, not a count
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    """The section's annotations as types (they are strings in this module), once."""
-    return typing.get_type_hints(cls)
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:39] + "…"
-
-
-def _checked(value: Any, hint: Any, path: str) -> Any:
-    """``value`` if it fits ``hint`` (int, float, str, bool, a Literal, dict, list, or any of
-    them or None), else _Malformed; a non-finite float is None where None is allowed."""
-    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union,
-                                                                   types.UnionType) else (hint,)
-    nullable = type(None) in options
-    if value is None:
-        if nullable or hint is Any:
-            return None
-        raise _Malformed(f"{path} is null, expected {_expected(options)}")
-    for option in options:
-        origin = typing.get_origin(option) or option
-        if option is Any:
-            return value
-        if origin is typing.Literal:
-            if value in typing.get_args(option):
-                return value
-        elif option in (int, float) and isinstance(value, numbers.Real) and not _is_bool(value):
-            number = (operator.index(value) if isinstance(value, numbers.Integral)
-                      else float(value))  # numpy scalars too (the Meter's own summaries)
-            if isinstance(number, float) and option is int and number.is_integer():
-                number = int(number)  # 3.0 steps: 3
-            if isinstance(number, int):  # an int stays one, in a float field too (round trip)
-                if abs(number) <= _MAX_INT:
-                    return number
-            elif option is float and math.isfinite(number):
-                return number
-            if nullable and not (isinstance(number, float) and option is int):
-                return None  # NaN, an overflow, a count beyond a float: unknown
-        elif origin is bool:
-            if _is_bool(value):
-                return bool(value)
-        elif origin is dict and isinstance(value, Mapping):
-            item = (typing.get_args(option) or (Any, Any))[1]
-            return {k: _checked(v, item, f"{path}.{k}") for k, v in value.items()}
-        elif origin is list and isinstance(value, (list, tuple)):
-            item = (typing.get_args(option) or (Any,))[0]
-            return [_checked(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
-        elif origin is str and isinstance(value, str):
-            return value
-    return _reject(value, options, path)
-
-
-def _is_bool(value: Any) -> bool:
-    """Python's bool or numpy's (the Meter's own summaries may hold numpy scalars)."""
-    return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"
-
-
-def _reject(value: Any, options: tuple[Any, ...], path: str) -> Any:
-    raise _Malformed(f"{path} is {_shown(value)}, expected {_expected(options)}")
-
-
-def _expected(options: tuple[Any, ...]) -> str:
-    names = {int: "an integer", float: "a number", str: "text", bool: "true or false",
-             dict: "an object", list: "a list", type(None): "null"}
-    said = []
-    for option in options:
-        origin = typing.get_origin(option) or option
-        if origin is typing.Literal:
-            said.append("one of " + ", ".join(map(repr, typing.get_args(option))))
-        else:
-            said.append(names.get(origin, getattr(origin, "__name__", str(origin))))
-    return " or ".join(said)
+_LISTS = frozenset({(Summary, "ranks"), (Diagnosis, "findings"), (Goodput, "runs")})

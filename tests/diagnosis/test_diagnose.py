@@ -43,13 +43,13 @@ def test_healthy_run_says_none_and_what_was_checked():
     assert "device utilization: device busy 85% (≥ 50%)" in checks.evidence["checked"]
     assert "thermal: no temperature or throttle reading for the cpu" in checks.evidence["not_checked"]
     assert "roofline and bandwidth: no FLOP count (flops.roofline) and no bandwidth reading" in checks.evidence["not_checked"]
-    assert len(checks.evidence["checked"]) + len(checks.evidence["not_checked"]) == 13
+    assert len(checks.evidence["checked"]) + len(checks.evidence["not_checked"]) == 15  # 15 rules
 
 
 def test_an_empty_summary_checks_little_and_says_so():
     d = diagnose(Summary())
     assert d.bottleneck == "none"
-    assert len(d.findings[-1].evidence["not_checked"]) == 11
+    assert len(d.findings[-1].evidence["not_checked"]) == 13
     assert d.findings[-1].advice[-1].startswith("some checks could not run")
 
 

@@ -362,3 +362,25 @@ def test_device_memory_full_on_cuda_names_the_allocator_setting():
     assert v.bottleneck == "memory_capacity"
     assert v.finding.advice[-1] == ("bf16 autocast; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
                                     "against fragmentation")
+
+
+def test_framework_work_is_its_own_finding_with_its_measured_share():
+    facts = {"name": "lightning", "steps": 90, "work_s_per_step": 0.0024,
+             "step_s_mean": 0.0024 / 0.31, "work_pct": 31.0}
+    v = only(rules.framework_work(ctx(meta={"framework": facts})))
+    assert v.finding.id == "framework_work"
+    assert v.finding.severity == "warning"
+    assert v.finding.title.startswith("Framework work per step: 2.4 ms, 31% of the step")
+    assert v.finding.evidence["work_pct"] == 31.0
+    assert v.finding.evidence["framework"] == "lightning"
+    assert "log_every_n_steps" in v.finding.advice[0]
+    assert (v.bottleneck, v.lost_pct) == ("host_overhead", 31.0)
+    # a smaller share is an info finding that names no bottleneck; under 10% only a check
+    v = only(rules.framework_work(ctx(meta={"framework": {**facts, "work_pct": 12.0}})))
+    assert (v.finding.severity, v.bottleneck) == ("info", None)
+    outcome = rules.framework_work(ctx(meta={"framework": {**facts, "work_pct": 4.0}}))
+    assert not outcome.verdicts and outcome.checked == "framework work per step: 2.4 ms, 4%"
+    # a plain loop, or a framework run with no step past its warm-up: skipped, with why
+    assert "no framework integration" in rules.framework_work(ctx()).skipped
+    assert "no step past the warm-up" in rules.framework_work(
+        ctx(meta={"framework": {"name": "huggingface"}})).skipped

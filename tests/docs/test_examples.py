@@ -26,7 +26,7 @@ def _env() -> dict[str, str]:
     env["TRAINPACE_CACHE_DIR"] = "cache"  # ceilings measured by an example stay in its folder
     env["WANDB_MODE"] = "offline"  # a W&B example logs to its folder, never to a server
     env["WANDB_SILENT"] = "true"
-    env["MLFLOW_TRACKING_URI"] = "file:./mlruns"
+    env.pop("MLFLOW_TRACKING_URI", None)  # MLflow's default, as on a fresh machine: ./mlflow.db
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 

@@ -5,6 +5,7 @@ load), checked against an independent timer and token count recorded in the same
 
 import json
 import statistics
+import time
 
 import pytest
 import torch
@@ -26,6 +27,8 @@ ACCUMULATE = 2
 STEPS = 8
 LOAD_S = 0.010  # each batch takes this long to collate (on the test's clock)
 FORWARD_S = 0.015  # each forward pass of the model, training or evaluating
+FRAMEWORK_S = 0.005  # the Trainer's work after each step's hooks (as its logging is)
+SAVE_S = 0.200  # each checkpoint save, timed after HF wrote it (on_save)
 
 
 class PadCollate:
@@ -59,17 +62,29 @@ def dataset(n, seed):
 
 
 class StepTimes(transformers.TrainerCallback):
-    """Independent timer: when each optimizer step ended (after trainpace's callback)."""
+    """The Trainer's work after each step's hooks (a callback after trainpace's), and the
+    independent timer: when each optimizer step's iteration ended."""
 
     def __init__(self, clock):
         self.ends = []
         self.clock = clock
 
     def on_step_end(self, args, state, control, **kwargs):
+        self.clock.advance(FRAMEWORK_S)
         self.ends.append(self.clock())
 
 
-def train(tmp_path, trainer_class=None, **options):
+class SlowSaves(transformers.TrainerCallback):
+    """The checkpoint saves after steps 4 and 8 take SAVE_S more: outside the steps."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def on_save(self, args, state, control, **kwargs):
+        self.clock.advance(SAVE_S)
+
+
+def train(tmp_path, *, logging_steps=2, report_to="none", **options):
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1,
                                      n_head=2)
@@ -80,17 +95,18 @@ def train(tmp_path, trainer_class=None, **options):
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "hf"), per_device_train_batch_size=BATCH,
         per_device_eval_batch_size=BATCH, gradient_accumulation_steps=ACCUMULATE,
-        max_steps=STEPS, eval_strategy="steps", eval_steps=4, logging_steps=2,
-        save_strategy="no", report_to="none", use_cpu=True, dataloader_num_workers=0,
+        max_steps=STEPS, eval_strategy="steps", eval_steps=4, logging_steps=logging_steps,
+        save_strategy="steps", save_steps=4, save_only_model=True, report_to=report_to,
+        use_cpu=True, dataloader_num_workers=0,
         disable_tqdm=True, learning_rate=1e-3, remove_unused_columns=False,
     )
     callback = TrainpaceCallback(tmp_path / "run", window=4, warmup=2, console=False,
                                  report=False, count_flops=False, clock=clock, **options)
     timer = StepTimes(clock)
-    trainer = (trainer_class or transformers.Trainer)(
+    trainer = transformers.Trainer(
         model=model, args=args, train_dataset=dataset(STEPS * BATCH * ACCUMULATE, 1),
         eval_dataset=dataset(2 * BATCH, 2), data_collator=PadCollate(LOAD_S, fetches, clock),
-        callbacks=[callback, timer],
+        callbacks=[callback, timer, SlowSaves(clock)],
     )
     trainer.train()
     steps = [json.loads(line) for line in (tmp_path / "run" / "steps.jsonl").open()]
@@ -144,26 +160,90 @@ def test_figures_match_an_independent_timer_and_evaluation_is_outside(run):
     measured = [s["step_s"] for s in steps]
     assert measured == pytest.approx(truth)
     assert measured == pytest.approx(
-        [LOAD_S * len(step_collates(fetched, s)) + ACCUMULATE * FORWARD_S for s in range(STEPS)])
+        [LOAD_S * len(step_collates(fetched, s)) + ACCUMULATE * FORWARD_S + FRAMEWORK_S
+         for s in range(STEPS)])
     truth_rate = ACCUMULATE * BATCH * len(truth[2:]) / sum(truth[2:])  # warm-up: 2 steps
     assert callback.summary.throughput.samples_per_s == pytest.approx(truth_rate)
-    # the evaluation after step 4: two batches collated and run forward
+    # the evaluation after step 4 (two batches collated and run forward) and the save after it
     assert [s["outside_s"] for s in steps] == pytest.approx(
-        [0.0] * 4 + [2 * (LOAD_S + FORWARD_S)] + [0.0] * 3, abs=1e-9)
+        [0.0] * 4 + [2 * (LOAD_S + FORWARD_S) + SAVE_S] + [0.0] * 3, abs=1e-9)
 
 
-def test_window_figures_reach_the_logs_with_the_mixin(tmp_path):
-    class Trainer(TrainpaceTrainer, transformers.Trainer):
-        pass
+def test_the_trainers_own_work_is_measured(run):
+    _trainer, callback, _timer, _fetches, steps = run
+    meta = json.loads((callback.out / "meta.json").read_text())
+    measured = steps[2:]  # past the warm-up
+    assert meta["framework"] == pytest.approx({
+        "name": "huggingface", "steps": 6, "work_s_per_step": FRAMEWORK_S,
+        "step_s_mean": statistics.mean(s["step_s"] for s in measured),
+        "work_pct": 100 * FRAMEWORK_S * 6 / sum(s["step_s"] for s in measured)})
 
-    trainer, _callback, _timer, _fetches, steps = train(tmp_path, Trainer)
-    logged = [entry for entry in trainer.state.log_history if "trainpace/time/step_median_ms" in entry]
-    assert logged, trainer.state.log_history
-    for entry in logged:
-        assert "loss" in entry  # a training log event, with HF's own figures
-        assert entry["trainpace/time/step_median_ms"] > 0
-    window = [s["step_s"] for s in steps[:4] if s["step"] > 2]
-    assert logged[0]["trainpace/time/step_median_ms"] == pytest.approx(1e3 * statistics.median(window))
+
+def window_entries(trainer):
+    return [entry for entry in trainer.state.log_history
+            if "trainpace/time/step_median_ms" in entry]
+
+
+def test_every_window_reaches_log_history_at_its_own_step(run):
+    trainer, _callback, _timer, _fetches, steps = run
+    logged = window_entries(trainer)
+    assert [entry["step"] for entry in logged] == [4, 8]  # the last window too
+    for entry, window in zip(logged, (steps[:4], steps[4:]), strict=True):
+        assert "loss" not in entry and not any(k.startswith("train/") for k in entry)
+        measured = [s["step_s"] for s in window if s["step"] > 2]
+        assert entry["trainpace/time/step_median_ms"] == pytest.approx(
+            1e3 * statistics.median(measured))
+    # HF's own entries are HF's: trainpace added nothing to them
+    assert all(not any(k.startswith("trainpace/") for k in entry)
+               for entry in trainer.state.log_history if entry not in logged)
+
+
+def test_windows_are_not_dropped_when_hf_logs_less_often_than_a_window(tmp_path):
+    trainer, *_ = train(tmp_path, logging_steps=10)  # HF logs no training step at all
+    assert [entry["step"] for entry in window_entries(trainer)] == [4, 8]
+
+
+def test_with_hfs_wandb_reporter_trainpace_declares_and_logs_only_its_own_names(tmp_path,
+                                                                                 monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    declared, rows = [], []
+    run_class = wandb.sdk.wandb_run.Run
+    real_define, real_log = run_class.define_metric, run_class.log
+
+    def define_metric(self, name, *args, **kwargs):
+        declared.append((name, kwargs.get("step_metric")))
+        return real_define(self, name, *args, **kwargs)
+
+    def log(self, data, *args, **kwargs):
+        rows.append(dict(data))
+        return real_log(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(run_class, "define_metric", define_metric)
+    monkeypatch.setattr(run_class, "log", log)
+    trainer, *_ = train(tmp_path, report_to=["wandb"])
+    wandb.finish()
+    hf = {("train/global_step", None), ("*", "train/global_step")}  # HF's own declarations
+    ours = [d for d in declared if d not in hf]
+    assert ours and all(name.startswith("trainpace/") for name, _ in ours), declared
+    assert all(metric in (None, "trainpace/step") for _, metric in ours)
+    keys = {key for row in rows for key in row}
+    assert "trainpace/throughput/samples_per_s" in keys and "train/loss" in keys
+    assert not any(key.startswith("train/trainpace") for key in keys)
+    # HF's rows carry no trainpace key, trainpace's rows no key of HF's
+    for row in rows:
+        names = {key.split("/")[0] for key in row}
+        assert names <= {"trainpace"} or "trainpace" not in names, row
+    assert len(window_entries(trainer)) == 2
+
+
+def test_the_old_mixin_still_runs_and_says_it_is_not_needed():
+    with pytest.warns(DeprecationWarning, match="no longer needed"):
+        class Trainer(TrainpaceTrainer, transformers.Trainer):
+            pass
+    assert issubclass(Trainer, transformers.Trainer)
 
 
 def test_the_loader_is_given_back(run):
@@ -195,3 +275,77 @@ def test_without_transformers_the_error_names_the_extra(monkeypatch):
     with pytest.raises(trainpace.MissingDependencyError,
                        match=r"pip install 'trainpace\[huggingface\]'"):
         importlib.import_module("trainpace.integrations.huggingface")
+
+
+class RealClock:
+    """The real clock, for the collate (which adds no delay of its own on it)."""
+
+    def __call__(self):
+        return time.perf_counter()
+
+    def advance(self, seconds):
+        assert seconds == 0.0
+
+
+class IterationTimer(transformers.TrainerCallback):
+    """Independent timer on the real clock (a callback before trainpace's): when each step's
+    work began, and when training ended (before trainpace finishes its run)."""
+
+    def __init__(self):
+        self.begins = []
+        self.end = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.begins.append(time.perf_counter())
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.end = time.perf_counter()
+
+
+def test_a_real_run_is_measured_within_2_percent_of_its_own_timer(tmp_path):
+    """The real clock, HF logging every 5 steps (its loss read, its progress): every second
+    from the first measured step's work to the end of training is in the measured steps."""
+    steps, warmup = 30, 5
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1,
+                                     n_head=2)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "hf"), per_device_train_batch_size=BATCH, max_steps=steps,
+        logging_steps=5, save_strategy="no", report_to="none", use_cpu=True,
+        dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False)
+    callback = TrainpaceCallback(tmp_path / "run", window=10, warmup=warmup, console=False,
+                                 report=False, count_flops=False)
+    timer = IterationTimer()
+    trainer = transformers.Trainer(
+        model=transformers.GPT2LMHeadModel(config), args=args,
+        train_dataset=dataset(steps * BATCH, 1), data_collator=PadCollate(0.0, [], RealClock()),
+        callbacks=[timer, callback])
+    trainer.train()
+    summary = callback.summary
+    assert summary.steps.measured == steps - warmup
+    truth = BATCH * (steps - warmup) / (timer.end - timer.begins[warmup])
+    assert summary.throughput.samples_per_s / truth == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.slow
+def test_under_ddp_the_job_is_measured_within_2_percent_of_its_ranks_timers(tmp_path):
+    """``torchrun`` of 2 CPU processes: one job folder (``rank{r}/`` in it, the CPU device
+    taken as it comes from the Trainer, "cpu:0"), the global samples/s the sum of samples over
+    the slowest rank's steps."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("hf_fit.py")
+    torchrun = Path(sys.executable).with_name("torchrun")
+    done = subprocess.run([str(torchrun), "--nproc_per_node=2", str(script), str(tmp_path)],
+                          timeout=400, capture_output=True, text=True, check=False,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    job = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert job["world_size"] == 2
+    assert sorted(p.name for p in (tmp_path / "run").glob("rank*")) == ["rank0", "rank1"]
+    truths = [json.loads((tmp_path / f"truth{rank}.json").read_text()) for rank in (0, 1)]
+    truth = sum(t["samples"] for t in truths) / max(t["seconds"] for t in truths)
+    assert job["throughput"]["samples_per_s"] / truth == pytest.approx(1.0, abs=0.02)
+    assert job["time"]["outside_steps_pct"] < 1.0  # no evaluation, no save

@@ -28,6 +28,8 @@ BATCH = 4
 LOAD_S = 0.010  # each training batch takes this long to make
 TRAIN_S = 0.015  # each training micro-step
 VAL_S = 0.060  # each validation batch: kept out of the steps
+FRAMEWORK_S = 0.010  # work after every hook of a training batch (as Lightning's own is)
+SAVE_S = 0.200  # each checkpoint save (Lightning's ModelCheckpoint, after each validation)
 
 
 class Collate:
@@ -51,11 +53,15 @@ class Tiny(pl.LightningModule):
         super().__init__()
         self.layer = torch.nn.Linear(4, 1)
         self.clock = clock
+        self.logged = []  # (Lightning's step for this batch's rows, the loss logged)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
         self.clock.advance(TRAIN_S)
-        return torch.nn.functional.mse_loss(self.layer(x), y)
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("train/loss", loss)  # the user's own series, which trainpace never writes
+        self.logged.append((self.trainer.fit_loop.epoch_loop._batches_that_stepped, float(loss)))
+        return loss
 
     def validation_step(self, batch, batch_idx):
         self.clock.advance(VAL_S)
@@ -65,7 +71,8 @@ class Tiny(pl.LightningModule):
 
 
 class StepTimes(pl.Callback):
-    """Independent timer: when each optimizer step ended (after trainpace's callback)."""
+    """The framework's work after every hook of a batch (the last callback, after
+    trainpace's), and the independent timer: when each optimizer step's iteration ended."""
 
     def __init__(self, clock):
         self.ends = []
@@ -73,9 +80,23 @@ class StepTimes(pl.Callback):
         self.clock = clock
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.clock.advance(FRAMEWORK_S)
         if trainer.global_step != self._seen:
             self._seen = trainer.global_step
             self.ends.append(self.clock())
+
+
+class SlowSaves(pl.Callback):
+    """Each checkpoint save takes SAVE_S (a callback after trainpace's, as the writing of the
+    file comes after every callback's ``on_save_checkpoint``)."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.saves = 0
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self.saves += 1
+        self.clock.advance(SAVE_S)
 
 
 def loaders(n_batches, fetches, clock):
@@ -95,13 +116,15 @@ def fit(tmp_path, *, accumulate=2, epochs=2, n_batches=8, **options):
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_epochs=epochs, accumulate_grad_batches=accumulate,
         limit_val_batches=2, num_sanity_val_steps=0, enable_progress_bar=False,
+        log_every_n_steps=1,
         enable_model_summary=False, default_root_dir=tmp_path,
         logger=CSVLogger(tmp_path / "logs", name="", version=""),
-        callbacks=[callback, timer],
+        callbacks=[callback, timer, SlowSaves(clock)],
     )
-    trainer.fit(Tiny(clock), train, val)
+    module = Tiny(clock)
+    trainer.fit(module, train, val)
     steps = [json.loads(line) for line in (tmp_path / "run" / "steps.jsonl").open()]
-    return trainer, callback, timer, fetches, steps
+    return trainer, callback, timer, fetches, steps, module
 
 
 def independent_cycles(timer, fetches, accumulate):
@@ -118,7 +141,7 @@ def run(tmp_path_factory):
 
 
 def test_steps_are_optimizer_steps_with_all_their_micro_batches(run):
-    _, trainer, callback, _timer, fetches, steps = run
+    _, trainer, callback, _timer, fetches, steps, _module = run
     assert trainer.global_step == 8
     assert callback.summary.steps.total == 8
     assert [s["step"] for s in steps] == list(range(1, 9))
@@ -132,27 +155,55 @@ def test_steps_are_optimizer_steps_with_all_their_micro_batches(run):
 
 
 def test_figures_match_an_independent_timer_and_validation_is_outside(run):
-    _, _trainer, callback, timer, fetches, steps = run
+    _, _trainer, callback, timer, fetches, steps, _module = run
     truth = independent_cycles(timer, fetches, 2)
-    assert truth == pytest.approx([2 * (LOAD_S + TRAIN_S)] * 8)
+    # each step is the whole iteration: the framework's work after the hooks included
+    assert truth == pytest.approx([2 * (LOAD_S + TRAIN_S + FRAMEWORK_S)] * 8)
     assert [s["step_s"] for s in steps] == pytest.approx(truth)
     summary = callback.summary
-    assert summary.throughput.samples_per_s == pytest.approx(2 * BATCH / (2 * (LOAD_S + TRAIN_S)))
+    assert summary.throughput.samples_per_s == pytest.approx(
+        2 * BATCH / (2 * (LOAD_S + TRAIN_S + FRAMEWORK_S)))
     # The validation after each epoch (2 batches of VAL_S, and their collates of VAL_S / 10)
     # is outside the steps (the first one before the first step of epoch 2) and in the wall
     # time, up to the end of the fit.
+    # and so is the checkpoint saved after it.
     validation_s = 2 * (VAL_S + VAL_S / 10)
     assert [s["outside_s"] for s in steps] == pytest.approx(
-        [0.0] * 4 + [validation_s] + [0.0] * 3, abs=1e-9)
-    assert summary.time.wall_s == pytest.approx(sum(truth) + 2 * validation_s)
+        [0.0] * 4 + [validation_s + SAVE_S] + [0.0] * 3, abs=1e-9)
+    assert summary.time.wall_s == pytest.approx(sum(truth) + 2 * (validation_s + SAVE_S))
 
 
-def test_window_figures_reach_the_trainers_loggers_with_the_same_names(run):
-    tmp_path, _trainer, _callback, _timer, _fetches, steps = run
+def test_the_frameworks_own_work_is_measured_and_found(run):
+    tmp_path, _trainer, callback, _timer, _fetches, _steps, _module = run
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    share_pct = 100 * FRAMEWORK_S / (LOAD_S + TRAIN_S + FRAMEWORK_S)
+    assert meta["framework"] == pytest.approx({
+        "name": "lightning", "steps": 6, "work_s_per_step": 2 * FRAMEWORK_S,
+        "step_s_mean": 2 * (LOAD_S + TRAIN_S + FRAMEWORK_S), "work_pct": share_pct})
+    found = {f.id: f for f in callback.summary.diagnosis.findings}
+    assert found["framework_work"].evidence["work_pct"] == pytest.approx(share_pct)
+    assert found["framework_work"].title.startswith("Framework work per step: 20 ms, 29%")
+    assert "outside_steps" not in found or "evaluation" in found["outside_steps"].advice[0]
+
+
+def test_window_figures_reach_the_loggers_on_lightnings_step_axis_beside_the_users_series(run):
+    tmp_path, _trainer, _callback, _timer, _fetches, steps, module = run
     with (tmp_path / "logs" / "metrics.csv").open() as f:
-        rows = [row for row in csv.DictReader(f) if row.get("trainpace/time/step_median_ms")]
-    assert [int(row["step"]) for row in rows] == [4, 8]
-    for row, window in zip(rows, (steps[:4], steps[4:]), strict=True):
+        rows = list(csv.DictReader(f))
+    ours = [row for row in rows if row.get("trainpace/time/step_median_ms")]
+    users = [row for row in rows if row.get("train/loss")]
+    # The user's series holds the user's values only: one per optimizer step, the loss of
+    # its last micro-batch, at the step Lightning gave it; trainpace's window mean has a
+    # name of its own.
+    stepping = module.logged[1::2]
+    assert [int(row["step"]) for row in users] == [at for at, _ in stepping] == list(range(8))
+    assert [float(row["train/loss"]) for row in users] == pytest.approx(
+        [loss for _, loss in stepping])
+    assert all(not row["train/loss"] for row in ours)
+    assert all(row["trainpace/loss/window_mean"] for row in ours)
+    # Each window is drawn where Lightning drew the batch that ended its last step (4, 8).
+    assert [int(row["step"]) for row in ours] == [stepping[3][0], stepping[7][0]] == [3, 7]
+    for row, window in zip(ours, (steps[:4], steps[4:]), strict=True):
         measured = [s["step_s"] for s in window if s["step"] > 2]
         assert float(row["trainpace/time/step_median_ms"]) == pytest.approx(
             1e3 * statistics.median(measured), rel=1e-6)
@@ -218,3 +269,57 @@ def test_under_ddp_each_rank_meters_itself(tmp_path):
         # Lightning put its DistributedSampler in.
         assert [s["samples"] for s in steps] == [4] * 8
         assert json.loads((folder / "meta.json").read_text())["run_id"] == "run"
+
+
+def real_fit_truth(out, ranks):
+    """Global samples/s from the fit's independent timers: the sum of samples over the
+    ranks / the slowest rank's wall time of its training iterations."""
+    truths = [json.loads((out / f"truth{rank}.json").read_text()) for rank in range(ranks)]
+    return sum(t["samples"] for t in truths) / max(t["seconds"] for t in truths)
+
+
+def test_a_real_fit_is_measured_within_2_percent_of_its_own_timer(tmp_path):
+    """One process, a tiny model (steps of a few ms), on the real clock: Lightning's work
+    after the user's hooks is inside the steps."""
+    from lightning_fit import BATCHES, WARMUP
+    from lightning_fit import fit as real_fit
+
+    callback, _timer, _trainer = real_fit(tmp_path)
+    summary = callback.summary
+    assert summary.steps.total == BATCHES and summary.steps.measured == BATCHES - WARMUP
+    ratio = summary.throughput.samples_per_s / real_fit_truth(tmp_path, 1)
+    assert ratio == pytest.approx(1.0, abs=0.02)
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["framework"]["name"] == "lightning"
+    assert 0 < meta["framework"]["work_pct"] < 100
+
+
+@pytest.mark.slow
+def test_under_ddp_the_job_is_measured_within_2_percent_of_its_ranks_timers(tmp_path):
+    """Two CPU processes (``strategy="ddp"``): Lightning's SIGTERM-flag broadcast before
+    each batch is inside the steps, nothing is outside them, and the global samples/s is the
+    sum of samples over the slowest rank's iterations."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("lightning_fit.py")
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), "2"], timeout=300,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    job = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert job["world_size"] == 2
+    ratio = job["throughput"]["samples_per_s"] / real_fit_truth(tmp_path, 2)
+    assert ratio == pytest.approx(1.0, abs=0.02)
+    assert job["time"]["outside_steps_pct"] < 1.0  # no validation, no checkpoint
+    assert "outside_steps" not in {f["id"] for f in job["diagnosis"]["findings"]}
+    notes = [json.loads((tmp_path / "run" / f"rank{rank}" / "meta.json").read_text())["framework"]
+             for rank in (0, 1)]
+    assert [(note["name"], note["steps"]) for note in notes] == [("lightning", 110)] * 2
+    # the job's diagnosis names rank 0's measured framework work when it is large
+    found = {f["id"]: f for f in job["diagnosis"]["findings"]}
+    if notes[0]["work_pct"] >= 10.0:
+        assert found["framework_work"]["evidence"]["work_pct"] == pytest.approx(
+            notes[0]["work_pct"])
+    else:
+        assert "framework_work" not in found

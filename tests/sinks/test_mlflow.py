@@ -1,4 +1,5 @@
-"""The MLflow sink against a local file store, read back with ``MlflowClient``."""
+"""The MLflow sink against MLflow's own default store (sqlite, what the [mlflow] extra
+installs), read back with ``MlflowClient``."""
 
 import logging
 
@@ -8,6 +9,8 @@ import torch
 import trainpace
 
 mlflow = pytest.importorskip("mlflow")
+pytest.importorskip("sqlalchemy", reason="the [mlflow] extra's sqlite store")
+pytest.importorskip("alembic", reason="the [mlflow] extra's sqlite store")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
@@ -16,10 +19,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    # MLflow 3 keeps its file store for existing users only; a test store needs no database.
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    uri = (tmp_path / "mlruns").as_uri()
+    # MLflow 3 refuses its file store (kept for existing users only): a sqlite database,
+    # MLflow's own default, as on a fresh machine
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)  # the artifacts go to ./mlruns
     yield uri
     while mlflow.active_run() is not None:
         mlflow.end_run()

@@ -9,7 +9,8 @@ from typing import Any
 
 from trainpace.cli._args import number
 
-HELP = "show a run's five vital signs and diagnosis (--json: the summary; --html: a page)"
+HELP = ("show a run's five vital signs and diagnosis, and a job's goodput (--json: the "
+        "summary; --html: a page)")
 
 
 def _threshold(text: str) -> tuple[str, str]:
@@ -22,7 +23,8 @@ def _threshold(text: str) -> tuple[str, str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The verb's arguments."""
-    parser.add_argument("run", metavar="RUN", help="the run folder (Meter(out=...))")
+    parser.add_argument("run", metavar="RUN", help="the run or job folder (Meter(out=...)); "
+                        "JOB/runs/RUN for one earlier run of a job")
     parser.add_argument("--json", action="store_true",
                         help="print the trainpace.summary/1 JSON (diagnosis included)")
     parser.add_argument("--html", metavar="FILE",
@@ -34,13 +36,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        ("--rated-power-w", "a device's rated power, for an energy estimate "
                         "where nothing measured it (labelled an estimate)")):
         parser.add_argument(flag, type=number(float), metavar="X", help=what)
+    parser.add_argument("--mtbf-hours", type=number(float, above=0.0), metavar="H",
+                        help="mean time between failures of the job's machines, in hours: the "
+                        "checkpoint interval advice uses it where the job has seen too few "
+                        "failures to measure it")
     parser.add_argument("--threshold", metavar="KEY=VALUE", action="append", type=_threshold,
                         default=[], help="override a diagnosis threshold "
                         "(e.g. data_wait_warning_pct=5); repeatable")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Read the run, recompute what is missing, diagnose, render.
+    """Read the run (and the job it is the latest run of), recompute what is missing,
+    diagnose, render.
 
     With ``--html`` the page is the report: only its path is printed (stdout; stderr when
     ``--json`` holds stdout).
@@ -48,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     from trainpace.cli._output import print_json
     from trainpace.diagnosis import Thresholds, diagnose
     from trainpace.dist.folders import read_distributed
+    from trainpace.errors import RunFolderError
+    from trainpace.job.goodput import goodput
+    from trainpace.job.ledger import Job, read_job
     from trainpace.measure.cost import cost_of_run
     from trainpace.measure.summarize import summary_for_run
     from trainpace.report._text import safe_text
@@ -58,11 +68,16 @@ def run(args: argparse.Namespace) -> int:
 
     thresholds = Thresholds.from_mapping(dict(args.threshold))
     ranks = read_distributed(args.run)  # a folder of rank{r}/ folders: merged
+    job: Job | None = None
     if ranks is not None:
         notes = list(ranks.notes)
         summary, system, meta = ranks.summary, ranks.system, ranks.meta
         series = ranks.series
         source = str(args.run)
+        try:
+            job = read_job(args.run)
+        except RunFolderError as exc:  # no top-level run: the ranks are reported, no goodput
+            notes.append(f"no goodput: {exc}")
     else:
         folder = read_run(args.run)
         notes = [f"{name}: the last line was cut off (a run killed mid-write); it is left out"
@@ -73,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
                          f"recomputed from {len(folder.series)} steps in steps.jsonl "
                          "(measured so far)")
         series, system, meta, source = folder.series, folder.system, folder.meta, str(folder.path)
+        job = read_job(args.run, top=folder)
+    if job is not None:
+        summary = dataclasses.replace(summary, goodput=goodput(job))
+        notes += summary.goodput.notes
     for note in notes:
         print(f"trainpace report: {safe_text(note)}", file=sys.stderr)
     # The steps as columns: the diagnosis reads them as such, never a list of the whole run.
@@ -82,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
     if any(value is not None for value in prices.values()):
         summary = dataclasses.replace(summary, cost=cost_of_run(
             summary, series.column("t_s"), system, **prices))
-    diagnosis = diagnose(summary, steps=steps, system=system, meta=meta, thresholds=thresholds)
+    mtbf_s = args.mtbf_hours * 3600.0 if args.mtbf_hours is not None else None
+    diagnosis = diagnose(summary, steps=steps, system=system, meta=meta, thresholds=thresholds,
+                         mtbf_s=mtbf_s)
     summary = dataclasses.replace(summary, diagnosis=diagnosis)
     if args.html:
         page = run_page(summary, series=series, system=system, meta=meta, source=source,

@@ -245,8 +245,8 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
         meter = trainpace.Meter(
             out=out, window=args.window, warmup=args.warmup, target_loss=args.target_loss,
             profile_steps=args.profile, console=False, report=False,
-            sinks=[live] if live is not None and shows != "job" else [], samples=samples,
-            tokens=tokens, stream=sys.stderr, **extra)
+            sinks=_view_sinks(live, shows), samples=samples, tokens=tokens,
+            stream=sys.stderr, **extra)
     except TrainpaceError:
         raise  # a bad setting or output path: said before the script starts
     except OSError as exc:  # the disk, not the user: the training runs, unmeasured
@@ -256,8 +256,6 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
               file=sys.stderr)
         return run_unmeasured(target)
     meter._term.uninstall()  # `run` owns its process's signals (below), not the Meter
-    if live is not None and shows == "job":
-        meter.watch_job(live)  # rank 0: the job's windows, once every rank has sent them
     patch = AutoPatch(meter, samples=samples, tokens=tokens)
     main_pid = os.getpid()
     terminated = threading.Event()
@@ -341,6 +339,29 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
             atexit._run_exitfuncs()  # Python runs them before it ends itself with SIGINT
         die_of(kill_with)
     return code
+
+
+class _JobView:
+    """The live view at rank 0 of a job: it shows the job (the Meter feeds it each window
+    once every rank has sent it, and the merged summary), not rank 0's own figures."""
+
+    shows_job = True
+    reads_steps = False
+
+    def __init__(self, view: Any) -> None:
+        self._view = view
+
+    def log(self, record: Any) -> None:
+        self._view.log(record)
+
+    def close(self) -> None:
+        """The view is closed by ``run`` (before the report)."""
+
+
+def _view_sinks(live: Any, shows: str) -> list[Any]:
+    if live is None:
+        return []
+    return [_JobView(live) if shows == "job" else live]
 
 
 def _what_this_rank_shows(info: Any, all_ranks: bool) -> str:

@@ -45,6 +45,7 @@ def diagnose(
     system: Sequence[Mapping[str, Any]] | None = None,
     meta: Mapping[str, Any] | None = None,
     thresholds: Thresholds | None = None,
+    mtbf_s: float | None = None,
 ) -> Diagnosis:
     """The bottleneck and the findings, from whatever sections and records are present.
 
@@ -57,9 +58,11 @@ def diagnose(
         system: the ``system.jsonl`` rows, or None.
         meta: ``meta.json`` (DataLoader settings under ``loader``, ``host.cpu_count``), or None.
         thresholds: the rules' thresholds (:class:`Thresholds` defaults when None).
+        mtbf_s: the machines' mean time between failures, in seconds, for the checkpoint
+            interval advice where the job has seen too few failures (None: not given).
     """
     t = thresholds or Thresholds()
-    ctx = Context(summary, steps, system, meta or {}, t)
+    ctx = Context(summary, steps, system, meta or {}, t, mtbf_s)
     verdicts: list[Verdict] = []
     checked: list[str] = []
     not_checked: list[str] = []

@@ -187,6 +187,7 @@ class Context:
     system: Sequence[Mapping[str, Any]] | None
     meta: Mapping[str, Any]
     t: Thresholds
+    mtbf_s: float | None = None  # the machines' mean time between failures, when the user gave it
 
     @cached_property
     def all_steps(self) -> Steps | None:

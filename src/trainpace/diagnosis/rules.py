@@ -1,9 +1,10 @@
 """The diagnosis rules, in the order an expert checks them (DESIGN.md).
 
 Step-time anomalies → throughput vs what the hardware allows → device and bandwidth
-utilization → data loading → host overhead → communication and rank imbalance. Each rule is a
-small pure function of a :class:`Context` returning an :class:`Outcome`: findings with their
-evidence (the numbers) and advice computed from them, or what it checked, or why it could not.
+utilization → data loading → host overhead → communication and rank imbalance → a job's
+goodput (when a job was read). Each rule is a small pure function of a :class:`Context`
+returning an :class:`Outcome`: findings with their evidence (the numbers) and advice computed
+from them, or what it checked, or why it could not.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ import numpy as np
 from trainpace.diagnosis import advice as adv
 from trainpace.diagnosis._context import Context, Outcome, Verdict, verdict
 from trainpace.diagnosis.anomalies import drift, loss_finite, step_outliers
+from trainpace.diagnosis.badput import job_goodput
 from trainpace.diagnosis.communication import communication, ranks
 from trainpace.diagnosis.loading import data_wait
 from trainpace.diagnosis.phases import outside_steps, slow_phases
 from trainpace.summary import Finding
+from trainpace.units import format_duration as duration
+from trainpace.units import number_or_none
 
 Rule = Callable[[Context], Outcome]
 
@@ -435,12 +439,54 @@ def host_overhead(ctx: Context) -> Outcome:
     return Outcome(checked=", ".join(p for p in parts if p))
 
 
+# ---- the framework's own work (Lightning, the HF Trainer) --------------------------------
+
+_FRAMEWORK_ADVICE = {
+    "lightning": "Lightning's work between your hooks (its logging of self.log values, the "
+                 "progress bar, the SIGTERM flag it broadcasts before each batch under DDP): "
+                 "log less often (Trainer(log_every_n_steps=...)), enable_progress_bar=False, "
+                 "or make each step longer (a larger batch) so the same work is a smaller share",
+    "huggingface": "the Trainer's work between on_step_end and the next batch (its loss "
+                   "logging and the progress bar): raise logging_steps, disable_tqdm=True, or "
+                   "make each step longer (a larger batch) so the same work is a smaller share",
+}
+
+
+def framework_work(ctx: Context) -> Outcome:
+    """The framework's own work per step (Lightning, the HF Trainer): part of each step and of
+    the throughput, measured by the integration as each iteration's time outside the user's
+    hooks and the loader (meta.json's ``framework``)."""
+    facts = ctx.meta.get("framework")
+    if not isinstance(facts, dict):
+        return Outcome(skipped="no framework integration ran the loop (meta.json framework)")
+    name = str(facts.get("name") or "the framework")
+    pct = number_or_none(facts.get("work_pct"))
+    per_step_s = number_or_none(facts.get("work_s_per_step"))
+    if pct is None or per_step_s is None:
+        return Outcome(skipped=f"{name}: no step past the warm-up to measure its own work on")
+    text = f"framework work per step: {duration(per_step_s)}, {pct:.0f}%"
+    if pct < ctx.t.framework_work_info_pct:
+        return Outcome(checked=text)
+    warning = pct >= ctx.t.framework_work_warning_pct
+    return Outcome(verdicts=(Verdict(Finding(
+        id="framework_work", severity="warning" if warning else "info",
+        title=f"Framework work per step: {duration(per_step_s)}, {pct:.0f}% of the step "
+              f"({name}'s own work between your hooks and the loader)",
+        evidence={"framework": name, "work_s_per_step": per_step_s, "work_pct": pct,
+                  "step_s_mean": number_or_none(facts.get("step_s_mean")),
+                  "steps": facts.get("steps")},
+        advice=[_FRAMEWORK_ADVICE.get(name, "the framework's work between your hooks: log "
+                                            "less often, or make each step longer")]),
+        "host_overhead" if warning else None, pct if warning else None),))
+
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("slow phases", slow_phases),
     ("step-time outliers", step_outliers),
     ("step-time drift", drift),
     ("loss", loss_finite),
     ("time outside steps", outside_steps),
+    ("framework work", framework_work),
     ("roofline and bandwidth", hardware),
     ("device utilization", device_util),
     ("device memory", memory),
@@ -449,6 +495,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("host overhead", host_overhead),
     ("communication", communication),
     ("rank imbalance", ranks),
+    ("job goodput", job_goodput),
 )
 """(name, rule) in the expert's order; :func:`trainpace.diagnosis.diagnose` runs them all."""
 

@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from trainpace.stats import median, percentile, share_pct
+from trainpace.stats import median, share_pct
 from trainpace.units import number_or_none
 
 HISTORY_WINDOWS = 16  # scores kept per rank for the persistence check of the diagnosis
-JOB_WINDOWS_KEPT = 64  # the job's window figures not taken yet (a reader that stopped taking)
 STALE_WINDOWS = 2  # a window is scored without the ranks this many windows behind the newest
 
 
@@ -51,7 +50,6 @@ class WindowRecord(TypedDict):
     tokens: int | None
     measured_s: float  # sum of the measured steps' step_s
     step_s_median: float | None
-    step_s_p90: float | None
     wait_s: float  # sum of the measured steps' data wait
     pre_s: float | None  # sum of the time before the first collective (comm hook), else None
     comm_s: float | None  # sum of the time in collectives (comm hook), else None
@@ -95,7 +93,6 @@ def window_record(
                 if measured and all(t is not None for t in tokens) else None),
         measured_s=sum(step_s),
         step_s_median=median(step_s),
-        step_s_p90=percentile(step_s, 90),
         wait_s=sum(float(r.get("wait_s") or 0.0) for r in measured),
         pre_s=pre_s, comm_s=comm_s, t_unix=t_unix,
         util_pct=number_or_none(figures.get("util_pct")),
@@ -104,48 +101,6 @@ def window_record(
         process_cpu_pct=number_or_none(figures.get("process_cpu_pct")),
         system_cpu_pct=number_or_none(figures.get("system_cpu_pct")),
         final=final,
-    )
-
-
-class JobWindow(TypedDict):
-    """The job's figures over one window, once the merge has scored it (every rank that was
-    still reporting): what the job achieved, and the worst rank's step and wait."""
-
-    window: int
-    last_step: int  # the furthest rank's
-    ranks: int  # the ranks in it
-    steps: int  # the slowest rank's measured steps in it
-    samples_per_s: float | None  # Σ samples / the slowest rank's measured seconds
-    tokens_per_s: float | None
-    step_s_median: float | None  # the slowest rank's
-    step_s_p90: float | None
-    wait_pct: float | None  # the rank that waited most
-    device_util_pct: float | None  # the mean over the ranks that read it
-    slowest_rank: int
-
-
-def job_window(records: Mapping[int, WindowRecord]) -> JobWindow:
-    """One scored window's job figures (global throughput: never one rank × world size)."""
-    slowest = max(records.values(), key=lambda r: (r["measured_s"], -r["rank"]))
-    slowest_s = slowest["measured_s"]
-    tokens = [r["tokens"] for r in records.values()]
-    waits = [w for r in records.values()
-             if (w := share_pct(r["wait_s"], r["measured_s"])) is not None]
-    utils = [u for r in records.values() if (u := r["util_pct"]) is not None]
-    return JobWindow(
-        window=slowest["window"],
-        last_step=max(r["last_step"] for r in records.values()),
-        ranks=len(records),
-        steps=slowest["steps"],
-        samples_per_s=(sum(r["samples"] for r in records.values()) / slowest_s
-                       if slowest_s > 0 else None),
-        tokens_per_s=(sum(t for t in tokens if t is not None) / slowest_s
-                      if slowest_s > 0 and all(t is not None for t in tokens) else None),
-        step_s_median=slowest["step_s_median"],
-        step_s_p90=slowest.get("step_s_p90"),
-        wait_pct=max(waits) if waits else None,
-        device_util_pct=sum(utils) / len(utils) if utils else None,
-        slowest_rank=slowest["rank"],
     )
 
 
@@ -232,12 +187,12 @@ class Merger:
         self.scored_windows = 0
         self.source: str | None = None  # what Q was measured from: "comm_hook" or "data_wait"
         self.last_window_samples_per_s: float | None = None
-        # each scored window's job figures, until taken (take_job_windows)
-        self.job_windows: deque[JobWindow] = deque(maxlen=JOB_WINDOWS_KEPT)
         self._newest = 0  # the newest window any rank has sent
         self._ended: list[int] = []  # sorted last windows of the ranks that finished
         self._version = 0  # records taken so far: the cache key of rank_dicts()
         self._dicts: tuple[int, list[dict[str, Any]]] | None = None
+        # told each window once its ranks are merged (rank 0's dashboards: meter.distributed)
+        self.on_scored: Callable[[Mapping[int, WindowRecord]], None] | None = None
 
     def add(self, record: WindowRecord) -> None:
         """Take one rank's window record."""
@@ -317,7 +272,6 @@ class Merger:
         samples = sum(r["samples"] for r in records.values())
         slowest_s = max(r["measured_s"] for r in records.values())
         self.last_window_samples_per_s = samples / slowest_s if slowest_s > 0 else None
-        self.job_windows.append(job_window(records))
         if self.scored_log is not None:
             window = next(iter(records.values()))["window"]
             self.scored_log.append(ScoredWindow(
@@ -327,16 +281,10 @@ class Merger:
                             if (state := self.ranks[rank]).scores}))
         self.scored_windows += 1
         self._version += 1
+        if self.on_scored is not None:
+            self.on_scored(records)
 
     # -- the merged figures -------------------------------------------------------------
-
-    def take_job_windows(self) -> list[JobWindow]:
-        """The job windows scored since the last call, oldest first (one at a time off the
-        deque: the merge may score more meanwhile, on another thread)."""
-        taken: list[JobWindow] = []
-        while self.job_windows:
-            taken.append(self.job_windows.popleft())
-        return taken
 
     def throughput(self) -> dict[str, float | None]:
         """Global samples/s and tokens/s: Σ samples over ranks / max measured seconds."""

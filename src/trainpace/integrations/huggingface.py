@@ -6,33 +6,41 @@ a hand-written loop is metered:
 - the wait for each batch is timed in the Trainer's own train DataLoader (the one
   ``get_train_dataloader()`` made and Accelerate prepared): its iterations go through
   ``Meter.loader``;
-- a step is an optimizer step (``on_step_begin`` to ``on_step_end``), so under
-  ``gradient_accumulation_steps`` its samples and tokens are those of all its micro-batches;
-  tokens are the real ones (``attention_mask``, else ``labels`` != -100);
-- evaluation, checkpointing and logging run after ``on_step_end`` and before the next batch is
-  fetched: they are outside the steps, kept out of the throughput, in the training time;
-- each window's figures are added to the next ``logs`` of the Trainer's ``on_log`` (the
-  training loss logged there is observed too), under the names of :mod:`trainpace.sinks.names`.
+- a step is an optimizer step and the whole training iteration: it holds all the
+  micro-batches of ``gradient_accumulation_steps`` (tokens: the real ones, from
+  ``attention_mask``, else ``labels`` != -100), and it ends when the next batch is fetched, so
+  the Trainer's own work per step (its logging of the loss, ...) is inside it; the time outside
+  ``on_step_begin``..``on_step_end`` and the loader is measured as the framework's own work
+  per step (the ``framework_work`` finding when it is large);
+- evaluation and checkpoint saving end the step early: they are outside the steps, kept out
+  of the throughput, in the training time;
+- each window's figures go into the Trainer's ``state.log_history`` at the window's last
+  step (the last window too), under the names of :mod:`trainpace.sinks.names`; the training
+  loss HF logs is observed.
 
-HF calls its reporting callbacks (W&B, MLflow, TensorBoard) before the callbacks you pass, so
-for them to get the figures in the same log event, mix :class:`TrainpaceTrainer` into your
-Trainer class (``class Trainer(TrainpaceTrainer, transformers.Trainer): pass``); or pass
-``wandb=True`` / ``mlflow=True`` / ``tensorboard=`` to the callback, which logs into the same
-runs directly.
+HF's own reporters (W&B, TensorBoard, MLflow) rename every key they get to ``train/...``, so
+trainpace's figures reach those dashboards through trainpace's own sinks, under
+``trainpace/...``: with ``report_to`` naming ``wandb`` the W&B sink logs into HF's run
+(``wandb=False`` turns it off); ``tensorboard=`` / ``mlflow=True`` as for the Meter.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from trainpace.errors import MissingDependencyError
 from trainpace.integrations._common import (
+    Iterations,
     WindowRelay,
     check_meter_options,
+    framework_note,
     meter_loader,
     unmeter_loader,
+    warmup_steps,
 )
 
 try:
@@ -63,8 +71,7 @@ class TrainpaceCallback(TrainerCallback):
         # Made at the start of training: a callback is pickled into the processes that
         # ddp_spawn starts, and neither a Meter nor a queue pickles.
         self._relay: WindowRelay | None = None
-        self._pending: dict[str, float] = {}  # the last window's tags, until a log takes them
-        self._step: Any = None
+        self._iterations: Iterations | None = None
         self._loader: Any = None
         self._warned: set[str] = set()
 
@@ -75,22 +82,25 @@ class TrainpaceCallback(TrainerCallback):
         from trainpace.meter import Meter
 
         options = dict(self.meter_options)
-        out = self.out
         rank, world = int(args.process_index), int(args.world_size)
-        if world > 1:
-            if out is not None:
-                options.setdefault("run_id", Path(out).name)
-                out = Path(out) / f"rank{rank}"
-            if rank != 0:
-                options["console"] = False
-                options["report"] = False
-        options.setdefault("device", args.device)
+        # Under DDP the Meter finds its rank itself (torchrun's environment): it writes
+        # out/rank{r}/ and rank 0 merges the job; only rank 0 prints.
+        if world > 1 and rank != 0:
+            options["console"] = False
+            options["report"] = False
+        # the CPU under DDP is "cpu:0" to the Trainer: one device kind to the Meter
+        device = args.device
+        options.setdefault("device", "cpu" if getattr(device, "type", None) == "cpu" else device)
+        if "wandb" in (args.report_to or ()) and rank == 0:
+            options.setdefault("wandb", True)  # HF's W&B run, under trainpace's names
         self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]
-        self.meter = Meter(out, **options)
+        self.meter = Meter(self.out, **options)
+        self._iterations = Iterations(self.meter, options.get("clock", time.perf_counter),
+                                      skip_steps=warmup_steps(self.meter))
         loader = kwargs.get("train_dataloader")
         try:
-            if loader is not None and meter_loader(loader, self.meter):
+            if loader is not None and meter_loader(loader, self.meter, self._iterations):
                 self._loader = loader
             else:
                 self._note(f"the wait for batches of a {type(loader).__name__} train loader "
@@ -99,49 +109,62 @@ class TrainpaceCallback(TrainerCallback):
             self._note(f"timing the train DataLoader failed ({type(exc).__name__}: {exc})")
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """An optimizer step begins (its micro-batches were just fetched)."""
-        if self.meter is not None and self._step is None:
-            self._step = self.meter.step()
-            self._step.__enter__()
+        """An optimizer step's work begins (its micro-batches were just fetched)."""
+        if self._iterations is not None:
+            self._iterations.user_begins()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """The optimizer stepped: the step ends, before any logging, evaluation or saving."""
-        if self._step is not None:
-            step, self._step = self._step, None
-            step.__exit__(None, None, None)
+        """The optimizer stepped: the step ends at the next fetch, or here when an evaluation
+        or a save follows without a log first."""
+        iterations = self._iterations
+        if iterations is None:
+            return
+        iterations.user_ends(stepped=True, framework_step=int(state.global_step))
+        if not control.should_log:
+            self._before_non_training_work(control)
+        self._log_windows(state)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                **kwargs: Any) -> None:
-        """Observe the logged training loss; add the last window's figures to ``logs``."""
-        if logs is None:
-            return
-        if self.meter is not None and isinstance(logs.get("loss"), (int, float)):
+        """Observe the logged training loss; an evaluation or a save after the log is outside
+        the steps."""
+        if self.meter is not None and logs is not None and isinstance(logs.get("loss"),
+                                                                      (int, float)):
             self.meter.observe(loss=logs["loss"])
-        self.merge_into(logs)
+        self._before_non_training_work(control)
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """An evaluation or a save at the end of an epoch is outside the steps."""
+        if not control.should_log:
+            self._before_non_training_work(control)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Finish the run (summary, report) and give the DataLoader its own class back."""
-        if self.meter is None:
+        iterations = self._iterations
+        if self.meter is None or iterations is None:
             return
-        if self._step is not None:  # never reached its optimizer step: not a step
-            step, self._step = self._step, None
-            error = RuntimeError("training ended inside a step")
-            step.__exit__(type(error), error, None)
+        iterations.abandon(RuntimeError("training ended inside a step"))
+        self.meter.note("framework", framework_note("huggingface", iterations))
         self.summary = self.meter.finish()
-        self.meter = None
+        self._log_windows(state)  # the last window, at its own step
+        self.meter = self._iterations = None
         if self._loader is not None:
             unmeter_loader(self._loader)
             self._loader = None
 
-    # -- for the Trainer mixin ------------------------------------------------------------
+    # -- inside ---------------------------------------------------------------------------
 
-    def merge_into(self, logs: dict[str, Any]) -> None:
-        """Add the figures of the windows finished since the last log to ``logs``."""
-        for _step, scalars in self._relay.take() if self._relay is not None else []:
-            self._pending = scalars  # the newest window wins: one log event, one point
-        if self._pending:
-            logs.update(self._pending)
-            self._pending = {}
+    def _before_non_training_work(self, control: Any) -> None:
+        if self._iterations is not None and (control.should_evaluate or control.should_save):
+            self._iterations.interrupt()
+
+    def _log_windows(self, state: Any) -> None:
+        """Each finished window into ``state.log_history``, at its last step (HF's own
+        axis): one entry of trainpace's figures, never merged into an entry of HF's."""
+        if self._relay is None or self._iterations is None:
+            return
+        for step, scalars in self._relay.take():
+            state.log_history.append({**scalars, "step": self._iterations.framework_step(step)})
 
     def _note(self, message: str) -> None:
         if message not in self._warned:
@@ -150,18 +173,12 @@ class TrainpaceCallback(TrainerCallback):
 
 
 class TrainpaceTrainer:
-    """Mix into a ``transformers.Trainer`` class so that every callback of ``on_log``, HF's
-    W&B, MLflow and TensorBoard reporting included, gets the window figures::
+    """No longer needed (kept so that code mixing it in still runs): trainpace's figures go
+    into ``log_history`` from the callback and to the dashboards through trainpace's sinks,
+    under ``trainpace/...``; HF's reporters renamed them ``train/trainpace/...``."""
 
-        class Trainer(TrainpaceTrainer, transformers.Trainer):
-            pass
-    """
-
-    callback_handler: Any
-
-    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-        """Add the figures of the Trainpace callbacks to ``logs``, then log as HF does."""
-        for callback in self.callback_handler.callbacks:
-            if isinstance(callback, TrainpaceCallback):
-                callback.merge_into(logs)
-        super().log(logs, *args, **kwargs)  # type: ignore[misc]
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        warnings.warn("trainpace.integrations.huggingface.TrainpaceTrainer is no longer "
+                      "needed: drop it from your Trainer class (the TrainpaceCallback alone "
+                      "logs trainpace's figures)", DeprecationWarning, stacklevel=2)
+        super().__init_subclass__(**kwargs)

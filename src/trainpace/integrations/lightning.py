@@ -5,13 +5,17 @@ hand-written loop is metered:
 
 - the wait for each batch is timed in the train DataLoader itself (its iterations go through
   ``Meter.loader``), not guessed from the gaps between hooks;
-- a step is an optimizer step: it opens at the first batch of an accumulation
-  (``accumulate_grad_batches``) and closes when ``trainer.global_step`` moves, so its samples
-  are those of all its micro-batches;
-- validation and checkpointing run after a step closed and before the next batch is fetched:
-  they are outside the steps, kept out of the throughput and reported in training time;
+- a step is an optimizer step and the whole training iteration: it opens at the first batch
+  of an accumulation (``accumulate_grad_batches``), its optimizer steps when
+  ``trainer.global_step`` moves, and it ends when the next batch is fetched, so Lightning's
+  own work per batch (its logging, the SIGTERM flag it broadcasts before each batch under
+  DDP) is inside it; the time outside the user's hooks and the loader is measured as the
+  framework's own work per step (the ``framework_work`` finding when it is large);
+- validation and checkpoint saving end the step early: they are outside the steps, kept out
+  of the throughput and reported in training time;
 - each window's figures also go to ``trainer.loggers`` (``log_metrics``), with the names of
-  :mod:`trainpace.sinks.names`;
+  :mod:`trainpace.sinks.names`, at the step Lightning's own rows carry for the window's last
+  batch;
 - under DDP each rank meters itself into ``out/rank{r}``, rank 0 merges them (console and
   report on rank 0).
 
@@ -22,16 +26,20 @@ is then that of the batch after it, and so are its samples (the same in a steady
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 from trainpace.errors import MissingDependencyError
 from trainpace.integrations._common import (
+    Iterations,
     WindowRelay,
     check_meter_options,
+    framework_note,
     leaves,
     meter_loader,
     unmeter_loader,
+    warmup_steps,
 )
 
 try:
@@ -66,9 +74,8 @@ class TrainpaceCallback(Callback):
         # Made at the start of training: a callback is pickled into the processes that
         # ddp_spawn starts, and neither a Meter nor a queue pickles.
         self._relay: WindowRelay | None = None
-        self._step: Any = None  # the open step's context
+        self._iterations: Iterations | None = None
         self._global_step_at_open = 0
-        self._global_step_at_start = 0
         self._loaders: list[Any] = []
         self._warned: set[str] = set()
 
@@ -80,7 +87,6 @@ class TrainpaceCallback(Callback):
 
         options = dict(self.meter_options)
         rank, world = int(trainer.global_rank), int(trainer.world_size)
-        out = self.out
         # Under DDP the Meter finds its rank itself (torch.distributed is up by now): it
         # writes out/rank{r}/ and rank 0 merges the job; only rank 0 prints.
         if world > 1 and rank != 0:
@@ -89,8 +95,9 @@ class TrainpaceCallback(Callback):
         options.setdefault("device", pl_module.device)
         self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]
-        self.meter = Meter(out, **options)
-        self._global_step_at_start = int(trainer.global_step)
+        self.meter = Meter(self.out, **options)
+        self._iterations = Iterations(self.meter, options.get("clock", time.perf_counter),
+                                      skip_steps=warmup_steps(self.meter))
         self._contained("timing the train DataLoader", self._meter_loaders, trainer)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -100,27 +107,38 @@ class TrainpaceCallback(Callback):
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
                              batch_idx: int) -> None:
-        """Open the optimizer step at its first micro-batch."""
-        if self.meter is None or self._step is not None:
+        """The user's work for a batch begins (the optimizer step opens at its first one)."""
+        iterations = self._iterations
+        if self.meter is None or iterations is None:
             return
-        self._global_step_at_open = int(trainer.global_step)
-        # The batch is counted only when no batch of this step came through the loader.
-        self._step = self.meter.step(batch)
-        self._step.__enter__()
+        if not iterations.open:
+            self._global_step_at_open = int(trainer.global_step)
+        iterations.user_begins(batch)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        """Close the step once the optimizer stepped; hand finished windows to the loggers."""
-        if self.meter is None or self._step is None:
+        """The user's work for a batch ended; the step ends at the next fetch once the
+        optimizer stepped. Finished windows go to the loggers."""
+        iterations = self._iterations
+        if self.meter is None or iterations is None or not iterations.open:
             return
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None:
             self.meter.observe(loss=loss)
-        if int(trainer.global_step) == self._global_step_at_open:
-            return  # accumulating: the step goes on with the next micro-batch
-        step, self._step = self._step, None
-        step.__exit__(None, None, None)
+        iterations.user_ends(stepped=int(trainer.global_step) != self._global_step_at_open,
+                             framework_step=_logging_step(trainer))
         self._log_windows(trainer)
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        """Validation is outside the steps: a finished step ends here."""
+        if self._iterations is not None:
+            self._iterations.interrupt()
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any,
+                           checkpoint: dict[str, Any]) -> None:
+        """A checkpoint save is outside the steps: a finished step ends here."""
+        if self._iterations is not None:
+            self._iterations.interrupt()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         """Finish the run (summary, report) and give the loaders back."""
@@ -137,16 +155,14 @@ class TrainpaceCallback(Callback):
     # -- inside ---------------------------------------------------------------------------
 
     def _finish(self, trainer: Any, failed: BaseException | None = None) -> None:
-        if self.meter is None:
+        if self.meter is None or self._iterations is None:
             return
-        if self._step is not None:
-            # A step that never reached its optimizer step is not a step.
-            step, self._step = self._step, None
-            error = failed or RuntimeError("the fit ended inside an accumulation")
-            step.__exit__(type(error), error, None)
+        # A step that never reached its optimizer step is not a step.
+        self._iterations.abandon(failed or RuntimeError("the fit ended inside an accumulation"))
+        self.meter.note("framework", framework_note("lightning", self._iterations))
         self.summary = self.meter.finish()
         self._log_windows(trainer)
-        self.meter = None
+        self.meter = self._iterations = None
         self._restore()
 
     def _meter_loaders(self, trainer: Any) -> None:
@@ -155,9 +171,9 @@ class TrainpaceCallback(Callback):
         # setup_data): time them in place, so the data order stays the run's own.
         combined = getattr(trainer.fit_loop, "_combined_loader", None)
         iterators = getattr(getattr(combined, "_iterator", None), "iterators", None)
-        if isinstance(iterators, list):
+        if isinstance(iterators, list) and self._iterations is not None:
             for i, live in enumerate(iterators):
-                iterators[i] = iter(self.meter.loader(live))
+                iterators[i] = self._iterations.fetches(self.meter.loader(live))
         else:
             self._note("this epoch's batches are not timed: Lightning's fit loop has no "
                        "iterators where trainpace looks for them; later epochs are")
@@ -166,7 +182,7 @@ class TrainpaceCallback(Callback):
         for loader in leaves(trainer.train_dataloader):
             if loader in self._loaders:
                 continue
-            if meter_loader(loader, self.meter):
+            if meter_loader(loader, self.meter, self._iterations):
                 self._loaders.append(loader)
             else:
                 self._note(f"the wait for batches of a {type(loader).__name__} train loader "
@@ -174,12 +190,13 @@ class TrainpaceCallback(Callback):
 
     def _log_windows(self, trainer: Any) -> None:
         windows = self._relay.take() if self._relay is not None else []
-        if not windows:
+        if not windows or self._iterations is None:
             return
         for step, scalars in windows:
+            at = self._iterations.framework_step(step)
             for pl_logger in trainer.loggers:
                 try:
-                    pl_logger.log_metrics(scalars, step=self._global_step_at_start + step)
+                    pl_logger.log_metrics(scalars, step=at)
                 except Exception as exc:  # noqa: BLE001 - a logger must never break training
                     self._note(f"{type(pl_logger).__name__}.log_metrics failed ({exc})")
 
@@ -198,3 +215,10 @@ class TrainpaceCallback(Callback):
         if message not in self._warned:
             self._warned.add(message)
             logger.warning("trainpace: %s", message)
+
+
+def _logging_step(trainer: Any) -> int:
+    """The step Lightning's loggers draw this batch's own rows at (``self.log`` values): the
+    batches that stepped before it, which a resumed fit restores with its checkpoint."""
+    stepped = getattr(getattr(trainer.fit_loop, "epoch_loop", None), "_batches_that_stepped", None)
+    return int(stepped) if isinstance(stepped, int) else int(trainer.global_step) - 1

@@ -3,9 +3,12 @@
 A single process gets none of this (``JobRank.single``). Under torchrun each rank writes
 ``rank{r}/`` inside the job's one run folder (rank 0 picks the name, the others take it), posts
 its window figures through :class:`~trainpace.dist.monitor.RankMonitor` on the writer thread,
-and rank 0 writes the merged summary into the job's folder at the end. At rank 0, the sinks
-that watch the job (:meth:`JobRank.watch`) get the job's records: each window once the merge has
-scored it (global figures), and the merged summary as it is published.
+and rank 0 writes the merged summary into the job's folder at the end.
+
+The sinks that show the job (the console line and the dashboards, ``shows_job``) live at rank
+0 only, behind a fan-out of their own: each window once the merge has it from every rank
+(:func:`~trainpace.dist.job_window.job_window`), the merged summary as it is published, and
+rank 0's own meta (the run's setup).
 """
 
 from __future__ import annotations
@@ -17,38 +20,43 @@ from typing import Any
 
 from trainpace.dist.folders import MIN_WINDOWS, read_distributed
 from trainpace.dist.job_summary import rank_summary, summary_dict
-from trainpace.dist.merge import JOB_WINDOWS_KEPT, JobWindow, Merger
+from trainpace.dist.job_window import OWN_FIGURES, job_window
+from trainpace.dist.merge import Merger, WindowRecord
 from trainpace.dist.monitor import RankMonitor, vitals_signs
 from trainpace.dist.ranks import RankInfo, rank_info
+from trainpace.meter.outputs import shows_job
 from trainpace.runlog import Record
-from trainpace.sinks.base import Sink
+from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)
 
-# After SIGTERM or Ctrl-C, rank 0 waits at most this long without news for the other ranks'
-# last windows (they are being stopped too, and each sends its last window as it ends).
+OWN_KEPT = 16  # rank 0's own windows kept for the merge to join (it runs a window or two late)
+# After SIGTERM, rank 0 waits at most this long without news for the other ranks' last
+# windows (they are being stopped too, and each sends its last window as it ends).
 TERM_WAIT_S = 3.0
-
-# A job window's figures that are the job's (the rest of the line is rank 0's own: its loss,
-# its ETA to the target).
-_JOB_FIGURES = ("last_step", "samples_per_s", "tokens_per_s", "step_s_median", "step_s_p90",
-                "wait_pct", "device_util_pct")
 
 
 class JobRank:
     """This process's place in the job, and what it does because of it."""
 
-    def __init__(self, info: RankInfo, vitals: Callable[[], Any]) -> None:
+    def __init__(self, info: RankInfo, vitals: Callable[[], Any], *,
+                 monitor: RankMonitor | None = None) -> None:
+        """``monitor``: the rank's exchange (made from ``info`` when None; tests give one)."""
         self.info = info
         self.monitor: RankMonitor | None = None
         self._merged_folder: RunFolderSink | None = None
-        self._watchers: list[Sink] = []
-        self._own_figures: dict[int, Mapping[str, Any]] = {}  # rank 0's, by window
-        self._windows = 0
+        self._dashboards: FanOut | None = None  # rank 0's sinks that show the job
+        self._dashboards_timeout_s = 0.0
+        self._rank_figures = False
+        self._own: dict[int, dict[str, Any]] = {}  # last step -> rank 0's own window figures
+        self._shown_window = 0  # the newest merged window the dashboards were given
+        self._failed = False
         if info.distributed:
-            self.monitor = RankMonitor(info, run_id="", signs=vitals_signs(vitals))
+            self.monitor = monitor or RankMonitor(info, run_id="", signs=vitals_signs(vitals))
+            if info.rank == 0:
+                self.monitor.publish = self._publish
 
     @classmethod
     def from_environment(cls, vitals: Callable[[], Any]) -> JobRank:
@@ -64,45 +72,35 @@ class JobRank:
         path = self.monitor.run_folder(out, claim_run_folder)
         if self.info.rank == 0:
             self._merged_folder = RunFolderSink(path.parent)
-            self.monitor.publish = self._publish
         return path, path.parent
 
-    def watch(self, sink: Sink) -> bool:
-        """At rank 0 of a distributed job, ``sink`` gets the job's records from now on
-        (True); elsewhere there is no job to watch (False: give it the rank's own)."""
-        if self.monitor is None or self.info.rank != 0:
-            return False
-        self._watchers.append(sink)
-        return True
-
-    def hurry(self) -> None:
-        """The job is being stopped: the end waits for the other ranks TERM_WAIT_S at most."""
-        if self.monitor is not None:
-            self.monitor.timeout_s = min(self.monitor.timeout_s, TERM_WAIT_S)
-
-    def _publish(self, record: Record) -> None:
-        if self._merged_folder is not None:
-            self._merged_folder.log(record)
-        self._to_watchers(record)
-
-    def _to_watchers(self, record: Record) -> None:
-        for sink in self._watchers:
-            try:
-                sink.log(record)
-            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-                logger.warning("trainpace: a sink watching the job failed (%s: %s)",
-                               type(exc).__name__, exc)
-
-    def _send_job_windows(self) -> None:
-        """The windows the merge has scored since the last call, to the watchers."""
-        merger = self.monitor.merger if self.monitor is not None else None
-        take = getattr(merger, "take_job_windows", None)  # (the two-level merge has none)
-        if not self._watchers or take is None:
-            return
-        for job in take():
-            own = self._own_figures.pop(job["window"], {})
-            self._to_watchers(Record("window", {"window": job_figures(job, own), "steps": []},
-                                     job["last_step"]))
+    def dashboards(self, sinks: Sequence[Sink], *, timeout_s: float,
+                   rank_figures: bool = False) -> list[Sink]:
+        """The sinks the Meter feeds itself. A single process: all of them. A job: those that
+        show the job are taken out; at rank 0 they are fed here (and closed at
+        :meth:`finish`, ``timeout_s`` for all), on the other ranks they get nothing.
+        ``rank_figures``: the job's windows carry each rank's own figures too."""
+        if self.monitor is None:
+            return list(sinks)
+        own = [sink for sink in sinks if not shows_job(sink)]
+        job = [sink for sink in sinks if shows_job(sink)]
+        if self.info.rank != 0:
+            for sink in job:  # a sink made on every rank (sinks=): nothing reaches it here
+                try:
+                    sink.close()
+                except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                    logger.warning("trainpace: closing %s on rank %d failed (%s: %s)",
+                                   type(sink).__name__, self.info.rank, type(exc).__name__,
+                                   exc)
+            return own
+        if not job:
+            return own
+        self._dashboards = FanOut(job)
+        self._dashboards_timeout_s = timeout_s
+        self._rank_figures = rank_figures
+        if isinstance(self.monitor.merger, Merger):  # a two-level merge scores no windows here
+            self.monitor.merger.on_scored = self._merged_window
+        return [*own, _MetaTo(self._dashboards)]
 
     def name(self, run_id: str) -> None:
         if self.monitor is not None:
@@ -112,12 +110,23 @@ class JobRank:
         """A window observer (writer thread): post this rank's window; never raises."""
         if self.monitor is None:
             return
-        self._windows += 1
-        if self._watchers:
-            self._own_figures[self._windows] = figures
-            self._own_figures.pop(self._windows - JOB_WINDOWS_KEPT, None)  # never scored
-        self.monitor.window(figures, records)
-        self._send_job_windows()
+        dashboards = self._dashboards
+        if dashboards is None:
+            self.monitor.window(figures, records)
+            return
+        last_step = int(figures.get("last_step") or 0)
+        self._own[last_step] = {key: figures[key] for key in OWN_FIGURES if key in figures}
+        while len(self._own) > OWN_KEPT:
+            del self._own[next(iter(self._own))]
+        self.monitor.window(figures, records)  # at rank 0, the merge shows what it completes
+        broken = self.monitor.broken is not None
+        if broken or not figures.get("measured_steps"):
+            # A warm-up window has no figures to merge; without the exchange rank 0 shows
+            # its own, labelled as one rank of the job.
+            shown = dict(figures)
+            if broken:
+                shown.update(ranks=1, world_size=self.info.world_size)
+            dashboards.log(Record("window", {"window": shown, "steps": []}, last_step))
 
     def own_summary(self, summary: Summary) -> Summary:
         """This rank's summary in the job's terms (world size, its rank)."""
@@ -130,12 +139,21 @@ class JobRank:
         if self.monitor is None:
             return summary
         shown = self.monitor.finish(summary, diagnose=diagnose)
-        self._send_job_windows()
-        if shown is not None:
-            shown = self._replayed(diagnose) or shown
+        replayed = self._replayed(diagnose) if shown is not None else None
+        if replayed is not None:
+            shown = replayed
+            if self._dashboards is not None:  # the job's summary as the report shows it
+                self._dashboards.log(Record("summary", replayed.to_dict()))
         if self._merged_folder is not None:
             self._merged_folder.close()
+        if self._dashboards is not None:
+            self._dashboards.close(self._dashboards_timeout_s)
         return shown
+
+    def hurry(self) -> None:
+        """The job is being stopped: the end waits for the other ranks TERM_WAIT_S at most."""
+        if self.monitor is not None:
+            self.monitor.timeout_s = min(self.monitor.timeout_s, TERM_WAIT_S)
 
     def _replayed(self, diagnose: Callable[[Summary, Mapping[str, Any]], Summary],
                   ) -> Summary | None:
@@ -155,7 +173,7 @@ class JobRank:
             if run is None or run.merger is None or len(run.ranks_read) < self.info.world_size:
                 return None
             meta = {**run.meta, "run_id": monitor.run_id}
-            meta["dist"]["exchange"] = "store, then rank_folders (few windows)"
+            meta["dist"]["exchange"] = "store, then rank_folders (few windows or a rank gone)"
             merged = diagnose(run.summary, meta)
             if self._merged_folder is not None:
                 self._merged_folder.log(Record("summary", summary_dict(merged, run.merger,
@@ -167,13 +185,48 @@ class JobRank:
                            "the live merge is shown", type(exc).__name__, exc)
             return None
 
+    # -- rank 0's dashboards (the writer thread) ------------------------------------------
 
-def job_figures(job: JobWindow, own: Mapping[str, Any]) -> dict[str, Any]:
-    """A window line's figures for the job: the job's throughput, the slowest rank's step
-    time, the worst wait, over ``own`` (rank 0's figures of the same window)."""
-    figures = dict(own)
-    figures.update({key: job[key] for key in _JOB_FIGURES})  # type: ignore[literal-required]
-    figures.setdefault("measured_steps", job["steps"])
-    figures["ranks"] = job["ranks"]
-    figures["slowest_rank"] = job["slowest_rank"]
-    return figures
+    def _publish(self, record: Record) -> None:
+        """The merged run's meta and summary: to the job's folder; the summary (the job's
+        figures, as the report shows them) to the dashboards too."""
+        if self._merged_folder is not None:
+            self._merged_folder.log(record)
+        if self._dashboards is not None and record.kind == "summary":
+            self._dashboards.log(record)
+
+    def _merged_window(self, records: Mapping[int, WindowRecord]) -> None:
+        """A window the merge has from its ranks: the job's figures to the dashboards, once
+        (a rank's late record of a window already shown is not shown again)."""
+        try:
+            window = max(record["window"] for record in records.values())
+            if window <= self._shown_window or self._dashboards is None:
+                return
+            self._shown_window = window
+            last_step = max(record["last_step"] for record in records.values())
+            figures = job_window(records, world_size=self.info.world_size,
+                                 own=self._own.get(last_step))  # the same steps, or none
+            if not self._rank_figures:
+                del figures["rank_figures"]
+            self._dashboards.log(Record("window", {"window": figures, "steps": []}, last_step))
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            if not self._failed:
+                self._failed = True
+                logger.warning("trainpace: the job's window for the dashboards failed (%s: "
+                               "%s); they miss it", type(exc).__name__, exc)
+
+
+class _MetaTo:
+    """In rank 0's own fan-out: its meta (the run's setup) to the dashboards too."""
+
+    reads_steps = False
+
+    def __init__(self, dashboards: FanOut) -> None:
+        self._dashboards = dashboards
+
+    def log(self, record: Record) -> None:
+        if record.kind == "meta":
+            self._dashboards.log(record)
+
+    def close(self) -> None:
+        """The dashboards are closed by the job (after its last summary)."""

@@ -46,7 +46,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from threading import get_ident
 from types import TracebackType
@@ -128,7 +128,10 @@ class Meter:
                                              self._started_at.strftime("run-%Y%m%d-%H%M%S"))
         self._job.name(self.run_id)
         try:
-            outputs = [*keyword_sinks(config, stream, self.run_id), *extra_sinks]
+            outputs = self._job.dashboards(  # under DDP: the job's figures, at rank 0
+                [*keyword_sinks(config, stream, self.run_id, rank=self._job.info.rank),
+                 *extra_sinks], timeout_s=config.sink_timeout_s,
+                rank_figures=config.rank_figures)
         except BaseException:
             if self.path is not None and job_folder == self.path:
                 release_run_folder(self.path)  # nothing was written: the name is free again
@@ -145,6 +148,7 @@ class Meter:
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
         self._summary: Summary | None = None
         self._meta: dict[str, Any] = {}
+        self._notes: dict[str, dict[str, Any]] = {}  # see note()
         self._sinks = FanOut(outputs)
         self._summaries = Summaries(recorder=self._recorder, state=self._state, job=self._job,
                                probes=self._probes, log_once=self._log_once, device=self.device,
@@ -265,6 +269,24 @@ class Meter:
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("observe()", exc)
 
+    def note(self, key: str, facts: Mapping[str, Any] | None) -> None:
+        """Keep what a front-end measured about the run (an integration's framework work per
+        step) in meta.json under ``key``, where the diagnosis reads it; None removes it. A key
+        of the Meter's own meta (``config``, ``device``, ...) is refused."""
+        if self._loop.finished:
+            self._after_finish("meter.note()")
+            return
+        try:
+            if key in self._meta and key not in self._notes:
+                raise ValueError(f"meta.json's {key!r} is the Meter's own; note under another key")
+            if facts is None:
+                self._notes.pop(key, None)
+            else:
+                self._notes[key] = dict(facts)
+            self._log_meta()
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._log_once.report("note()", exc)
+
     def finish(self) -> Summary:
         """End the run: flush the last window, write the summary, print the report."""
         if self._summary is not None:
@@ -291,7 +313,10 @@ class Meter:
         self._summary = summary if summary is not None else Summary(run_id=self.run_id)
         # rank 0: the job's merged summary, diagnosed with the job's meta
         shown = self._job.finish(
-            self._summary, lambda merged, meta: self._summaries.diagnosed(merged, meta, tune=False))
+            self._summary,
+            # what a front-end noted (note()) is rank 0's, the job's meta has no place for it
+            lambda merged, meta: self._summaries.diagnosed(merged, {**meta, **self._notes},
+                                                           tune=False))
         self.job_summary = shown
         if self.config.report and shown is not None:
             try:
@@ -300,12 +325,6 @@ class Meter:
                 self._log_once.report("printing the report", exc)
         self._term.finished()  # a SIGTERM that came meanwhile goes on now
         return self._summary
-
-    def watch_job(self, sink: Sink) -> bool:
-        """At rank 0 of a distributed job, ``sink`` gets the job's records (each window's
-        global figures once every rank has sent it, the merged summary) and True is returned;
-        elsewhere False (a sink for the run's own records goes in ``sinks=``)."""
-        return self._job.watch(sink)
 
     def __enter__(self) -> Meter:
         return self
@@ -409,6 +428,7 @@ class Meter:
         )
         ceilings = self._summaries.ceilings
         meta["ceilings"] = ceilings.to_dict() if ceilings is not None else None
+        meta.update(self._notes)
         self._meta = meta
         record = Record("meta", meta, rec.steps_closed)
         if self._writer.closed:

@@ -3,6 +3,12 @@ keyword in :class:`~trainpace.config.MeterConfig` and ``Meter``).
 
 Each one is imported only when its keyword is set, so an extra that is not installed costs
 nothing until it is asked for (then its sink raises ``MissingDependencyError``).
+
+A sink whose class sets ``shows_job = True`` (the console line, every dashboard) shows the
+job, not the process: under DDP rank 0 feeds it the job's merged windows and summary
+(:class:`~trainpace.meter.distributed.JobRank`), and the other ranks build none of the
+keyword sinks (one TensorBoard folder, one W&B and one MLflow run, one exporter per job).
+A sink without it (``sinks=``) gets its own rank's records, on every rank.
 """
 
 from __future__ import annotations
@@ -36,8 +42,17 @@ KEYWORD_SINKS: tuple[KeywordSink, ...] = (
 )
 
 
-def keyword_sinks(config: MeterConfig, stream: TextIO | None, run_id: str) -> list[Sink]:
-    """The sinks ``config`` asks for: the console line, the table's, then the dashboards."""
+def shows_job(sink: object) -> bool:
+    """Whether ``sink`` shows the job's figures under DDP (see the module's docstring)."""
+    return bool(getattr(sink, "shows_job", False))
+
+
+def keyword_sinks(config: MeterConfig, stream: TextIO | None, run_id: str, *,
+                  rank: int = 0) -> list[Sink]:
+    """The sinks ``config`` asks for: the console line, the table's, then the dashboards;
+    none on a rank other than 0 of a job (rank 0 shows the job's)."""
+    if rank != 0:
+        return []
     sinks: list[Sink] = [ConsoleSink(stream)] if config.console else []
     for entry in KEYWORD_SINKS:
         value = getattr(config, entry.key)

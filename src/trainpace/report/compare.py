@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from trainpace.comparison import Comparison
-from trainpace.report._signs import money, num, secs
+from trainpace.report._signs import money, num, pct, secs
 from trainpace.report._text import cleaned
+from trainpace.report.goodput import LABELS
 
 
 def comparison_renderable(comparison: Comparison) -> Group:
@@ -54,9 +55,40 @@ def comparison_renderable(comparison: Comparison) -> Group:
     )
     notes = [Text(f"note: {note}", style="dim") for run in comparison.runs
              for note in run.notes]
+    if comparison.goodput is not None:
+        return Group(table, verdict, goodput_table(comparison.goodput), *notes)
     if comparison.savings is not None:
         notes.insert(0, Text(comparison.savings["text"], style="bold"))
     return Group(table, verdict, *notes)
+
+
+def goodput_table(compared: dict[str, Any]) -> Group:
+    """The two jobs' goodput and each category's time and share, A and B side by side."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for title in ("where the jobs' time went", "A", "B", "B − A"):
+        table.add_column(title, justify="left" if title.startswith("where") else "right")
+    pa, pb = compared["pct"]
+    table.add_row("goodput", pct(pa), pct(pb),
+                  f"{pb - pa:+.1f} pts" if pa is not None and pb is not None else "—")
+    wa, wb = compared["wall_s"]
+    table.add_row("wall time", secs(wa), secs(wb), _delta(wa, wb))
+    for name, figures in compared["categories"].items():
+        (sa, sb), (ca, cb) = figures["s"], figures["pct"]
+        if sa is None and sb is None:
+            continue
+        label = LABELS.get(name, name)
+        table.add_row(label, f"{secs(sa)} ({pct(ca)})", f"{secs(sb)} ({pct(cb)})",
+                      _delta(sa, sb))
+    la, lb = compared["lost_steps"]
+    if la or lb:
+        table.add_row("lost steps", num(la), num(lb), "—")
+    return Group(table, Text(compared["text"], style="bold"))
+
+
+def _delta(a: float | None, b: float | None) -> str:
+    if a is None or b is None:
+        return "—"
+    return ("+" if b >= a else "−") + secs(abs(b - a))
 
 
 def print_comparison(comparison: Comparison, *, file: TextIO | None = None,

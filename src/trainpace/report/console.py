@@ -18,6 +18,7 @@ from rich.text import Text
 
 from trainpace.report._signs import evidence_text, headline, signs
 from trainpace.report._text import cleaned, safe_text
+from trainpace.report.goodput import goodput_renderable
 from trainpace.summary import Diagnosis, Finding, Summary
 
 STATUS_STYLE: dict[str, tuple[str, str]] = {
@@ -111,9 +112,11 @@ def report_renderable(summary: Summary, *, title: str | None = None) -> Renderab
     """The whole report: a panel with the signs table, then the diagnosis."""
     device = " ".join(x for x in (summary.device.kind, summary.device.name) if x)
     heading = title or f"trainpace · {summary.run_id or 'run'}" + (f" · {device}" if device else "")
+    job = [goodput_renderable(summary.goodput)] if summary.goodput.pct is not None else []
     return Group(
         Panel(Group(signs_table(summary), Text(""), legend()), title=Text(heading),
               title_align="left", expand=False),
+        *job,
         diagnosis_renderable(summary.diagnosis),
     )
 

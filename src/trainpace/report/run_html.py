@@ -1,4 +1,5 @@
-"""The HTML report of one run: the five signs, the diagnosis with evidence, and four plots.
+"""The HTML report of one run: the five signs, the job's goodput and timeline (when it was
+read), the diagnosis with evidence, and four plots.
 
 Plots: the step-time breakdown over steps (data wait / host-to-device / compute and other /
 time outside the steps, stacked), throughput over time, device and bandwidth utilization over
@@ -18,6 +19,7 @@ import numpy as np
 from trainpace._version import __version__
 from trainpace.report._signs import evidence_text, headline, signs
 from trainpace.report._text import cleaned
+from trainpace.report.goodput import goodput_html
 from trainpace.report.html import (
     SEVERITY_COLOR,
     badge,
@@ -280,9 +282,12 @@ def run_page(
              utilization_chart(system or [], summary, by_time),
              loss_chart(steps, summary, float(smoothing) if smoothing else 0.9, by_time)]
     extra = [section("Notes", bullets(list(notes)))] if notes else []
+    job = ([section("The job: goodput", goodput_html(summary.goodput))]
+           if summary.goodput.pct is not None else [])
     return page(
         f"trainpace report · {summary.run_id or 'run'}",
         section("Vital signs", signs_html(summary)),
+        *job,
         section("Diagnosis", diagnosis_html(summary.diagnosis)),
         *extra,
         section("Over the run", *(f'<div class="plot">{plot}</div>' for plot in plots)),

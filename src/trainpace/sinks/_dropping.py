@@ -19,6 +19,7 @@ class DroppingSink:
 
     label = "a sink"
     reads_steps = False  # the window figures only (see trainpace.sinks.base.Sink)
+    shows_job = True  # under DDP: the job's figures, at rank 0 (see trainpace.meter.outputs)
 
     def __init__(self) -> None:
         self.dropped = False

@@ -1,5 +1,9 @@
 """One console line per window, e.g.
 ``step 300 | 1,234 samples/s | 45.6k tok/s | step 8.1 ms (p90 9.0) | data wait 3.1% | loss 2.31``.
+
+Under DDP rank 0 prints the job's window (:func:`trainpace.dist.job_window.job_window`),
+labelled so: ``job, 2 ranks | step 300 | 2,468 samples/s | ...`` (``1 of 2 ranks`` when a rank
+was late or gone).
 """
 
 from __future__ import annotations
@@ -14,6 +18,10 @@ from trainpace.units import format_compact, format_duration
 def format_window(figures: dict[str, Any]) -> str:
     """The console line for one window's figures (only what was measured)."""
     parts = [f"step {figures.get('last_step')}"]
+    ranks, world = figures.get("ranks"), figures.get("world_size")
+    if ranks is not None:
+        parts.insert(0, f"job, {ranks} ranks" if ranks == world
+                     else f"job, {ranks} of {world} ranks")
     if not figures.get("measured_steps"):
         parts.append(f"warm-up ({figures.get('warmup_steps')} steps so far)")
     samples = figures.get("samples_per_s")
@@ -46,16 +54,23 @@ class ConsoleSink:
     """Prints :func:`format_window` for each window record to ``stream`` (stderr by default)."""
 
     reads_steps = False  # the window figures only (see trainpace.sinks.base.Sink)
+    shows_job = True  # under DDP: the job's line at rank 0 (see trainpace.meter.outputs)
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, *, own_rank: int | None = None) -> None:
+        """``own_rank``: print that rank's own windows, labelled ``rank {r}``, on its own
+        process (``trainpace run --all-ranks``), instead of the job's at rank 0."""
         self._stream = stream
+        self._label = f"rank {own_rank} | " if own_rank is not None else ""
+        if own_rank is not None:
+            self.shows_job = False
 
     def log(self, record: Record) -> None:
         """Print the window line; other records are not for the console."""
         if record.kind != "window":
             return
         stream = self._stream if self._stream is not None else sys.stderr
-        print(format_window(dict(record.data["window"])), file=stream, flush=True)
+        print(self._label + format_window(dict(record.data["window"])), file=stream,
+              flush=True)
 
     def close(self) -> None:
         """Nothing to release (the stream is not ours)."""

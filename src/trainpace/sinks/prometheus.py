@@ -1,5 +1,7 @@
 """Prometheus: a scrape endpoint with one gauge per tag of :mod:`trainpace.sinks.names`,
-``trainpace_<tag, / -> _>{rank="0"}``, set at each window.
+``trainpace_<tag, / -> _>{rank="job"}``, set at each window: the job's figures (a single
+process is a job of one). Under DDP rank 0 serves them, from the merged window; with
+``Meter(rank_figures=True)`` each rank's own figures are the same gauges with ``rank="1"``...
 
 The exporter is ``prometheus_client``'s own HTTP server on a daemon thread, with a registry of
 its own (nothing of the process' default registry is exposed). It listens on 127.0.0.1 unless
@@ -11,16 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from typing import Any
 
 from trainpace.errors import MissingDependencyError
 from trainpace.runlog import Record
 from trainpace.sinks._dropping import DroppingSink
 from trainpace.sinks.names import (
+    JOB_LABEL,
     STEP_TAG,
     WINDOW_TAGS,
     prometheus_name,
+    split_rank,
     window_scalars,
     window_step,
 )
@@ -31,11 +34,8 @@ DEFAULT_HOST = "127.0.0.1"
 
 
 class PrometheusSink(DroppingSink):
-    """Serves the last window's figures at ``http://host:port/metrics``.
-
-    Each rank of a job listens on ``port + LOCAL_RANK`` (so the ranks of one host do not
-    collide) and labels its gauges with its ``rank`` (from meta.json, else ``RANK``).
-    """
+    """Serves the last window's figures at ``http://host:port/metrics``: the job's under
+    ``rank="job"``, each rank's own (when the window carries them) under its number."""
 
     label = "the Prometheus exporter"
 
@@ -45,9 +45,9 @@ class PrometheusSink(DroppingSink):
             import prometheus_client
         except ImportError as exc:
             raise MissingDependencyError("the Prometheus exporter", "prometheus") from exc
-        self.rank = os.environ.get("RANK", "0")
-        self.port = port + int(os.environ.get("LOCAL_RANK", "0") or 0) if port else 0
+        self.port = port
         self.host = host = host or DEFAULT_HOST
+        self._shown: set[tuple[str, str]] = set()  # (tag, rank label) set by the last window
         self._server: Any = None
         self._thread: Any = None
         self.registry = prometheus_client.CollectorRegistry(auto_describe=True)
@@ -66,19 +66,23 @@ class PrometheusSink(DroppingSink):
         logger.info("trainpace: Prometheus metrics at http://%s:%d/metrics", host, self.port)
 
     def _log(self, record: Record) -> None:
-        if record.kind == "meta" and record.data.get("rank") is not None:
-            self.rank = str(record.data["rank"])
         if record.kind != "window":
             return
         figures = record.data["window"]
         values = window_scalars(figures)
         values[STEP_TAG] = float(window_step(figures, record.step))
-        for tag, gauge in self._gauges.items():
-            if tag in values:
-                gauge.labels(rank=self.rank).set(values[tag])
-            else:  # not measured in this window: no sample rather than a stale one
-                with contextlib.suppress(KeyError):
-                    gauge.remove(self.rank)
+        shown: set[tuple[str, str]] = set()
+        for tag, value in values.items():
+            job_tag, rank = split_rank(tag)
+            gauge = self._gauges.get(job_tag)
+            if gauge is not None:
+                label = JOB_LABEL if rank is None else str(rank)
+                gauge.labels(rank=label).set(value)
+                shown.add((job_tag, label))
+        for tag, label in self._shown - shown:  # not measured now: no sample, not a stale one
+            with contextlib.suppress(KeyError):
+                self._gauges[tag].remove(label)
+        self._shown = shown
 
     def _close(self) -> None:
         if self._server is not None:

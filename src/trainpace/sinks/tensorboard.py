@@ -14,6 +14,7 @@ class TensorBoardSink:
     """Writes window figures as scalars into an event file under ``logdir``."""
 
     reads_steps = False  # the window figures only (see trainpace.sinks.base.Sink)
+    shows_job = True  # under DDP: the job's figures, at rank 0 (see trainpace.meter.outputs)
 
     def __init__(self, logdir: Path) -> None:
         try:
