@@ -88,14 +88,15 @@ def test_many_absent_ranks_are_counted_not_listed(tmp_path):
 
 def test_each_window_takes_the_sampler_rows_of_its_own_time(tmp_path):
     run = tmp_path / "run"
-    write_rank(run, 0, [0.1] * 4, [0.0] * 4, world=1, window=2)
+    # 8 steps in windows of 2: 4 windows, enough not to be replayed in shorter ones
+    write_rank(run, 0, [0.1] * 8, [0.0] * 8, world=1, window=2)
     rows = [{"t_s": t, "device_util_pct": u, "host": {"system_cpu_pct": u / 2}}
-            for t, u in ((0.35, 40.0), (0.05, 10.0), (0.25, 30.0), (0.15, 20.0))]  # any order
+            for t, u in ((0.75, 40.0), (0.05, 10.0), (0.65, 30.0), (0.15, 20.0))]  # any order
     (run / "rank0" / "system.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     merged = read_distributed(run)
     assert merged is not None
     [rank0] = merged.meta["dist"]["ranks"]
-    assert rank0["util_pct"] == 35.0  # the last window, t 0.2-0.4 s: rows of 30 and 40
+    assert rank0["util_pct"] == 35.0  # the last window, t 0.6-0.8 s: rows of 30 and 40
     assert rank0["system_cpu_pct"] == 17.5
 
 

@@ -1,6 +1,7 @@
 """Real torchrun jobs (gloo on the CPU, a tiny model, few steps): folders, merge, faults."""
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -183,3 +184,31 @@ def test_two_nodes_each_write_their_own_folder_and_merge_through_their_leaders(t
     # the report of node 0's folder alone says which rank folders are elsewhere
     alone = report_json(node0, capsys)
     assert alone["world_size"] == 4 and len(alone["ranks"]) == 4
+
+
+def exit_codes(launcher_log):
+    """Each failed rank's exit code, from torchrun's failure summary."""
+    found = re.findall(r"rank\s+: (\d+) \(local_rank: \d+\)\n\s+exitcode\s+: (-?\d+)",
+                       launcher_log)
+    return {int(rank): int(code) for rank, code in found}
+
+
+@pytest.mark.parametrize("with_block", ["0", "1"])
+def test_a_rank_killed_mid_collective_the_survivor_still_reports(tmp_path, with_block):
+    """Rank 1 SIGKILLed: rank 0 fails in the all-reduce and torchrun SIGTERMs it ~70 ms later,
+    inside the Meter's end (``with meter:``) or its exit hook (no ``with``)."""
+    out = tmp_path / "run"
+    done = torchrun("--standalone", "--nproc-per-node=2",
+                    env={"OUT": str(out), "STEPS": "200", "KILL_RANK": "1", "KILL_STEP": "23",
+                         "STEP_SLEEP_S": "0.005", "WITH_METER": with_block})
+    dead_last = measured(out / "rank1")[2]  # its steps on disk (a window may be lost)
+    assert dead_last in (15, 20)
+    survivor = measured(out / "rank0")[2]
+    own = json.loads((out / "rank0" / "summary.json").read_text())
+    assert own["steps"]["total"] == survivor  # as new as its steps
+    merged = json.loads((out / "summary.json").read_text())
+    [gone] = merged["dist"]["missing"]
+    assert (gone["rank"], gone["last_step"]) == (1, dead_last)
+    assert "ranks did not report to the end: rank 1" in done.stderr  # rank 0's report
+    # the report first; then the SIGTERM took its course, as it would have without trainpace
+    assert exit_codes(done.stderr) == {0: -15, 1: -9}

@@ -6,7 +6,7 @@ KILL_RANK and KILL_STEP (that rank SIGKILLs itself after that step), STEP_SLEEP_
 rank sleeps that long between steps), WATCH_DDP=1 (time the gradient exchange),
 IGNORE_SIGTERM=1 (the launcher's stop after a failed worker does not cut the loop short),
 HANG_RANK and HANG_STEP (that rank hangs after that step), COMPUTE_RANK and COMPUTE_S
-(that rank's forward takes COMPUTE_S longer).
+(that rank's forward takes COMPUTE_S longer), WITH_METER=1 (the loop inside ``with meter:``).
 """
 
 import os
@@ -58,19 +58,29 @@ if ddp and env.get("WATCH_DDP") == "1":
     from trainpace.dist import watch_ddp
 
     watch_ddp(model, meter)
-for step, (xb, yb) in enumerate(meter.loader(batches()), start=1):
-    with meter.step((xb, yb)):
-        if rank == compute_rank:
-            time.sleep(compute_s)  # a slower device: more time before the gradient exchange
-        loss = nn.functional.mse_loss(model(xb), yb)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    time.sleep(step_sleep_s)
-    if rank == kill_rank and step == kill_step:
-        os.kill(os.getpid(), signal.SIGKILL)
-    if rank == hang_rank and step == hang_step:
-        time.sleep(3600)  # hung: the test ends it
-meter.finish()
+
+
+def train():
+    for step, (xb, yb) in enumerate(meter.loader(batches()), start=1):
+        with meter.step((xb, yb)):
+            if rank == compute_rank:
+                time.sleep(compute_s)  # a slower device: more time before the gradient exchange
+            loss = nn.functional.mse_loss(model(xb), yb)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        time.sleep(step_sleep_s)
+        if rank == kill_rank and step == kill_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if rank == hang_rank and step == hang_step:
+            time.sleep(3600)  # hung: the test ends it
+
+
+if env.get("WITH_METER") == "1":
+    with meter:
+        train()
+else:
+    train()
+    meter.finish()
 if ddp:
     dist.destroy_process_group()

@@ -6,6 +6,11 @@ The script runs as ``__main__`` (its own ``sys.argv``, ``sys.path[0]``, output a
 under a :class:`~trainpace.Meter` driven by :class:`~trainpace.integrations.autopatch.AutoPatch`.
 At the end (also after an exception, ``sys.exit``, Ctrl-C or SIGTERM) the report is printed
 and the run folder is complete; the exit code is the script's.
+
+Under torchrun each rank runs this; rank 0 shows the job (the window lines with the job's
+figures, the merged report, the job's folder) and the other ranks show nothing of trainpace's
+unless ``--all-ranks``. A SIGTERM or Ctrl-C that comes while the report is being made waits
+for it (at most ``END_AFTER_SIGNAL_S``), then ends the process as the signal would have.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any, NoReturn
 from trainpace.cli._run_end import print_error_to, report_run, run_unmeasured
 from trainpace.cli._run_signals import (
     TERM_GRACE_S,
+    EndingGuard,
     RunEnding,
     _Terminated,
     die_of,
@@ -118,6 +124,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", metavar="FILE", help="also write the HTML report to FILE")
     parser.add_argument("--quiet", action="store_true",
                         help="show nothing until the report (no live panel, no window lines)")
+    parser.add_argument("--all-ranks", action="store_true",
+                        help="under torchrun, every rank shows its own window lines and report "
+                             "(default: rank 0 shows the job's, the others nothing)")
     parser.add_argument("--window", type=_positive, default=100, metavar="N",
                         help="steps per window: the live view's refresh (default: 100)")
     parser.add_argument("--warmup", type=_warmup, default="auto", metavar="N|auto",
@@ -221,14 +230,19 @@ def _check_html(html: str | None) -> None:
 def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tokens: Any,
              saved_stdout: int | None) -> int:
     import trainpace
+    from trainpace.dist.ranks import rank_info
     from trainpace.errors import TrainpaceError
     from trainpace.integrations._script import run_target
     from trainpace.integrations.autopatch import AutoPatch
     from trainpace.report.live import LiveView
 
+    info = rank_info()
+    shows = _what_this_rank_shows(info, args.all_ranks)
     live = None
-    if not args.quiet:
-        live = LiveView(sys.stderr, title=target.name, redirect_stdout=sys.stdout.isatty(),
+    if not args.quiet and shows != "nothing":
+        title = {"run": target.name, "job": f"{target.name} · job of {info.world_size} ranks",
+                 "rank": f"{target.name} · rank {info.rank}"}[shows]
+        live = LiveView(sys.stderr, title=title, redirect_stdout=sys.stdout.isatty(),
                         counts_known=lambda: patch.saw_batches or samples is not None)
     extra = {_keyword(flag): getattr(args, _keyword(flag)) for flag, _ in SINK_FLAGS
              if getattr(args, _keyword(flag)) is not None}
@@ -236,7 +250,7 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
         meter = trainpace.Meter(
             out=out, window=args.window, warmup=args.warmup, target_loss=args.target_loss,
             profile_steps=args.profile, console=False, report=False,
-            sinks=[live] if live is not None else [], samples=samples, tokens=tokens,
+            sinks=_view_sinks(live, shows), samples=samples, tokens=tokens,
             stream=sys.stderr, made_by="run", **extra)
     except TrainpaceError:
         raise  # a bad setting or output path: said before the script starts
@@ -249,6 +263,7 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
         if saved_stdout is not None:  # --json: the one object says why there is no summary
             print_error_to(saved_stdout, said, code)
         return code
+    meter._term.uninstall()  # `run` owns its process's signals (below), not the Meter
     patch = AutoPatch(meter, samples=samples, tokens=tokens)
     main_pid = os.getpid()
     terminated = threading.Event()
@@ -257,7 +272,7 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
     def end_run() -> None:
         if live is not None:
             live.close()  # (the watchdog's end: the panel is still up)
-        report_run(args, target, meter, patch, outcome, saved_stdout)
+        report_run(args, target, meter, patch, outcome, saved_stdout, shows)
 
     ending = RunEnding(end_run)
 
@@ -310,8 +325,9 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
             live.close()
         for handler, stream in rerouted:
             handler.setStream(stream)
-        if not terminated.is_set():
-            restore_sigterm(previous)
+    # From here on a SIGTERM (torchrun stopping the job after another rank failed) or Ctrl-C
+    # waits for the report, at most END_AFTER_SIGNAL_S.
+    guard = EndingGuard(hurry=meter._job.hurry, main_pid=main_pid)
     if terminated.is_set() and not isinstance(failure, _Terminated):
         # Swallowed, or another error raised while unwinding from it: Python without
         # trainpace would have died of the signal, silently.
@@ -319,6 +335,11 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
     outcome.append(failure)
     code, kill_with = exit_status(failure)  # its traceback first, then the report
     ending()
+    late = guard.close()
+    if not terminated.is_set():
+        restore_sigterm(previous)
+    if kill_with is None and late is not None:
+        kill_with = late  # the signal takes its course, now that the report is out
     if kill_with is not None:
         # Ctrl-C or SIGTERM: end as Python would have (killed by the signal), now that the
         # report is out.
@@ -326,6 +347,39 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
             atexit._run_exitfuncs()  # Python runs them before it ends itself with SIGINT
         die_of(kill_with)
     return code
+
+
+class _JobView:
+    """The live view at rank 0 of a job: it shows the job (the Meter feeds it each window
+    once every rank has sent it, and the merged summary), not rank 0's own figures."""
+
+    shows_job = True
+    reads_steps = False
+
+    def __init__(self, view: Any) -> None:
+        self._view = view
+
+    def log(self, record: Any) -> None:
+        self._view.log(record)
+
+    def close(self) -> None:
+        """The view is closed by ``run`` (before the report)."""
+
+
+def _view_sinks(live: Any, shows: str) -> list[Any]:
+    if live is None:
+        return []
+    return [_JobView(live) if shows == "job" else live]
+
+
+def _what_this_rank_shows(info: Any, all_ranks: bool) -> str:
+    """``run`` (one process), ``job`` (rank 0 of a job: the job's figures), ``rank`` (another
+    rank under --all-ranks: its own) or ``nothing`` (another rank)."""
+    if not info.distributed:
+        return "run"
+    if info.rank == 0:
+        return "job"
+    return "rank" if all_ranks else "nothing"
 
 
 def _reroute_logging(old: Any, new: Any) -> list[tuple[logging.StreamHandler[Any], Any]]:

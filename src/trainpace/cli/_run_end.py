@@ -30,24 +30,33 @@ def run_unmeasured(target: Any) -> int:
 
 
 def report_run(args: argparse.Namespace, target: Any, meter: Any, patch: Any,
-            outcome: list[BaseException | None], saved_stdout: int | None) -> None:
+               outcome: list[BaseException | None], saved_stdout: int | None,
+               shows: str = "run") -> None:
     """Finish the run and print its report (or, when the script ended in failure before
-    anything was trained, leave no run folder: a usage error is not a run)."""
+    anything was trained, leave no run folder: a usage error is not a run).
+
+    ``shows``: ``"run"`` (one process: its own report), ``"job"`` (rank 0 of a torchrun job:
+    the job's merged report and folder), ``"rank"`` (another rank under ``--all-ranks``: its
+    own) or ``"nothing"`` (another rank: it finishes its folder and says nothing)."""
     failure = outcome[0]
     sys.stdout.flush()
     summary = _finished(meter, patch)
     if not patch.trained and _failed(failure):
         _discard(meter.path)
-        if args.json:  # --json prints one object, also when nothing was trained
+        if args.json and shows != "nothing":  # --json prints one object, also untrained
             print_error_to(saved_stdout, *_nothing_trained(failure))
         return
+    if shows == "nothing":
+        return
+    path = meter.path
+    if shows == "job" and meter.job_summary is not None:
+        summary, path = _with_blind_spots(meter.job_summary, patch), meter.job_path
     from rich.markup import escape
 
     from trainpace.report.console import print_report
 
-    print_report(summary, file=sys.stderr,
-                 title=escape(f"trainpace run {target.name} · {meter.path}"))
-    if args.html and meter.path is not None:
+    print_report(summary, file=sys.stderr, title=escape(f"trainpace run {target.name} · {path}"))
+    if args.html and meter.path is not None and shows != "rank":  # one page: the job's
         try:
             _write_html(summary, meter.path, args.html)
         except OSError as exc:  # said, and the script's exit status kept
@@ -56,9 +65,7 @@ def report_run(args: argparse.Namespace, target: Any, meter: Any, patch: Any,
     if args.json:
         _print_json_to(saved_stdout, summary.to_dict())
     else:
-        print(f"run folder: {meter.path}  (see it again: trainpace report {meter.path})",
-              file=sys.stderr)
-
+        print(f"run folder: {path}  (see it again: trainpace report {path})", file=sys.stderr)
 
 
 def _print_json_to(saved_stdout: int | None, obj: Any) -> None:
@@ -144,15 +151,23 @@ def _finished(meter: Any, patch: Any) -> Any:
                 else None),
             data=dataclasses.replace(summary.data, wait_s_per_step=None, wait_pct=None))
         summary = _rediagnosed(summary, meter.path)
-    diagnosis = dataclasses.replace(summary.diagnosis,
-                                    findings=[*blind, *summary.diagnosis.findings])
-    summary = dataclasses.replace(summary, diagnosis=diagnosis)
+    summary = _with_blind_spots(summary, patch)
     if meter.path is not None:
         sink = RunFolderSink(meter.path)
         sink.log(Record("summary", summary.to_dict(), summary.steps.total))
         sink.close()
     return summary
 
+
+
+def _with_blind_spots(summary: Any, patch: Any) -> Any:
+    """The summary with what the patches could not see first among its findings."""
+    blind = patch.blind_spots()
+    if not blind:
+        return summary
+    diagnosis = dataclasses.replace(summary.diagnosis,
+                                    findings=[*blind, *summary.diagnosis.findings])
+    return dataclasses.replace(summary, diagnosis=diagnosis)
 
 
 def _rediagnosed(summary: Any, path: Path | None) -> Any:

@@ -22,6 +22,11 @@ class _Terminated(BaseException):
 # of SIGTERM, as it would have at once without trainpace.
 TERM_GRACE_S = 5.0
 
+# After the script, a SIGTERM or Ctrl-C waits for the report this long at most, then ends the
+# process: well under torchrun's grace period (30 s from its SIGTERM to its SIGKILL). Rank 0
+# stops waiting for the other ranks' last windows after 3 s without news (TERM_WAIT_S).
+END_AFTER_SIGNAL_S = 10.0
+
 
 
 class RunEnding:
@@ -38,6 +43,55 @@ class RunEnding:
             if not self.done:
                 self.done = True
                 self._make()
+
+
+
+class EndingGuard:
+    """While the report is made (after the script): SIGTERM and SIGINT are noted, not
+    raised into it; the end hurries, and is cut at END_AFTER_SIGNAL_S by the signal's own
+    default action. :meth:`close` says which signal came (the caller dies of it then)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, *, hurry: Any, main_pid: int) -> None:
+        self._hurry = hurry
+        self._main_pid = main_pid
+        self._lock = threading.Lock()
+        self.came: signal.Signals | None = None
+        self._closed = False
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in self.SIGNALS}
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        sig = signal.Signals(signum)
+        if os.getpid() != self._main_pid:  # a forked worker: as it would have
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+            return
+        if self.came is not None:
+            return
+        self.came = sig
+        signal.signal(sig, signal.SIG_DFL)  # a second one ends the process at once
+        self._hurry()
+        timer = threading.Timer(END_AFTER_SIGNAL_S, self._cut, args=(sig,))
+        timer.daemon = True
+        timer.start()
+
+    def _cut(self, sig: signal.Signals) -> None:
+        with self._lock:
+            if self._closed:
+                return
+        print(f"trainpace run: the report was not done {END_AFTER_SIGNAL_S:g} s after "
+              f"{sig.name}; ending now", file=sys.stderr)
+        die_of(sig)  # (its handler is the default one since the signal came)
+
+    def close(self) -> signal.Signals | None:
+        """Put the handlers back; the signal that came meanwhile, if one did."""
+        with self._lock:
+            self._closed = True
+        for sig, previous in self._previous.items():
+            if self.came != sig:
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        return self.came
 
 
 

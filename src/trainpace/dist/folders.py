@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from trainpace.dist.job_summary import merged_meta, merged_summary
 from trainpace.dist.merge import Merger, WindowRecord, window_record
 from trainpace.dist.ranks import RankInfo, rank_folders
-from trainpace.dist.job_summary import merged_meta, merged_summary
 from trainpace.errors import RunFolderError
 from trainpace.measure.summarize import summary_for_run
 from trainpace.runlog import RunData, read_run
@@ -42,6 +42,7 @@ class DistributedRun:
     system: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     ranks_read: list[int] = field(default_factory=list)
+    merger: Merger | None = None  # the merge of the rank folders (None: rank 0's live one used)
 
 
 def _unix(text: Any) -> float | None:
@@ -58,11 +59,37 @@ def _warmup(run: RunData) -> int:
     return warmup if isinstance(warmup, int) else 0
 
 
-def _windows(run: RunData) -> Iterator[list[dict[str, Any]]]:
+# A job whose windows are fewer than MIN_WINDOWS is replayed from its step records in
+# REPLAY_WINDOWS windows: the straggler rule needs several (at least 3, and most of them:
+# diagnosis.communication.STRAGGLER_WINDOWS), and a short job with the default window of 100
+# steps has only one or two. Eight windows, not three: a rank must then be behind in five of
+# them, which the noise of a loaded host alone rarely gives.
+MIN_WINDOWS = 4
+REPLAY_WINDOWS = 8
+
+
+def _window_size(run: RunData) -> int:
+    size = (run.meta.get("config") or {}).get("window")
+    return size if isinstance(size, int) and size > 0 else 100
+
+
+def replay_window(runs: Iterable[RunData]) -> int:
+    """The window the ranks' steps are replayed in: the run's own, or one that gives
+    REPLAY_WINDOWS windows when the run's own gives fewer than MIN_WINDOWS."""
+    sizes, steps = [], 0
+    for run in runs:
+        sizes.append(_window_size(run))
+        steps = max(steps, len(run.series))
+    size = min(sizes, default=100)
+    if steps // size >= MIN_WINDOWS:
+        return size
+    return max(1, min(size, steps // REPLAY_WINDOWS))
+
+
+def _windows(run: RunData, size: int | None = None) -> Iterator[list[dict[str, Any]]]:
     """The rank's steps a window at a time, in step order (one window's records alive at a
     time: a long run is never a list of every step)."""
-    size = (run.meta.get("config") or {}).get("window")
-    size = size if isinstance(size, int) and size > 0 else 100
+    size = size if size is not None else _window_size(run)
     steps = run.series.column("step")
     ordered: Iterable[dict[str, Any]] = run.series
     if steps.size > 1 and not bool((np.diff(steps) > 0).all()):  # a damaged file: sorted
@@ -102,15 +129,16 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def window_records(rank: int, run: RunData) -> list[WindowRecord]:
-    """One rank's folder as the records it would have sent, one per window of its steps."""
+def window_records(rank: int, run: RunData, size: int | None = None) -> list[WindowRecord]:
+    """One rank's folder as the records it would have sent, one per window of its steps
+    (windows of ``size`` steps; by default the run's own)."""
     meta = run.meta
     started = _unix(meta.get("started_at"))
     finished = meta.get("finished_at") is not None
     warmup = _warmup(run)
     signs = _Signs(run.system)
     out: list[WindowRecord] = []
-    for index, steps in enumerate(_windows(run), start=1):
+    for index, steps in enumerate(_windows(run, size), start=1):
         t_end = float(steps[-1].get("t_s") or 0.0)
         t_start = t_end - sum(float(s["step_s"]) for s in steps)
         out.append(window_record(
@@ -188,7 +216,8 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
     absent_count = sum(b - a + 1 for a, b in absent)
     ids = range(world) if absent_count <= MAX_LISTED_ABSENT else sorted(runs)
     merger = Merger(world, ids=ids)
-    records = [rec for rank, run in runs.items() for rec in window_records(rank, run)]
+    size = replay_window(runs.values())
+    records = [rec for rank, run in runs.items() for rec in window_records(rank, run, size)]
     for rec in sorted(records, key=lambda r: (r["window"], r["rank"])):  # as they came live
         merger.add(rec)
     merger.flush()
@@ -204,7 +233,7 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
         default=None)
     summary = merged_summary(merger, base, done=True)
     return DistributedRun(folder, summary, meta, runs[furthest].series, runs[furthest].system,
-                          notes, sorted(runs))
+                          notes, sorted(runs), merger)
 
 
 def _ended_early(merger: Merger, furthest_step: int) -> list[str]:

@@ -31,11 +31,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from trainpace.dist.merge import (
-    merge_state,
     HISTORY_WINDOWS,
     STALE_WINDOWS,
     Merger,
     _score,
+    merge_state,
 )
 from trainpace.stats import median
 

@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainpace.dist.job_summary import rank_summary
+from trainpace.dist.folders import MIN_WINDOWS, read_distributed
+from trainpace.dist.job_summary import rank_summary, summary_dict
 from trainpace.dist.job_window import OWN_FIGURES, job_window
 from trainpace.dist.merge import Merger, WindowRecord
 from trainpace.dist.monitor import RankMonitor, vitals_signs
@@ -33,6 +34,9 @@ from trainpace.summary import Summary
 logger = logging.getLogger(__name__)
 
 OWN_KEPT = 16  # rank 0's own windows kept for the merge to join (it runs a window or two late)
+# After SIGTERM, rank 0 waits at most this long without news for the other ranks' last
+# windows (they are being stopped too, and each sends its last window as it ends).
+TERM_WAIT_S = 3.0
 
 
 class JobRank:
@@ -142,11 +146,51 @@ class JobRank:
         if self.monitor is None:
             return summary
         shown = self.monitor.finish(summary, diagnose=diagnose)
+        replayed = self._replayed(diagnose) if shown is not None else None
+        if replayed is not None:
+            shown = replayed
+            if self._dashboards is not None:  # the job's summary as the report shows it
+                self._dashboards.log(Record("summary", replayed.to_dict()))
         if self._merged_folder is not None:
             self._merged_folder.close()
         if self._dashboards is not None:
             self._dashboards.close(self._dashboards_timeout_s)
         return shown
+
+    def hurry(self) -> None:
+        """The job is being stopped: the end waits for the other ranks TERM_WAIT_S at most."""
+        if self.monitor is not None:
+            self.monitor.timeout_s = min(self.monitor.timeout_s, TERM_WAIT_S)
+
+    def _replayed(self, diagnose: Callable[[Summary, Mapping[str, Any]], Summary],
+                  ) -> Summary | None:
+        """Rank 0, at the end: when the live merge scored too few windows to tell a
+        straggler (a short job, the default window), or a rank did not send its last window
+        (it died: its folder may hold a window more than it sent), the job merged again from
+        every rank's steps (each rank's folder is complete once it has sent its last window,
+        or is all that is left of a rank that died). None when a rank's folder is not here
+        (another node's) or the job is merged in two levels (too large to read at the end)."""
+        monitor = self.monitor
+        merger = monitor.merger if monitor is not None else None
+        if (monitor is None or monitor.run is None or not isinstance(merger, Merger)
+                or (merger.scored_windows >= MIN_WINDOWS and not merger.missing(done=True))):
+            return None
+        try:
+            run = read_distributed(monitor.run)
+            if run is None or run.merger is None or len(run.ranks_read) < self.info.world_size:
+                return None
+            meta = {**run.meta, "run_id": monitor.run_id}
+            meta["dist"]["exchange"] = "store, then rank_folders (few windows or a rank gone)"
+            merged = diagnose(run.summary, meta)
+            if self._merged_folder is not None:
+                self._merged_folder.log(Record("summary", summary_dict(merged, run.merger,
+                                                                      done=True)))
+                self._merged_folder.log(Record("meta", meta))
+            return merged
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            logger.warning("trainpace: merging the ranks' folders at the end failed (%s: %s); "
+                           "the live merge is shown", type(exc).__name__, exc)
+            return None
 
     # -- rank 0's dashboards (the writer thread) ------------------------------------------
 

@@ -69,6 +69,7 @@ from trainpace.meter.meta import MADE_BY, run_meta
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
 from trainpace.meter.pipeline import SINK_WINDOW_S, Window, WindowPipeline
 from trainpace.meter.probes import StepProbes, profile_window
+from trainpace.meter.signals import TermGuard
 from trainpace.meter.state import RunState, device_name
 from trainpace.meter.summaries import Summaries
 from trainpace.report.console import print_report
@@ -124,6 +125,11 @@ class Meter:
         self._job = JobRank.from_environment(lambda: self._vitals)
         job_folder: Path | None
         self.path, job_folder = self._job.claim(config.out)
+        # the job's run folder (under torchrun: the one holding rank{r}/; else self.path)
+        self.job_path: Path | None = job_folder
+        # after finish(): what the report shows (the job's merged summary at rank 0, the
+        # run's own in one process, None on the other ranks of a job)
+        self.job_summary: Summary | None = None
         self.run_id: str = config.run_id or (job_folder.name if job_folder else
                                              self._started_at.strftime("run-%Y%m%d-%H%M%S"))
         self._job.name(self.run_id)
@@ -174,6 +180,10 @@ class Meter:
         self._exit_hook = _at_exit_of(self)
         atexit.register(self._exit_hook)
         self._log_meta()
+        # SIGTERM (a launcher stopping this rank): the end and the report first, then the
+        # signal goes on to the handler that was there before
+        self._term = TermGuard(self.finish, self._job.hurry)
+        self._term.install()
 
     # -- the loop's API -------------------------------------------------------------------
 
@@ -289,6 +299,7 @@ class Meter:
         """End the run: flush the last window, write the summary, print the report."""
         if self._summary is not None:
             return self._summary
+        self._term.finishing = True
         self._loop.finished = True
         self._probes.close()  # first, whatever happens next: no capture outlives the loop
         summary: Summary | None = None
@@ -314,11 +325,13 @@ class Meter:
             # what a front-end noted (note()) is rank 0's, the job's meta has no place for it
             lambda merged, meta: self._summaries.diagnosed(merged, {**meta, **self._notes},
                                                            tune=False))
+        self.job_summary = shown
         if self.config.report and shown is not None:
             try:
                 print_report(shown, file=self._stream)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("printing the report", exc)
+        self._term.finished()  # a SIGTERM that came meanwhile goes on now
         return self._summary
 
     def __enter__(self) -> Meter:
@@ -393,8 +406,13 @@ class Meter:
 
     def _exit_without_finish(self) -> None:
         """At interpreter exit, for a run never finished: its windows reach the run folder;
-        no sink is waited for."""
+        no sink is waited for (a rank of a distributed job finishes: see below)."""
         if self._summary is not None or self._writer.closed:
+            return
+        if self._job.monitor is not None:
+            # A rank of a job whose loop died (its collective failed when another rank did):
+            # its summary, its last window to rank 0, and there the job's report, still come.
+            self.finish()
             return
         try:
             self._loop.boundary(flush=True)
