@@ -38,6 +38,8 @@ class Loop:
         self.log_once = log_once
         self.window = window
         self.handed_over = 0  # steps handed over to the writer
+        # (step, its end on the run's clock) at each step closed: the job's progress map
+        self.step_closed: Callable[[int, float], None] | None = None
         self.started = False
         self.finished = False
         self._hand_over = hand_over
@@ -126,6 +128,8 @@ class StepContext:
         loop, rec = self._loop, self._rec
         try:
             closed = rec.exit(self.batch, exc_type is not None)
+            if closed and loop.step_closed is not None:
+                loop.step_closed(rec.steps_closed, rec.last_closed.end_s)  # type: ignore[union-attr]
         except Exception as error:  # noqa: BLE001 - monitoring never breaks training
             loop.fault("ending a step", error)
             closed = False
