@@ -35,8 +35,11 @@ def report_run(args: argparse.Namespace, target: Any, meter: Any, patch: Any,
     anything was trained, leave no run folder: a usage error is not a run)."""
     failure = outcome[0]
     sys.stdout.flush()
+    meter._end_as(*ledger_end(failure))
     summary = _finished(meter, patch)
-    if not patch.trained and _failed(failure):
+    ledger = meter._ledger
+    if not patch.trained and _failed(failure) and (ledger is None or ledger.run == 1):
+        # (a restart that failed so is kept: its time is the job's)
         _discard(meter.path)
         if args.json:  # --json prints one object, also when nothing was trained
             _print_json_to(saved_stdout, _nothing_trained(failure))
@@ -93,6 +96,15 @@ def _status_of(failure: BaseException | None) -> int:
     return 0 if failure is None else 1
 
 
+def ledger_end(failure: BaseException | None) -> tuple[str, str | None]:
+    """The job ledger's run_end (status, signal) of the script's outcome."""
+    if isinstance(failure, _Terminated):
+        return "interrupted", "SIGTERM"
+    if isinstance(failure, KeyboardInterrupt):
+        return "interrupted", "SIGINT"
+    return ("failed", None) if _failed(failure) else ("finished", None)
+
+
 def _failed(failure: BaseException | None) -> bool:
     if failure is None:
         return False
@@ -105,12 +117,15 @@ def _failed(failure: BaseException | None) -> bool:
 def _discard(path: Path | None) -> None:
     """Remove the files trainpace wrote for a run that never trained, and the folder if it
     is then empty (nothing else in it is touched)."""
+    from trainpace.job.events import LEDGER_FILE
     from trainpace.runlog import META_FILE, PROFILE_FILE, STEPS_FILE, SUMMARY_FILE, SYSTEM_FILE
+    from trainpace.sinks.ledger import PROGRESS_FILE
     from trainpace.sinks.runfolder import release_run_folder
 
     if path is None:
         return
-    for name in (META_FILE, STEPS_FILE, SYSTEM_FILE, SUMMARY_FILE, PROFILE_FILE):
+    for name in (META_FILE, STEPS_FILE, SYSTEM_FILE, SUMMARY_FILE, PROFILE_FILE, LEDGER_FILE,
+                 PROGRESS_FILE):
         for file in (path / name, path / f"{name}.tmp"):
             with contextlib.suppress(OSError):
                 file.unlink()

@@ -51,8 +51,10 @@ def _target(args: tuple[Any, ...], kwargs: dict[str, Any], position: int | None,
 class CheckpointPatches:
     """The wrappers of one Meter's ledger, installed over the library functions."""
 
-    def __init__(self, ledger: JobLedger) -> None:
+    def __init__(self, ledger: JobLedger, *,
+                 before_save: Callable[[], None] | None = None) -> None:
         self._ledger = ledger
+        self._before_save = before_save  # (trainpace run: the step the save follows ends)
         self._inside = threading.local()
         self._replaced: list[tuple[Any, str, Any, Any]] = []  # (module, name, original, ours)
 
@@ -84,6 +86,11 @@ class CheckpointPatches:
             where = _target(args, kwargs, position, name)
             if checkpoint_path(where) is None:
                 return original(*args, **kwargs)  # a buffer: not a checkpoint
+            if kind == "save" and self._before_save is not None:
+                try:
+                    self._before_save()
+                except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                    logger.debug("trainpace: before a checkpoint save: %s", exc)
             timing: AbstractContextManager[None] = (
                 ledger.saving(where, source) if kind == "save" else ledger.loading(where, source))
             inside.depth = 1
