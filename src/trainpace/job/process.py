@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import re
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psutil
 
-# psutil reads the start time from the OS in clock ticks: the same process reads the same
-# value within a tick; another process given the pid later starts at least seconds apart.
+# The same process's start read twice differs by the clocks' reading jitter (well under a
+# tick); another process given the pid later started at least this much apart.
 SAME_START_S = 0.5
 
 
@@ -35,10 +36,24 @@ def this_process() -> ProcessId:
 
 
 def _start_of(process: psutil.Process) -> float | None:
+    """The OS's start time of ``process`` in Unix seconds. On Linux from the kernel's own
+    count (clock ticks since boot) against the boot clock now: to a tick, where psutil's
+    figure rests on a boot time rounded to the second."""
+    try:
+        with open(f"/proc/{process.pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+        ticks = int(fields[19])  # field 22, starttime; fields[0] is field 3
+        since_start_s = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / _TICKS_PER_S
+        return time.time() - since_start_s
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass  # not Linux: the portable figure
     try:
         return float(process.create_time())
     except (psutil.Error, OSError):
         return None
+
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def running(who: ProcessId) -> bool | None:

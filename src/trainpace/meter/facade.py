@@ -177,7 +177,8 @@ class Meter:
         self._context = self._loop.context
         if self._ledger is not None:
             self._ledger.start()
-            self._loop.step_closed = self._ledger.step
+            if self._ledger.progress_map is not None:
+                self._loop.step_closed = self._ledger.progress_map.step
             self._pipeline.steps_written = self._written
             if config.checkpoints:
                 self._checkpoints = CheckpointPatches(self._ledger)
@@ -414,8 +415,11 @@ class Meter:
         if self._checkpoints is not None:
             self._checkpoints.remove()
         if self._ledger is not None:
+            self._loop.step_closed = None  # the map is closed with the ledger
+            last = self._recorder.last_closed
             try:
-                self._ledger.end(status, signal_name)
+                self._ledger.end(status, signal_name, self._recorder.steps_closed,
+                                 last.end_s if last is not None else None)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("ending the job's ledger", exc)
 

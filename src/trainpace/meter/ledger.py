@@ -7,8 +7,9 @@
 - checkpoint saves and loads and evaluations, timed where they happen (:meth:`JobLedger.saving`,
   :meth:`JobLedger.loading`, :meth:`JobLedger.evaluation`): by the patches of
   :mod:`trainpace.meter.checkpoints`, or a framework's hooks;
-- the run's last completed step in a memory map at each step (:class:`ProgressMap`), which
-  the next run of the job turns into the killed run's last ``progress`` event.
+- the run's last completed step in a memory map at each step (:class:`ProgressMap`, set by
+  the training thread), which the next run of the job turns into a killed run's last
+  ``progress`` event.
 
 Only the single process, or rank 0 of a distributed job, writes the ledger.
 """
@@ -64,8 +65,6 @@ class JobLedger:
         self._clock = clock
         self._writer = LedgerWriter(folder, self.run)
         self._ended = False
-        self._last_step = 0
-        self._last_step_end_s = 0.0
         self._offset_s = time.time() - clock()  # Unix time of the run's clock zero
         self._folder = folder
         self._last_progress_step = history.last_progress_step
@@ -83,8 +82,7 @@ class JobLedger:
             LedgerWriter(folder, self.run - 1).write(PROGRESS, killed[1], step=killed[0],
                                                      step_end_unix_s=killed[1])
         try:
-            self.progress_map = ProgressMap(folder)
-            self.progress_map.offset_s = self._offset_s
+            self.progress_map = ProgressMap(folder, self._offset_s)
         except OSError as exc:
             self._log_once.report("keeping the run's last step in the job's progress map", exc)
         me = this_process()
@@ -99,12 +97,6 @@ class JobLedger:
     def first_step(self, t0_s: float) -> None:
         """The first step began at ``t0_s`` (the run's clock)."""
         self._writer.write(FIRST_STEP, self.unix(t0_s))
-
-    def step(self, step: int, end_s: float) -> None:
-        """Step ``step`` ended at ``end_s``: into the progress map (the training thread)."""
-        self._last_step, self._last_step_end_s = step, end_s
-        if self.progress_map is not None:
-            self.progress_map.step(step, end_s)
 
     def progress(self, step: int, t_s: float, t0_s: float) -> None:
         """The window's steps up to ``step`` (ending at ``t_s`` after ``t0_s``) are written."""
@@ -145,15 +137,16 @@ class JobLedger:
         """An evaluation loop that began at ``start_unix_s`` ran ``duration_s``."""
         self._writer.write(EVALUATION, start_unix_s, duration_s=duration_s, source=source)
 
-    def end(self, status: str, signal: str | None = None) -> None:
-        """The run ended (once: the first end said is the one written)."""
+    def end(self, status: str, signal: str | None, last_step: int,
+            last_step_end_s: float | None) -> None:
+        """The run ended after ``last_step`` steps, the last one ending at
+        ``last_step_end_s`` (the run's clock) (once: the first end said is written)."""
         if self._ended:
             return
         self._ended = True
-        last = self._last_step or None
-        self._writer.write(RUN_END, time.time(), status=status, last_step=self._last_step,
-                           last_step_end_unix_s=self.unix(self._last_step_end_s) if last
-                           else None, signal=signal)
+        self._writer.write(RUN_END, time.time(), status=status, last_step=last_step,
+                           last_step_end_unix_s=None if last_step_end_s is None
+                           else self.unix(last_step_end_s), signal=signal)
         self._writer.close()
         progress_map, self.progress_map = self.progress_map, None
         if progress_map is not None:

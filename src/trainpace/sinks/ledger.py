@@ -12,12 +12,13 @@ an earlier run saved): the full reading for goodput is :mod:`trainpace.job.ledge
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import mmap
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,8 +41,11 @@ PROGRESS_FILE = ".trainpace-progress"
 bytes in a shared memory map, which a SIGKILL does not lose (the kernel holds the pages). The
 next run of the job reads it and writes it to the ledger as the dead run's last ``progress``."""
 
-# step (int64, 0: none yet), the step's end on the run's clock, the clock's offset to Unix time
-PROGRESS_LAYOUT = struct.Struct("<qdd")
+# step (int64, 0: none yet) and the step's end on the run's clock, at each step; then the
+# clock's offset to Unix time, once
+STEP_LAYOUT = struct.Struct("<qd")
+OFFSET_LAYOUT = struct.Struct("<d")
+PROGRESS_SIZE = STEP_LAYOUT.size + OFFSET_LAYOUT.size
 
 
 @dataclass
@@ -128,25 +132,23 @@ class LedgerWriter:
 
 class ProgressMap:
     """The run's last completed step in :data:`PROGRESS_FILE`, kept current by the training
-    thread at the cost of one ``pack_into`` per step (no system call: the page is shared with
-    the kernel, which writes it out whatever happens to the process)."""
+    thread at the cost of one ``pack_into`` per step, a C call (no system call: the page is
+    shared with the kernel, which writes it out whatever happens to the process)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, offset_s: float) -> None:
         path = folder / PROGRESS_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW,
                      0o644)
         try:
             # written, not only sized: a page the disk has no room for fails here, not as a
             # SIGBUS in the training loop
-            os.write(fd, bytes(PROGRESS_LAYOUT.size))
-            self._map = mmap.mmap(fd, PROGRESS_LAYOUT.size)
+            os.write(fd, bytes(STEP_LAYOUT.size) + OFFSET_LAYOUT.pack(offset_s))
+            self._map = mmap.mmap(fd, PROGRESS_SIZE)
         finally:
             os.close(fd)
-        self.offset_s = 0.0  # Unix time minus the run's clock
-
-    def step(self, step: int, end_s: float) -> None:
-        """Step ``step`` ended at ``end_s`` (the run's clock)."""
-        PROGRESS_LAYOUT.pack_into(self._map, 0, step, end_s, self.offset_s)
+        # step(step, end_s): step ``step`` ended at ``end_s`` (the run's clock)
+        self.step: Callable[[int, float], None] = functools.partial(
+            STEP_LAYOUT.pack_into, self._map, 0)
 
     def close(self) -> None:
         with contextlib.suppress(BufferError, ValueError):
@@ -160,8 +162,9 @@ def read_progress(folder: Path) -> tuple[int, float] | None:
     except OSError:
         return None
     with open(fd, "rb") as file:
-        data = file.read(PROGRESS_LAYOUT.size)
-    if len(data) < PROGRESS_LAYOUT.size:
+        data = file.read(PROGRESS_SIZE)
+    if len(data) < PROGRESS_SIZE:
         return None
-    step, end_s, offset_s = PROGRESS_LAYOUT.unpack(data)
+    step, end_s = STEP_LAYOUT.unpack_from(data)
+    (offset_s,) = OFFSET_LAYOUT.unpack_from(data, STEP_LAYOUT.size)
     return (step, end_s + offset_s) if step > 0 else None
