@@ -10,6 +10,9 @@ hand-written loop is metered:
   are those of all its micro-batches;
 - validation and checkpointing run after a step closed and before the next batch is fetched:
   they are outside the steps, kept out of the throughput and reported in training time;
+- checkpoint saves (``trainer.save_checkpoint``, which ModelCheckpoint calls), the load a
+  fit resumes from (``ckpt_path=``) and validation loops go into the job's ledger
+  (``job.jsonl``), timed on this trainer's own methods and hooks;
 - each window's figures also go to ``trainer.loggers`` (``log_metrics``), with the names of
   :mod:`trainpace.sinks.names`;
 - under DDP each rank meters itself into ``out/rank{r}``, rank 0 merges them (console and
@@ -33,6 +36,7 @@ from trainpace.integrations._common import (
     meter_loader,
     unmeter_loader,
 )
+from trainpace.integrations._jobevents import FrameworkEvents, argument
 
 try:
     from lightning.pytorch import Callback
@@ -71,8 +75,32 @@ class TrainpaceCallback(Callback):
         self._global_step_at_start = 0
         self._loaders: list[Any] = []
         self._warned: set[str] = set()
+        self._events = FrameworkEvents("lightning")
+        # (the clock, its Unix seconds, the validation's start on it)
+        self._validation_started: tuple[Any, Any, float] | None = None
 
     # -- Lightning's hooks ----------------------------------------------------------------
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """Before a fit restores its checkpoint: time this trainer's saves and loads."""
+        if stage != "fit":
+            return
+        self._contained("timing checkpoints", self._events.wrap, trainer, "save_checkpoint",
+                        "save", argument(0, "filepath"))
+        self._contained("timing checkpoints", self._events.wrap, trainer.strategy,
+                        "load_checkpoint", "load", argument(0, "checkpoint_path"))
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.meter is not None and not trainer.sanity_checking:
+            clock, unix = self._events.clock()
+            self._validation_started = (clock, unix, clock())
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        """A validation loop of the fit: an evaluation in the job's ledger."""
+        started, self._validation_started = self._validation_started, None
+        if started is not None:
+            clock, unix, start = started
+            self._events.evaluation(unix(start), clock() - start)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Start the Meter and time the train loaders from here on."""
@@ -90,6 +118,7 @@ class TrainpaceCallback(Callback):
         self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]
         self.meter = Meter(out, **options)
+        self._events.attach(self.meter)
         self._global_step_at_start = int(trainer.global_step)
         self._contained("timing the train DataLoader", self._meter_loaders, trainer)
 
@@ -131,8 +160,9 @@ class TrainpaceCallback(Callback):
         self._finish(trainer, failed=exception)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        """The loaders are given their own class back, whatever happened."""
+        """The loaders (and the checkpoint methods) are given back, whatever happened."""
         self._restore()
+        self._events.unwrap()
 
     # -- inside ---------------------------------------------------------------------------
 
@@ -145,6 +175,7 @@ class TrainpaceCallback(Callback):
             error = failed or RuntimeError("the fit ended inside an accumulation")
             step.__exit__(type(error), error, None)
         self.summary = self.meter.finish()
+        self._events.detach()
         self._log_windows(trainer)
         self.meter = None
         self._restore()

@@ -81,7 +81,7 @@ from trainpace.runlog import Record
 from trainpace.sinks.background import Writer
 from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.console_line import ConsoleSink
-from trainpace.sinks.runfolder import RunFolderSink, release_run_folder
+from trainpace.sinks.runfolder import RunFolderSink, release_claim, release_run_folder
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)
@@ -420,6 +420,7 @@ class Meter:
             try:
                 self._ledger.end(status, signal_name, self._recorder.steps_closed,
                                  last.end_s if last is not None else None)
+                release_claim(self._ledger.folder)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("ending the job's ledger", exc)
 

@@ -62,11 +62,11 @@ class JobLedger:
         self._saves = history.saves
         self._steps_done = steps_done
         self._log_once = log_once
-        self._clock = clock
+        self.clock = clock  # the run's clock (the Meter's): events timed on it
         self._writer = LedgerWriter(folder, self.run)
         self._ended = False
         self._offset_s = time.time() - clock()  # Unix time of the run's clock zero
-        self._folder = folder
+        self.folder = folder
         self._last_progress_step = history.last_progress_step
         self._argv = argv
         self._world_size = world_size
@@ -75,7 +75,7 @@ class JobLedger:
     def start(self) -> None:
         """The run starts: ``run_start`` (after the killed run's last step, when the run
         before was killed), and the progress map is this run's from now on."""
-        folder = self._folder
+        folder = self.folder
         killed = read_progress(folder)
         if self.run > 1 and killed is not None and killed[0] > self._last_progress_step:
             # the run before ended without saying how far it got (a SIGKILL): its map did
@@ -106,36 +106,52 @@ class JobLedger:
     @contextmanager
     def saving(self, where: Any, source: str) -> Iterator[None]:
         """Times a checkpoint save; written when it returns."""
-        unix_s, start = time.time(), time.perf_counter()
+        start = self.clock()
         step = self._steps_done()
         yield
-        try:
-            path = checkpoint_path(where)
-            if path is not None:
-                self._saves[path] = (self.run, step)
-            self._writer.write(CHECKPOINT_SAVE, unix_s, duration_s=time.perf_counter() - start,
-                               step=step, path=path, source=source)
-        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._log_once.report("writing a checkpoint save to the job's ledger", exc)
+        self.saved(self.unix(start), self.clock() - start, where, source, step=step)
 
     @contextmanager
     def loading(self, where: Any, source: str) -> Iterator[None]:
-        """Times a checkpoint load (which names the save that wrote it); written when it
-        returns."""
-        unix_s, start = time.time(), time.perf_counter()
+        """Times a checkpoint load; written when it returns."""
+        start = self.clock()
         yield
+        self.loaded(self.unix(start), self.clock() - start, where, source)
+
+    def saved(self, unix_s: float, duration_s: float, where: Any, source: str, *,
+              step: int | None = None) -> None:
+        """A save to ``where`` began at ``unix_s`` and took ``duration_s``, after ``step``
+        steps (default: the steps done now)."""
+        if self._ended:
+            return
+        try:
+            step = self._steps_done() if step is None else step
+            path = checkpoint_path(where)
+            if path is not None:
+                self._saves[path] = (self.run, step)
+            self._writer.write(CHECKPOINT_SAVE, unix_s, duration_s=duration_s, step=step,
+                               path=path, source=source)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._log_once.report("writing a checkpoint save to the job's ledger", exc)
+
+    def loaded(self, unix_s: float, duration_s: float, where: Any, source: str) -> None:
+        """A load from ``where`` began at ``unix_s`` and took ``duration_s``; it names the
+        save of the job that wrote that path, if one did."""
+        if self._ended:
+            return
         try:
             path = checkpoint_path(where)
             saved = self._saves.get(path) if path is not None else None
-            self._writer.write(CHECKPOINT_LOAD, unix_s, duration_s=time.perf_counter() - start,
-                               path=path, saved_by_run=saved[0] if saved else None,
+            self._writer.write(CHECKPOINT_LOAD, unix_s, duration_s=duration_s, path=path,
+                               saved_by_run=saved[0] if saved else None,
                                saved_at_step=saved[1] if saved else None, source=source)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("writing a checkpoint load to the job's ledger", exc)
 
     def evaluation(self, start_unix_s: float, duration_s: float, source: str) -> None:
         """An evaluation loop that began at ``start_unix_s`` ran ``duration_s``."""
-        self._writer.write(EVALUATION, start_unix_s, duration_s=duration_s, source=source)
+        if not self._ended:
+            self._writer.write(EVALUATION, start_unix_s, duration_s=duration_s, source=source)
 
     def end(self, status: str, signal: str | None, last_step: int,
             last_step_end_s: float | None) -> None:

@@ -15,7 +15,6 @@ import contextlib
 import errno
 import logging
 import os
-import socket
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -109,6 +108,13 @@ def _job_mode(env: Mapping[str, str]) -> str | None:
     return value
 
 
+def release_claim(folder: Path) -> None:
+    """The run in ``folder`` has ended: its claim is given back (the files stay; the next
+    process decides by the job's ledger whether it continues the job there)."""
+    with contextlib.suppress(OSError):
+        (folder / CLAIM_FILE).unlink()
+
+
 def release_run_folder(folder: Path) -> None:
     """Give back a folder claimed for a run that never started (a sink could not be made)."""
     (folder / CLAIM_FILE).unlink(missing_ok=True)
@@ -195,16 +201,17 @@ def _why_not_ours(folder: Path, command: list[str], mode: str | None) -> str | N
         # An earlier run's files without a ledger, or links planted in a folder others can
         # write to (lines appended through them would land in any file): not a job.
         return "other files than a trainpace job (a run folder starts empty)"
-    start, finished = last
+    start, status = last
     if mode == "new":
         return f"a job ({JOB_ENV}=new)"
-    if finished and mode != "continue":
+    if status == FINISHED and mode != "continue":
         return "a job whose run there finished"
     if mode != "continue" and start.get("argv") != command:
         return "another command's run"
     owner = ProcessId(int(start.get("pid") or 0), str(start.get("host")),
                       start.get("process_start_unix_s"))
-    if running(owner) is not False and owner.host == socket.gethostname():
+    if status is None and running(owner) is not False:
+        # (its claim was given back, or it runs on another host sharing the folder)
         return f"a run still going (pid {owner.pid})"
     run_id = str(start.get("run_id"))
     if not _plain_name(run_id):
@@ -212,12 +219,13 @@ def _why_not_ours(folder: Path, command: list[str], mode: str | None) -> str | N
     return _move_latest(folder, run_id)
 
 
-def _last_run(ledger: Path) -> tuple[dict[str, Any], bool] | None:
-    """The job's latest run_start event, and whether that run finished (None: no ledger)."""
+def _last_run(ledger: Path) -> tuple[dict[str, Any], str | None] | None:
+    """The job's latest run_start event, and the status its run ended with (None: it has not
+    ended, or was killed); None without a ledger."""
     if ledger.is_symlink() or not ledger.is_file():
         return None
     start: dict[str, Any] | None = None
-    finished = False
+    status: str | None = None
     with contextlib.suppress(OSError), open(ledger, "rb") as lines:
         for line in lines:
             try:
@@ -227,11 +235,11 @@ def _last_run(ledger: Path) -> tuple[dict[str, Any], bool] | None:
             if not isinstance(event, dict) or event.get("schema") != SCHEMA:
                 continue
             if event.get("event") == RUN_START:
-                start, finished = event, False
+                start, status = event, None
             elif (event.get("event") == RUN_END and start is not None
                   and event.get("run") == start.get("run")):
-                finished = event.get("status") == FINISHED
-    return None if start is None else (start, finished)
+                status = str(event.get("status"))
+    return None if start is None else (start, status)
 
 
 def _plain_name(name: str) -> bool:
