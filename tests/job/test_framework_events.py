@@ -82,3 +82,53 @@ def test_lightning_saves_validations_and_the_resuming_load(tmp_path, monkeypatch
     (start,) = [e for e in second if e["event"] == "run_start"]
     assert start["run_id"] == "job.2"
     assert [e["step"] for e in second if e["event"] == "checkpoint_save"] == [4]
+
+
+def hf_train(tmp_path, clock, *, max_steps, resume=None):
+    transformers = pytest.importorskip("transformers")
+    from trainpace.integrations.huggingface import TrainpaceCallback, TrainpaceTrainer
+
+    class Trainer(TrainpaceTrainer, transformers.Trainer):
+        pass
+
+    def collate(items):
+        clock.advance(0.01)
+        ids = torch.tensor([item["input_ids"] for item in items])
+        return {"input_ids": ids, "labels": ids}
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+    model.register_forward_pre_hook(lambda *_: clock.advance(0.015))
+    data = [{"input_ids": list(range(1, 9))}] * 64
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "hf"), per_device_train_batch_size=4,
+        per_device_eval_batch_size=4, max_steps=max_steps, eval_strategy="steps", eval_steps=4,
+        save_strategy="steps", save_steps=4, report_to="none", use_cpu=True,
+        dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False)
+    callback = TrainpaceCallback(tmp_path / "job", window=2, warmup=0, console=False,
+                                 report=False, count_flops=False, clock=clock)
+    Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:8],
+            data_collator=collate, callbacks=[callback]).train(resume_from_checkpoint=resume)
+
+
+def test_hf_saves_evaluations_and_the_resuming_loads_with_the_mixin(tmp_path, monkeypatch):
+    clock = ManualClock()
+    hf_train(tmp_path, clock, max_steps=8)
+    first = events(tmp_path / "job")
+    saves = [e for e in first if e["event"] == "checkpoint_save"]
+    assert [(e["step"], e["path"], e["source"]) for e in saves] == [
+        (4, str(tmp_path / "hf" / "checkpoint-4"), "hf"),
+        (8, str(tmp_path / "hf" / "checkpoint-8"), "hf")]
+    # each evaluation: 2 batches collated and run forward, exactly (the manual clock)
+    evaluations = [e for e in first if e["event"] == "evaluation"]
+    assert [(e["duration_s"], e["source"]) for e in evaluations] == [
+        (pytest.approx(2 * (0.01 + 0.015)), "hf")] * 2
+    monkeypatch.setenv("TRAINPACE_JOB", "continue")
+    hf_train(tmp_path, clock, max_steps=12, resume=str(tmp_path / "hf" / "checkpoint-8"))
+    second = [e for e in events(tmp_path / "job") if e["run"] == 2]
+    loads = [e for e in second if e["event"] == "checkpoint_load"]
+    # the weights, then the optimizer's and scheduler's state: both of the save of step 8
+    assert [(e["path"], e["saved_by_run"], e["saved_at_step"]) for e in loads] == [
+        (str(tmp_path / "hf" / "checkpoint-8"), 1, 8)] * 2
+    assert [e["step"] for e in second if e["event"] == "checkpoint_save"] == [4]

@@ -19,11 +19,17 @@ for them to get the figures in the same log event, mix :class:`TrainpaceTrainer`
 Trainer class (``class Trainer(TrainpaceTrainer, transformers.Trainer): pass``); or pass
 ``wandb=True`` / ``mlflow=True`` / ``tensorboard=`` to the callback, which logs into the same
 runs directly.
+
+With the mixin, the Trainer's checkpoint saves, the loads of the checkpoint it resumes from
+(``resume_from_checkpoint=``) and its evaluations are also timed into the job's ledger
+(``job.jsonl``): the callback's events say when a save ends, never when it begins, so the
+callback alone times none of them.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,7 @@ from trainpace.integrations._common import (
     meter_loader,
     unmeter_loader,
 )
+from trainpace.integrations._jobevents import FrameworkEvents
 
 try:
     from transformers import TrainerCallback
@@ -67,6 +74,7 @@ class TrainpaceCallback(TrainerCallback):
         self._step: Any = None
         self._loader: Any = None
         self._warned: set[str] = set()
+        self.job_events = FrameworkEvents("hf")  # the mixin's saves, loads and evaluations
 
     # -- the Trainer's events -------------------------------------------------------------
 
@@ -88,6 +96,7 @@ class TrainpaceCallback(TrainerCallback):
         self._relay = WindowRelay()
         options["sinks"] = [*options.get("sinks", ()), self._relay]
         self.meter = Meter(out, **options)
+        self.job_events.attach(self.meter)
         loader = kwargs.get("train_dataloader")
         try:
             if loader is not None and meter_loader(loader, self.meter):
@@ -128,6 +137,7 @@ class TrainpaceCallback(TrainerCallback):
             error = RuntimeError("training ended inside a step")
             step.__exit__(type(error), error, None)
         self.summary = self.meter.finish()
+        self.job_events.detach()
         self.meter = None
         if self._loader is not None:
             unmeter_loader(self._loader)
@@ -165,3 +175,52 @@ class TrainpaceTrainer:
             if isinstance(callback, TrainpaceCallback):
                 callback.merge_into(logs)
         super().log(logs, *args, **kwargs)  # type: ignore[misc]
+
+    def _trainpace_events(self) -> FrameworkEvents | None:
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, TrainpaceCallback):
+                return callback.job_events
+        return None
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """HF's checkpoint save, timed into the job's ledger."""
+        events = self._trainpace_events()
+        save = super()._save_checkpoint  # type: ignore[misc]
+        if events is None:
+            return save(model, trial)  # type: ignore[no-any-return]
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        folder = os.path.join(self._get_output_dir(trial=trial),  # type: ignore[attr-defined]
+                              f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")  # type: ignore[attr-defined]
+        return events.timed("save", save, folder, model, trial)  # type: ignore[no-any-return]
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, *args: Any,
+                              **kwargs: Any) -> None:
+        """The model's weights loaded from the checkpoint training resumes from, timed."""
+        return self._timed_load(super()._load_from_checkpoint,  # type: ignore[misc]
+                                resume_from_checkpoint, *args, **kwargs)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None, *args: Any,
+                                      **kwargs: Any) -> None:
+        """The optimizer's and scheduler's state loaded from that checkpoint, timed."""
+        return self._timed_load(super()._load_optimizer_and_scheduler,  # type: ignore[misc]
+                                checkpoint, *args, **kwargs)
+
+    def _timed_load(self, load: Any, checkpoint: str | None, *args: Any, **kwargs: Any) -> None:
+        events = self._trainpace_events()
+        if events is None or checkpoint is None:
+            return load(checkpoint, *args, **kwargs)  # type: ignore[no-any-return]
+        return events.timed("load", load, checkpoint, checkpoint, *args,  # type: ignore[no-any-return]
+                            **kwargs)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """HF's evaluation, timed into the job's ledger while training runs."""
+        events = self._trainpace_events()
+        evaluate = super().evaluate  # type: ignore[misc]
+        if events is None:
+            return evaluate(*args, **kwargs)
+        clock, unix = events.clock()
+        start = clock()
+        result = evaluate(*args, **kwargs)
+        events.evaluation(unix(start), clock() - start)
+        return result
