@@ -14,7 +14,7 @@ import pytest
 from trainpace.errors import ConfigError
 from trainpace.job.events import SCHEMA
 from trainpace.job.process import this_process
-from trainpace.sinks.runfolder import CLAIM_FILE, claim_run_folder
+from trainpace.sinks.runfolder import CLAIM_FILE, claim_run_folder, move_earlier_rank_run
 
 ARGV = ["train.py", "--lr", "0.1"]
 
@@ -64,7 +64,9 @@ def test_a_restart_of_the_same_command_continues_the_job(tmp_path):
                          "runs/exp/summary.json"]
     assert (job / "runs/exp/steps.jsonl").read_text() == '{"step": 1}\n'
     me = this_process()
-    assert (job / CLAIM_FILE).read_text() == f"{me.pid} {me.host} {me.start_unix_s}\n"
+    pid, host, start_s = (job / CLAIM_FILE).read_text().split()  # the claim is ours now
+    assert (int(pid), host) == (me.pid, me.host)
+    assert float(start_s) == pytest.approx(me.start_unix_s, abs=1e-3)
     assert not (tmp_path / "exp-2").exists()
 
 
@@ -152,3 +154,23 @@ def test_the_third_run_moves_the_second_beside_the_first(tmp_path):
     assert claim_run_folder(job, argv=ARGV, env={}) == job
     assert sorted(os.listdir(job / "runs")) == ["exp", "exp.2"]
     assert os.listdir(job / "runs/exp.2") == ["meta.json"]
+
+
+def test_each_rank_moves_its_own_earlier_run_beside_the_job_files(tmp_path):
+    job = killed_job(tmp_path / "exp")
+    for rank in (0, 1):
+        folder = job / f"rank{rank}"
+        folder.mkdir()
+        (folder / "meta.json").write_bytes(orjson.dumps({"run_id": "exp", "rank": rank}))
+        (folder / "steps.jsonl").write_text('{"step": 1}\n')
+    assert claim_run_folder(job, argv=ARGV, env={}) == job  # rank 0: the top-level files
+    for rank in (0, 1):
+        move_earlier_rank_run(job / f"rank{rank}")
+    assert tree(job / "runs") == [
+        "exp", "exp/meta.json", "exp/profile", "exp/rank0", "exp/rank0/meta.json",
+        "exp/rank0/steps.jsonl", "exp/rank1", "exp/rank1/meta.json", "exp/rank1/steps.jsonl",
+        "exp/steps.jsonl", "exp/summary.json"]
+    fresh = job / "rank2"
+    fresh.mkdir()  # a rank folder with nothing of an earlier run stays
+    move_earlier_rank_run(fresh)
+    assert fresh.is_dir()

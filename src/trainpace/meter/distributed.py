@@ -15,7 +15,7 @@ from typing import Any
 from trainpace.dist.job_summary import rank_summary
 from trainpace.dist.monitor import RankMonitor, vitals_signs
 from trainpace.dist.ranks import RankInfo, rank_info
-from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder
+from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder, move_earlier_rank_run
 from trainpace.summary import Summary
 
 
@@ -41,6 +41,7 @@ class JobRank:
             path = claim_run_folder(out)
             return path, path
         path = self.monitor.run_folder(out, claim_run_folder)
+        move_earlier_rank_run(path)  # a job continued: this rank's earlier run into runs/
         if self.info.rank == 0:
             self._merged_folder = RunFolderSink(path.parent)
             self.monitor.publish = self._merged_folder.log

@@ -108,6 +108,31 @@ def _job_mode(env: Mapping[str, str]) -> str | None:
     return value
 
 
+def move_earlier_rank_run(rank_folder: Path) -> None:
+    """A rank of a distributed job continued in its folder: the ``rank{r}/`` its earlier run
+    left goes into ``runs/<that run's id>/rank{r}/`` (each rank moves its own; rank 0 moved
+    the job's top-level files when it claimed the folder)."""
+    if rank_folder.is_symlink() or not (rank_folder / META_FILE).is_file():
+        return  # nothing of an earlier run here
+    try:
+        run_id = orjson.loads((rank_folder / META_FILE).read_bytes()).get("run_id")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        run_id = None
+    runs = rank_folder.parent / RUNS_DIR
+    target = runs / str(run_id) / rank_folder.name
+    if not isinstance(run_id, str) or not _plain_name(run_id) or runs.is_symlink():
+        logger.warning("trainpace: %s holds an earlier run that cannot be moved aside (run id "
+                       "%r); this run's steps are appended to its files", rank_folder, run_id)
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(rank_folder, target)  # fails if the target exists: nothing is overwritten
+    except OSError as exc:
+        logger.warning("trainpace: could not move the earlier run in %s to %s (%s); this "
+                       "run's steps are appended to its files", rank_folder, target,
+                       exc.strerror or exc)
+
+
 def release_claim(folder: Path) -> None:
     """The run in ``folder`` has ended: its claim is given back (the files stay; the next
     process decides by the job's ledger whether it continues the job there)."""
