@@ -27,7 +27,9 @@ class MeterConfig:
 
     out: Path | None = None
     """Run folder to write (meta.json, steps.jsonl, system.jsonl, summary.json); None: none.
-    An existing run is never overwritten: the run goes to ``out-2``, ``out-3``... instead."""
+    An existing run is never overwritten: a restart of the same command whose run there did not
+    finish continues the job (the earlier run moved into ``runs/<run_id>/``); anything else goes
+    to ``out-2``, ``out-3``... instead (``TRAINPACE_JOB=continue|new`` overrides)."""
     window: int = 100
     """Steps per tumbling window: the console line, the TensorBoard points and file flushes."""
     warmup: WarmupSetting = "auto"
