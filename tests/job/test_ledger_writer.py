@@ -151,3 +151,20 @@ def test_the_progress_map_is_never_written_through_a_link(tmp_path):
     with pytest.raises(OSError, match="Too many levels of symbolic links"):
         ProgressMap(tmp_path, 0.0)
     assert victim.read_text() == "precious"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # DCP without a process group
+def test_distributed_checkpoint_saves_and_loads_are_one_event_each(tmp_path, clock):
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    save, load = dcp.save, dcp.load
+    meter = quiet_meter(tmp_path / "job", clock, checkpoints=True)
+    state = {"w": torch.ones(4)}
+    dcp.save(state, checkpoint_id=tmp_path / "dcp")  # writes through torch.save inside
+    dcp.load(state, checkpoint_id=tmp_path / "dcp")
+    meter.finish()
+    timed = [e for e in events(tmp_path / "job") if e["event"].startswith("checkpoint")]
+    assert [(e["event"], e["source"], e["path"]) for e in timed] == [
+        ("checkpoint_save", "dcp", str(tmp_path / "dcp")),
+        ("checkpoint_load", "dcp", str(tmp_path / "dcp"))]
+    assert (timed[1]["saved_by_run"], timed[1]["saved_at_step"]) == (1, 0)
+    assert (dcp.save, dcp.load) == (save, load)  # given back
