@@ -14,7 +14,12 @@ import pytest
 from trainpace.errors import ConfigError
 from trainpace.job.events import SCHEMA
 from trainpace.job.process import this_process
-from trainpace.sinks.runfolder import CLAIM_FILE, claim_run_folder, move_earlier_rank_run
+from trainpace.sinks.runfolder import (
+    CLAIM_FILE,
+    claim_run_folder,
+    move_earlier_rank_run,
+    release_run_folder,
+)
 
 ARGV = ["train.py", "--lr", "0.1"]
 
@@ -174,3 +179,12 @@ def test_each_rank_moves_its_own_earlier_run_beside_the_job_files(tmp_path):
     fresh.mkdir()  # a rank folder with nothing of an earlier run stays
     move_earlier_rank_run(fresh)
     assert fresh.is_dir()
+
+
+def test_a_restart_that_failed_to_start_its_run_leaves_the_job_to_the_next_one(tmp_path):
+    job = killed_job(tmp_path / "exp")
+    assert claim_run_folder(job, argv=ARGV, env={}) == job
+    release_run_folder(job)  # its Meter failed (a missing extra) before writing anything
+    assert claim_run_folder(job, argv=ARGV, env={}) == job
+    assert tree(job / "runs") == ["exp", "exp/meta.json", "exp/profile", "exp/steps.jsonl",
+                                  "exp/summary.json"]

@@ -128,8 +128,6 @@ class StepContext:
         loop, rec = self._loop, self._rec
         try:
             closed = rec.exit(self.batch, exc_type is not None)
-            if closed and loop.step_closed is not None:
-                loop.step_closed(rec.steps_closed, rec.last_closed.end_s)  # type: ignore[union-attr]
         except Exception as error:  # noqa: BLE001 - monitoring never breaks training
             loop.fault("ending a step", error)
             closed = False
@@ -138,6 +136,11 @@ class StepContext:
             raise
         finally:
             self.batch = None  # do not keep the batch alive until the next step
+        if closed and loop.step_closed is not None:
+            try:
+                loop.step_closed(rec.steps_closed, rec.last_closed.end_s)  # type: ignore[union-attr]
+            except Exception as error:  # noqa: BLE001 - monitoring never breaks training
+                loop.fault("keeping the job's progress", error)
         if rec.fault is not None:
             loop.fault(*rec.fault)
             rec.fault = None

@@ -277,17 +277,17 @@ def _move_latest(folder: Path, run_id: str) -> str | None:
     if runs.is_symlink() or (runs.exists() and not runs.is_dir()):
         return f"a {RUNS_DIR} that is not a folder"
     target = runs / run_id
+    # (target may exist: a process that moved the files there, then failed to start its run)
+    names = [moved for name in RUN_FILES for moved in (name, f"{name}.tmp")
+             if os.path.lexists(folder / moved)]
+    if target.is_symlink() or any(os.path.lexists(target / name) for name in names):
+        return f"a job whose {RUNS_DIR}/{run_id} holds that run's files already"
     try:
-        runs.mkdir(exist_ok=True)
-        target.mkdir()
-    except FileExistsError:
-        return f"a job whose {RUNS_DIR}/{run_id} exists already"
+        target.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            os.rename(folder / name, target / name)
     except OSError as exc:
         return f"a job that cannot be continued ({exc.strerror or exc})"
-    for name in RUN_FILES:
-        for moved in (name, f"{name}.tmp"):
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(folder / moved, target / moved)
     return None
 
 
