@@ -8,6 +8,7 @@ and rank 0 writes the merged summary into the job's folder at the end.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from trainpace.dist.monitor import RankMonitor, vitals_signs
 from trainpace.dist.ranks import RankInfo, rank_info
 from trainpace.sinks.runfolder import RunFolderSink, claim_run_folder, move_earlier_rank_run
 from trainpace.summary import Summary
+
+logger = logging.getLogger(__name__)
 
 
 class JobRank:
@@ -47,9 +50,20 @@ class JobRank:
             self.monitor.publish = self._merged_folder.log
         return path, path.parent
 
-    def name(self, run_id: str) -> None:
-        if self.monitor is not None:
-            self.monitor.run_id = run_id
+    def name(self, run_id: str) -> str:
+        """The run's id, rank 0's for every rank (a continued job's run is ``<id>.2`` on
+        rank 0, which reads the job's ledger): each rank's meta.json says the same, and a
+        later restart moves each rank's folder to the same ``runs/<run_id>/``."""
+        if self.monitor is None:
+            return run_id
+        try:
+            run_id = self.monitor.exchange.agree(f"run_id/{self.monitor.exchange.namespace}",
+                                                 run_id if self.info.rank == 0 else None)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            logger.warning("trainpace: agreeing on the run id failed (%s: %s); this rank's "
+                           "run is %r", type(exc).__name__, exc, run_id)
+        self.monitor.run_id = run_id
+        return run_id
 
     def window(self, figures: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> None:
         """A window observer (writer thread): post this rank's window; never raises."""

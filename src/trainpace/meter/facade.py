@@ -135,7 +135,7 @@ class Meter:
                                      steps_done=lambda: self._recorder.steps_closed,
                                      log_once=self._log_once, clock=clock)
             self.run_id = self._ledger.run_id
-        self._job.name(self.run_id)
+        self.run_id = self._job.name(self.run_id)
         try:
             outputs = [*keyword_sinks(config, stream, self.run_id), *extra_sinks]
         except BaseException:
