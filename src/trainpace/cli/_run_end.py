@@ -98,11 +98,13 @@ def _status_of(failure: BaseException | None) -> int:
 
 def ledger_end(failure: BaseException | None) -> tuple[str, str | None]:
     """The job ledger's run_end (status, signal) of the script's outcome."""
+    from trainpace.job.events import FAILED, FINISHED, INTERRUPTED
+
     if isinstance(failure, _Terminated):
-        return "interrupted", "SIGTERM"
+        return INTERRUPTED, "SIGTERM"
     if isinstance(failure, KeyboardInterrupt):
-        return "interrupted", "SIGINT"
-    return ("failed", None) if _failed(failure) else ("finished", None)
+        return INTERRUPTED, "SIGINT"
+    return (FAILED, None) if _failed(failure) else (FINISHED, None)
 
 
 def _failed(failure: BaseException | None) -> bool:
