@@ -131,7 +131,7 @@ def test_a_killed_runs_last_step_reaches_the_ledger_through_the_next_run(tmp_pat
     assert first.progress_map is not None
     first.progress_map.step(3, 12.5)
     first.progress_map.step(4, 13.0)  # then SIGKILL: nothing more is written
-    assert read_progress(folder) == (4, pytest.approx(first.unix(13.0)))
+    assert read_progress(folder) == (1, 4, pytest.approx(first.unix(13.0)))
     second = JobLedger(folder, run_id="job", world_size=1, steps_done=lambda: 0,
                        log_once=LogOnce())
     second.start()
@@ -149,7 +149,7 @@ def test_the_progress_map_is_never_written_through_a_link(tmp_path):
     victim.write_text("precious")
     (tmp_path / PROGRESS_FILE).symlink_to(victim)
     with pytest.raises(OSError, match="Too many levels of symbolic links"):
-        ProgressMap(tmp_path, 0.0)
+        ProgressMap(tmp_path, 1, 0.0)
     assert victim.read_text() == "precious"
 
 
@@ -168,3 +168,18 @@ def test_distributed_checkpoint_saves_and_loads_are_one_event_each(tmp_path, clo
         ("checkpoint_load", "dcp", str(tmp_path / "dcp"))]
     assert (timed[1]["saved_by_run"], timed[1]["saved_at_step"]) == (1, 0)
     assert (dcp.save, dcp.load) == (save, load)  # given back
+
+
+def test_a_map_left_by_an_older_run_says_nothing_of_the_one_killed_before_its_map(tmp_path):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    ProgressMap(folder, 1, 0.0).step(4, 12.0)  # run 1's last step; run 2 made no map
+    lines = [{"schema": SCHEMA, "event": "run_start", "run": run, "unix_s": 0.0,
+              "run_id": "job", "pid": 0, "host": "h", "argv": [], "world_size": 1,
+              "process_start_unix_s": None} for run in (1, 2)]
+    (folder / LEDGER_FILE).write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in lines))
+    third = JobLedger(folder, run_id="job", world_size=1, steps_done=lambda: 0,
+                      log_once=LogOnce())
+    third.start()
+    assert [(e["event"], e["run"]) for e in events(folder)] == [
+        ("run_start", 1), ("run_start", 2), ("run_start", 3)]

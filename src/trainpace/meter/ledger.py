@@ -76,13 +76,15 @@ class JobLedger:
         """The run starts: ``run_start`` (after the killed run's last step, when the run
         before was killed), and the progress map is this run's from now on."""
         folder = self.folder
-        killed = read_progress(folder)
-        if self.run > 1 and killed is not None and killed[0] > self._last_progress_step:
+        left = read_progress(folder)
+        if left is not None and left[0] == self.run - 1 and left[1] > self._last_progress_step:
             # the run before ended without saying how far it got (a SIGKILL): its map did
-            LedgerWriter(folder, self.run - 1).write(PROGRESS, killed[1], step=killed[0],
-                                                     step_end_unix_s=killed[1])
+            _, step, end_unix_s = left
+            for_killed = LedgerWriter(folder, self.run - 1)
+            for_killed.write(PROGRESS, end_unix_s, step=step, step_end_unix_s=end_unix_s)
+            for_killed.close()
         try:
-            self.progress_map = ProgressMap(folder, self._offset_s)
+            self.progress_map = ProgressMap(folder, self.run, self._offset_s)
         except OSError as exc:
             self._log_once.report("keeping the run's last step in the job's progress map", exc)
         me = this_process()

@@ -41,11 +41,11 @@ PROGRESS_FILE = ".trainpace-progress"
 bytes in a shared memory map, which a SIGKILL does not lose (the kernel holds the pages). The
 next run of the job reads it and writes it to the ledger as the dead run's last ``progress``."""
 
-# step (int64, 0: none yet) and the step's end on the run's clock, at each step; then the
-# clock's offset to Unix time, once
+# step (int64, 0: none yet) and the step's end on the run's clock, at each step; then, once,
+# the run (its number in the job) and its clock's offset to Unix time
 STEP_LAYOUT = struct.Struct("<qd")
-OFFSET_LAYOUT = struct.Struct("<d")
-PROGRESS_SIZE = STEP_LAYOUT.size + OFFSET_LAYOUT.size
+RUN_LAYOUT = struct.Struct("<qd")
+PROGRESS_SIZE = STEP_LAYOUT.size + RUN_LAYOUT.size
 
 
 @dataclass
@@ -135,14 +135,14 @@ class ProgressMap:
     thread at the cost of one ``pack_into`` per step, a C call (no system call: the page is
     shared with the kernel, which writes it out whatever happens to the process)."""
 
-    def __init__(self, folder: Path, offset_s: float) -> None:
+    def __init__(self, folder: Path, run: int, offset_s: float) -> None:
         path = folder / PROGRESS_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW,
                      0o644)
         try:
             # written, not only sized: a page the disk has no room for fails here, not as a
             # SIGBUS in the training loop
-            os.write(fd, bytes(STEP_LAYOUT.size) + OFFSET_LAYOUT.pack(offset_s))
+            os.write(fd, bytes(STEP_LAYOUT.size) + RUN_LAYOUT.pack(run, offset_s))
             self._map = mmap.mmap(fd, PROGRESS_SIZE)
         finally:
             os.close(fd)
@@ -155,8 +155,9 @@ class ProgressMap:
             self._map.close()
 
 
-def read_progress(folder: Path) -> tuple[int, float] | None:
-    """The step and end (Unix seconds) a run left in :data:`PROGRESS_FILE` (None: none)."""
+def read_progress(folder: Path) -> tuple[int, int, float] | None:
+    """The run, its last step and that step's end (Unix seconds) left in
+    :data:`PROGRESS_FILE` (None: none)."""
     try:
         fd = os.open(folder / PROGRESS_FILE, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
@@ -166,5 +167,5 @@ def read_progress(folder: Path) -> tuple[int, float] | None:
     if len(data) < PROGRESS_SIZE:
         return None
     step, end_s = STEP_LAYOUT.unpack_from(data)
-    (offset_s,) = OFFSET_LAYOUT.unpack_from(data, STEP_LAYOUT.size)
-    return (step, end_s + offset_s) if step > 0 else None
+    run, offset_s = RUN_LAYOUT.unpack_from(data, STEP_LAYOUT.size)
+    return (run, step, end_s + offset_s) if step > 0 else None
