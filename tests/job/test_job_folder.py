@@ -100,6 +100,8 @@ def test_what_is_not_continued_gets_a_folder_beside_it_and_says_why(tmp_path, ca
     message = caplog.records[-1].getMessage()
     assert why.format(pid=me.pid) in message
     assert f"writing this run to {tmp_path / 'exp-2'}" in message
+    # the override is named only where it would help
+    assert ("TRAINPACE_JOB=continue" in message) is (kind in ("finished", "command"))
 
 
 def test_a_live_claim_is_never_taken_over(tmp_path):

@@ -59,6 +59,10 @@ RUN_FILES = (META_FILE, STEPS_FILE, SYSTEM_FILE, SUMMARY_FILE, PROFILE_FILE, "pr
 
 JOB_MODES = ("continue", "new")
 
+# the refusals TRAINPACE_JOB=continue overrides (never a live run's, nor files not a job's)
+_FINISHED_THERE = "a job whose run there finished"
+_ANOTHER_COMMAND = "another command's run"
+
 
 def claim_run_folder(path: Path, *, argv: Sequence[str] | None = None,
                      env: Mapping[str, str] | None = None) -> Path:
@@ -91,9 +95,10 @@ def claim_run_folder(path: Path, *, argv: Sequence[str] | None = None,
         n += 1
         candidate = path.with_name(f"{path.name}-{n}")
     if candidate != path:
+        hint = (f" ({JOB_ENV}=continue continues the job there)"
+                if refused in (_FINISHED_THERE, _ANOTHER_COMMAND) else "")
         logger.warning("trainpace: %s holds %s; writing this run to %s%s", path, refused,
-                       candidate, "" if mode == "new" or "files" in str(refused) else
-                       f" ({JOB_ENV}=continue continues the job there)")
+                       candidate, hint)
     return candidate
 
 
@@ -230,9 +235,9 @@ def _why_not_ours(folder: Path, command: list[str], mode: str | None) -> str | N
     if mode == "new":
         return f"a job ({JOB_ENV}=new)"
     if status == FINISHED and mode != "continue":
-        return "a job whose run there finished"
+        return _FINISHED_THERE
     if mode != "continue" and start.get("argv") != command:
-        return "another command's run"
+        return _ANOTHER_COMMAND
     owner = ProcessId(int(start.get("pid") or 0), str(start.get("host")),
                       start.get("process_start_unix_s"))
     if status is None and running(owner) is not False:
