@@ -183,3 +183,29 @@ def test_a_map_left_by_an_older_run_says_nothing_of_the_one_killed_before_its_ma
     third.start()
     assert [(e["event"], e["run"]) for e in events(folder)] == [
         ("run_start", 1), ("run_start", 2), ("run_start", 3)]
+
+
+LATE_DCP = """
+import sys, torch, trainpace
+meter = trainpace.Meter(sys.argv[1] + "/job", checkpoints=True, console=False, report=False,
+                        count_flops=False)
+assert "torch.distributed.checkpoint" not in sys.modules  # (seconds to import: never for us)
+import torch.distributed.checkpoint as dcp
+dcp.save({"w": torch.ones(2)}, checkpoint_id=sys.argv[1] + "/dcp")
+meter.finish()
+assert not any(type(f).__name__ == "_AfterImport" for f in sys.meta_path)
+"""
+
+
+@pytest.mark.slow
+def test_distributed_checkpoint_imported_after_the_meter_is_timed_too(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(trainpace.__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", LATE_DCP, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=src))
+    assert done.returncode == 0, done.stderr
+    saves = [e for e in events(tmp_path / "job") if e["event"] == "checkpoint_save"]
+    assert [(e["source"], e["path"]) for e in saves] == [("dcp", str(tmp_path / "dcp"))]

@@ -6,6 +6,10 @@ Installed by ``trainpace run`` (which owns its process) and by ``Meter(checkpoin
 :meth:`CheckpointPatches.remove`, which restores each function it replaced unless someone
 replaced it again since.
 
+``torch.distributed.checkpoint`` takes seconds to import: it is never imported for this. When
+it is not imported yet, an import hook (on ``sys.meta_path`` while installed) wraps its
+functions as soon as the script imports it.
+
 A save or load inside another one (``torch.distributed.checkpoint`` writes through
 ``torch.save``) is part of the outer one, not an event of its own. Saves to and loads from a
 buffer without a name (``io.BytesIO``: a state sent elsewhere) are not checkpoints and are not
@@ -15,12 +19,16 @@ step path, which never calls them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import importlib
+import importlib.abc
+import importlib.machinery
 import logging
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from types import ModuleType
 from typing import Any
 
 from trainpace.meter.ledger import JobLedger, checkpoint_path
@@ -57,19 +65,31 @@ class CheckpointPatches:
         self._before_save = before_save  # (trainpace run: the step the save follows ends)
         self._inside = threading.local()
         self._replaced: list[tuple[Any, str, Any, Any]] = []  # (module, name, original, ours)
+        self._hook: _AfterImport | None = None
 
     def install(self) -> None:
-        for module_name, attribute, kind, source, position, name in TARGETS:
-            try:
-                module = importlib.import_module(module_name)
-                original = getattr(module, attribute)
-            except (ImportError, AttributeError):
-                continue  # torch.distributed not built in: nothing of it to time
+        for module_name in dict.fromkeys(target[0] for target in TARGETS):
+            if module_name in sys.modules:
+                self._patch(module_name)
+            else:
+                self._hook = _AfterImport(module_name, self._patch)
+                sys.meta_path.insert(0, self._hook)
+
+    def _patch(self, module_name: str) -> None:
+        module = sys.modules[module_name]
+        for name_of_module, attribute, kind, source, position, name in TARGETS:
+            original = getattr(module, attribute, None) if name_of_module == module_name else None
+            if original is None:
+                continue
             wrapper = self._wrap(original, kind, source, position, name)
             setattr(module, attribute, wrapper)
             self._replaced.append((module, attribute, original, wrapper))
 
     def remove(self) -> None:
+        if self._hook is not None:
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(self._hook)
+            self._hook = None
         for module, attribute, original, wrapper in reversed(self._replaced):
             if getattr(module, attribute, None) is wrapper:
                 setattr(module, attribute, original)
@@ -101,3 +121,40 @@ class CheckpointPatches:
                 inside.depth = 0
 
         return timed
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``then(name)`` once the module ``name`` is imported (the import itself is left
+    to the finders after this one)."""
+
+    def __init__(self, name: str, then: Callable[[str], None]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        for finder in [finder for finder in sys.meta_path if finder is not self]:
+            find = getattr(finder, "find_spec", None)
+            spec: importlib.machinery.ModuleSpec | None = (
+                find(fullname, path, target) if find is not None else None)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    _then_after(spec.loader, lambda: self.then(fullname))
+                return spec
+        return None
+
+
+def _then_after(loader: Any, then: Callable[[], None]) -> None:
+    """``then()`` after ``loader`` has executed the module it loads."""
+    execute = loader.exec_module
+
+    def exec_module(module: ModuleType) -> None:
+        execute(module)
+        try:
+            then()
+        except Exception as exc:  # noqa: BLE001 - never breaks the user's import
+            logger.debug("trainpace: timing %s failed: %s", module.__name__, exc)
+
+    loader.exec_module = exec_module
