@@ -27,7 +27,9 @@ class MeterConfig:
 
     out: Path | None = None
     """Run folder to write (meta.json, steps.jsonl, system.jsonl, summary.json); None: none.
-    An existing run is never overwritten: the run goes to ``out-2``, ``out-3``... instead."""
+    An existing run is never overwritten: a restart of the same command whose run there did not
+    finish continues the job (the earlier run moved into ``runs/<run_id>/``); anything else goes
+    to ``out-2``, ``out-3``... instead (``TRAINPACE_JOB=continue|new`` overrides)."""
     window: int = 100
     """Steps per tumbling window: the console line, the TensorBoard points and file flushes."""
     warmup: WarmupSetting = "auto"
@@ -90,6 +92,10 @@ class MeterConfig:
     """At finish, when the data wait is a finding and the loop's DataLoader is known: measure
     its settings for up to this many seconds (:func:`trainpace.tune_loader`) and put what was
     measured into the finding's advice. None: say the tuner's command instead."""
+    checkpoints: bool = False
+    """Time ``torch.save``/``torch.load`` and ``torch.distributed.checkpoint``'s save/load into
+    the job's ledger (``job.jsonl`` in ``out``): they are replaced while the run lasts and
+    restored at finish (``trainpace run`` always does this)."""
     sink_timeout_s: float = 5.0
     """At finish, the most time each sink (``sinks=``, TensorBoard, console...) gets to take
     its last records; a sink still busy then is abandoned with a warning."""
@@ -140,6 +146,8 @@ class MeterConfig:
             value = getattr(self, key)
             if value is not None and (not _finite(value) or value < 0):
                 raise ConfigError(key, value, "must be a finite number >= 0, or None")
+        if not isinstance(self.checkpoints, bool):
+            raise ConfigError("checkpoints", self.checkpoints, "must be True or False")
         if not _finite(self.sink_timeout_s) or self.sink_timeout_s < 0:
             raise ConfigError("sink_timeout_s", self.sink_timeout_s, "must be a number >= 0")
 

@@ -352,7 +352,7 @@ def test_credentials_in_the_scripts_arguments_are_not_stored(tmp_path):
     assert done.returncode == 0, done.stderr
     argv = json.loads((out / "meta.json").read_text())["argv"]
     assert argv[-2:] == ["--api-key", "<redacted>"]
-    assert not any("SECRET123" in p.read_text() for p in out.iterdir() if p.is_file())
+    assert not any(b"SECRET123" in p.read_bytes() for p in out.iterdir() if p.is_file())
 
 
 @pytest.mark.parametrize(("where", "error", "frame"), [

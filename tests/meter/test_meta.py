@@ -1,6 +1,6 @@
 """meta.json's argv: credentials in the script's arguments are not stored."""
 
-from trainpace.meter.meta import REDACTED, redacted_argv
+from trainpace.job.process import REDACTED, redacted_argv
 
 
 def test_values_of_arguments_named_for_credentials_are_redacted():

@@ -61,7 +61,8 @@ from trainpace.sinks.runfolder import claim_run_folder
 start = float(sys.argv[2])
 while time.time() < start:
     pass
-print(claim_run_folder(Path(sys.argv[1])).name)
+print(claim_run_folder(Path(sys.argv[1])).name, flush=True)
+sys.stdin.read()  # alive until the test has every answer: a dead process's claim is stale
 """
 
 
@@ -71,8 +72,11 @@ def test_processes_racing_for_one_path_each_get_their_own(tmp_path):
     start = time.time() + 1.5  # all of them released at once
     env = dict(os.environ, PYTHONPATH=str(Path(runfolder.__file__).parents[2]))
     procs = [subprocess.Popen([sys.executable, "-c", RACE, str(tmp_path / "run"), str(start)],
-                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(4)]
-    names = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(4)]
+    names = sorted(p.stdout.readline().strip() for p in procs)
+    for p in procs:
+        p.communicate(timeout=60)
     assert names == ["run", "run-2", "run-3", "run-4"]
 
 

@@ -40,8 +40,11 @@ def report_run(args: argparse.Namespace, target: Any, meter: Any, patch: Any,
     own) or ``"nothing"`` (another rank: it finishes its folder and says nothing)."""
     failure = outcome[0]
     sys.stdout.flush()
+    meter._end_as(*ledger_end(failure))
     summary = _finished(meter, patch)
-    if not patch.trained and _failed(failure):
+    ledger = meter._ledger
+    if not patch.trained and _failed(failure) and (ledger is None or ledger.run == 1):
+        # (a restart that failed so is kept: its time is the job's)
         _discard(meter.path)
         if args.json and shows != "nothing":  # --json prints one object, also untrained
             print_error_to(saved_stdout, *_nothing_trained(failure))
@@ -106,6 +109,17 @@ def _status_of(failure: BaseException | None) -> int:
     return 0 if failure is None else 1
 
 
+def ledger_end(failure: BaseException | None) -> tuple[str, str | None]:
+    """The job ledger's run_end (status, signal) of the script's outcome."""
+    from trainpace.job.events import FAILED, FINISHED, INTERRUPTED
+
+    if isinstance(failure, _Terminated):
+        return INTERRUPTED, "SIGTERM"
+    if isinstance(failure, KeyboardInterrupt):
+        return INTERRUPTED, "SIGINT"
+    return (FAILED, None) if _failed(failure) else (FINISHED, None)
+
+
 def _failed(failure: BaseException | None) -> bool:
     if failure is None:
         return False
@@ -118,12 +132,15 @@ def _failed(failure: BaseException | None) -> bool:
 def _discard(path: Path | None) -> None:
     """Remove the files trainpace wrote for a run that never trained, and the folder if it
     is then empty (nothing else in it is touched)."""
+    from trainpace.job.events import LEDGER_FILE
     from trainpace.runlog import META_FILE, PROFILE_FILE, STEPS_FILE, SUMMARY_FILE, SYSTEM_FILE
+    from trainpace.sinks.ledger import PROGRESS_FILE
     from trainpace.sinks.runfolder import release_run_folder
 
     if path is None:
         return
-    for name in (META_FILE, STEPS_FILE, SYSTEM_FILE, SUMMARY_FILE, PROFILE_FILE):
+    for name in (META_FILE, STEPS_FILE, SYSTEM_FILE, SUMMARY_FILE, PROFILE_FILE, LEDGER_FILE,
+                 PROGRESS_FILE):
         for file in (path / name, path / f"{name}.tmp"):
             with contextlib.suppress(OSError):
                 file.unlink()

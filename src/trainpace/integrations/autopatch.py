@@ -55,6 +55,7 @@ from torch.optim import optimizer as _optimizer
 from torch.utils.data import DataLoader
 
 from trainpace.integrations.blind_spots import blind_spots
+from trainpace.meter.checkpoints import CheckpointPatches
 from trainpace.summary import Finding
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ class AutoPatch:
         self._step_thread: int | None = None  # threading.get_ident() of that thread
         self.step_thread_name: str | None = None
         self.other_threads: dict[int, str] = {}  # ident -> name, of threads left alone
+        self._checkpoints: CheckpointPatches | None = None
 
     @staticmethod
     def counters(samples_per_step: int | None,
@@ -172,9 +174,16 @@ class AutoPatch:
             _optimizer.register_optimizer_step_post_hook(self._post_step),
         ]
         self._arm_forward()
+        ledger = self.meter._ledger
+        if ledger is not None:  # torch.save/load and DCP's, timed into the job's ledger
+            self._checkpoints = CheckpointPatches(ledger, before_save=self._settle)
+            self._checkpoints.install()
 
     def remove(self) -> None:
         """Undo everything; a step left open (the script ended inside one) is not counted."""
+        if self._checkpoints is not None:
+            self._checkpoints.remove()
+            self._checkpoints = None
         if self._original_iter is not None:
             DataLoader.__iter__ = self._original_iter  # type: ignore[method-assign,assignment]
             self._original_iter = None
@@ -299,6 +308,12 @@ class AutoPatch:
             self._tokens.counted = False
         if not self.loaders_metered:
             self._arm_forward()
+
+    def _settle(self) -> None:
+        """A checkpoint save begins: a step whose optimizer step is done is closed first (the
+        save holds it; its time is the save's, not the step's)."""
+        if self._ended and threading.get_ident() == self._step_thread:
+            self._close()
 
     def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
         # Registered only while no step is open: one call per step, not one per module.

@@ -22,13 +22,19 @@ HF's own reporters (W&B, TensorBoard, MLflow) rename every key they get to ``tra
 trainpace's figures reach those dashboards through trainpace's own sinks, under
 ``trainpace/...``: with ``report_to`` naming ``wandb`` the W&B sink logs into HF's run
 (``wandb=False`` turns it off); ``tensorboard=`` / ``mlflow=True`` as for the Meter.
+
+Checkpoint saves, the loads of the checkpoint training resumes from
+(``resume_from_checkpoint=``) and evaluations go into the job's ledger (``job.jsonl``) when
+:class:`TrainpaceTrainer` is mixed into the Trainer class (``class Trainer(TrainpaceTrainer,
+transformers.Trainer): pass``): the callback's events say when a save ends, never when it
+begins, so the callback alone times none of them.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +48,7 @@ from trainpace.integrations._common import (
     unmeter_loader,
     warmup_steps,
 )
+from trainpace.integrations._jobevents import FrameworkEvents
 
 try:
     from transformers import TrainerCallback
@@ -74,6 +81,7 @@ class TrainpaceCallback(TrainerCallback):
         self._iterations: Iterations | None = None
         self._loader: Any = None
         self._warned: set[str] = set()
+        self.job_events = FrameworkEvents("hf")  # the mixin's saves, loads and evaluations
 
     # -- the Trainer's events -------------------------------------------------------------
 
@@ -98,6 +106,7 @@ class TrainpaceCallback(TrainerCallback):
         self.meter = Meter(self.out, made_by="hf", **options)
         self._iterations = Iterations(self.meter, options.get("clock", time.perf_counter),
                                       skip_steps=warmup_steps(self.meter))
+        self.job_events.attach(self.meter)
         loader = kwargs.get("train_dataloader")
         try:
             if loader is not None and meter_loader(loader, self.meter, self._iterations):
@@ -147,6 +156,7 @@ class TrainpaceCallback(TrainerCallback):
         self.meter.note("framework", framework_note("huggingface", iterations))
         self.summary = self.meter.finish()
         self._log_windows(state)  # the last window, at its own step
+        self.job_events.detach()
         self.meter = self._iterations = None
         if self._loader is not None:
             unmeter_loader(self._loader)
@@ -173,12 +183,61 @@ class TrainpaceCallback(TrainerCallback):
 
 
 class TrainpaceTrainer:
-    """No longer needed (kept so that code mixing it in still runs): trainpace's figures go
-    into ``log_history`` from the callback and to the dashboards through trainpace's sinks,
-    under ``trainpace/...``; HF's reporters renamed them ``train/trainpace/...``."""
+    """A mixin that times the Trainer's checkpoint saves, the loads it resumes from and its
+    evaluations into the job's ledger (trainpace's figures go into ``log_history`` from the
+    callback alone, and to the dashboards through trainpace's sinks)::
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        warnings.warn("trainpace.integrations.huggingface.TrainpaceTrainer is no longer "
-                      "needed: drop it from your Trainer class (the TrainpaceCallback alone "
-                      "logs trainpace's figures)", DeprecationWarning, stacklevel=2)
-        super().__init_subclass__(**kwargs)
+        class Trainer(TrainpaceTrainer, transformers.Trainer):
+            pass
+    """
+
+    callback_handler: Any
+
+    def _trainpace_events(self) -> FrameworkEvents | None:
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, TrainpaceCallback):
+                return callback.job_events
+        return None
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """HF's checkpoint save, timed into the job's ledger."""
+        events = self._trainpace_events()
+        save = super()._save_checkpoint  # type: ignore[misc]
+        if events is None:
+            return save(model, trial)  # type: ignore[no-any-return]
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        folder = os.path.join(self._get_output_dir(trial=trial),  # type: ignore[attr-defined]
+                              f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")  # type: ignore[attr-defined]
+        return events.timed("save", save, folder, model, trial)  # type: ignore[no-any-return]
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, *args: Any,
+                              **kwargs: Any) -> None:
+        """The model's weights loaded from the checkpoint training resumes from, timed."""
+        return self._timed_load(super()._load_from_checkpoint,  # type: ignore[misc]
+                                resume_from_checkpoint, *args, **kwargs)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None, *args: Any,
+                                      **kwargs: Any) -> None:
+        """The optimizer's and scheduler's state loaded from that checkpoint, timed."""
+        return self._timed_load(super()._load_optimizer_and_scheduler,  # type: ignore[misc]
+                                checkpoint, *args, **kwargs)
+
+    def _timed_load(self, load: Any, checkpoint: str | None, *args: Any, **kwargs: Any) -> None:
+        events = self._trainpace_events()
+        if events is None or checkpoint is None:
+            return load(checkpoint, *args, **kwargs)  # type: ignore[no-any-return]
+        return events.timed("load", load, checkpoint, checkpoint, *args,  # type: ignore[no-any-return]
+                            **kwargs)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """HF's evaluation, timed into the job's ledger while training runs."""
+        events = self._trainpace_events()
+        evaluate = super().evaluate  # type: ignore[misc]
+        if events is None:
+            return evaluate(*args, **kwargs)
+        clock, unix = events.clock()
+        start = clock()
+        result = evaluate(*args, **kwargs)
+        events.evaluation(unix(start), clock() - start)
+        return result

@@ -13,6 +13,9 @@ hand-written loop is metered:
   framework's own work per step (the ``framework_work`` finding when it is large);
 - validation and checkpoint saving end the step early: they are outside the steps, kept out
   of the throughput and reported in training time;
+- checkpoint saves (``trainer.save_checkpoint``, which ModelCheckpoint calls), the load a
+  fit resumes from (``ckpt_path=``) and validation loops go into the job's ledger
+  (``job.jsonl``), timed on this trainer's own methods and hooks;
 - each window's figures also go to ``trainer.loggers`` (``log_metrics``), with the names of
   :mod:`trainpace.sinks.names`, at the step Lightning's own rows carry for the window's last
   batch;
@@ -41,6 +44,7 @@ from trainpace.integrations._common import (
     unmeter_loader,
     warmup_steps,
 )
+from trainpace.integrations._jobevents import FrameworkEvents, argument
 
 try:
     from lightning.pytorch import Callback
@@ -78,8 +82,36 @@ class TrainpaceCallback(Callback):
         self._global_step_at_open = 0
         self._loaders: list[Any] = []
         self._warned: set[str] = set()
+        self._events = FrameworkEvents("lightning")
+        # (the clock, its Unix seconds, the validation's start on it)
+        self._validation_started: tuple[Any, Any, float] | None = None
 
     # -- Lightning's hooks ----------------------------------------------------------------
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """Before a fit restores its checkpoint: time this trainer's saves and loads."""
+        if stage != "fit":
+            return
+        self._contained("timing checkpoints", self._events.wrap, trainer, "save_checkpoint",
+                        "save", argument(0, "filepath"))
+        self._contained("timing checkpoints", self._events.wrap, trainer.strategy,
+                        "load_checkpoint", "load", argument(0, "checkpoint_path"))
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        """Validation is outside the steps: a finished step ends here, and the validation
+        loop is timed for the job's ledger."""
+        if self._iterations is not None:
+            self._iterations.interrupt()
+        if self.meter is not None and not trainer.sanity_checking:
+            clock, unix = self._events.clock()
+            self._validation_started = (clock, unix, clock())
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        """A validation loop of the fit: an evaluation in the job's ledger."""
+        started, self._validation_started = self._validation_started, None
+        if started is not None:
+            clock, unix, start = started
+            self._events.evaluation(unix(start), clock() - start)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Start the Meter and time the train loaders from here on."""
@@ -98,6 +130,7 @@ class TrainpaceCallback(Callback):
         self.meter = Meter(self.out, made_by="lightning", **options)
         self._iterations = Iterations(self.meter, options.get("clock", time.perf_counter),
                                       skip_steps=warmup_steps(self.meter))
+        self._events.attach(self.meter)
         self._contained("timing the train DataLoader", self._meter_loaders, trainer)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -129,11 +162,6 @@ class TrainpaceCallback(Callback):
                              framework_step=_logging_step(trainer))
         self._log_windows(trainer)
 
-    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-        """Validation is outside the steps: a finished step ends here."""
-        if self._iterations is not None:
-            self._iterations.interrupt()
-
     def on_save_checkpoint(self, trainer: Any, pl_module: Any,
                            checkpoint: dict[str, Any]) -> None:
         """A checkpoint save is outside the steps: a finished step ends here."""
@@ -149,8 +177,9 @@ class TrainpaceCallback(Callback):
         self._finish(trainer, failed=exception)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        """The loaders are given their own class back, whatever happened."""
+        """The loaders (and the checkpoint methods) are given back, whatever happened."""
         self._restore()
+        self._events.unwrap()
 
     # -- inside ---------------------------------------------------------------------------
 
@@ -161,6 +190,7 @@ class TrainpaceCallback(Callback):
         self._iterations.abandon(failed or RuntimeError("the fit ended inside an accumulation"))
         self.meter.note("framework", framework_note("lightning", self._iterations))
         self.summary = self.meter.finish()
+        self._events.detach()
         self._log_windows(trainer)
         self.meter = self._iterations = None
         self._restore()

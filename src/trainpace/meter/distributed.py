@@ -28,7 +28,12 @@ from trainpace.errors import ConfigError
 from trainpace.meter.outputs import shows_job
 from trainpace.runlog import Record
 from trainpace.sinks.base import FanOut, Sink
-from trainpace.sinks.runfolder import RunFolderSink, claim_rank_folder, claim_run_folder
+from trainpace.sinks.runfolder import (
+    RunFolderSink,
+    claim_rank_folder,
+    claim_run_folder,
+    move_earlier_rank_run,
+)
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)
@@ -71,7 +76,8 @@ class JobRank:
             path = claim_run_folder(out)
             return path, path
         path = self.monitor.run_folder(out, claim_run_folder)
-        if self.info.rank == 0:  # its job folder was claimed empty: nothing planted in it
+        move_earlier_rank_run(path)  # a job continued: this rank's earlier run into runs/
+        if self.info.rank == 0:  # its job folder was claimed (empty, or this job's)
             self._merged_folder = RunFolderSink(path.parent)
             return path, path.parent
         try:
@@ -109,9 +115,20 @@ class JobRank:
             self.monitor.merger.on_scored = self._merged_window
         return [*own, _MetaTo(self._dashboards)]
 
-    def name(self, run_id: str) -> None:
-        if self.monitor is not None:
-            self.monitor.run_id = run_id
+    def name(self, run_id: str) -> str:
+        """The run's id, rank 0's for every rank (a continued job's run is ``<id>.2`` on
+        rank 0, which reads the job's ledger): each rank's meta.json says the same, and a
+        later restart moves each rank's folder to the same ``runs/<run_id>/``."""
+        if self.monitor is None:
+            return run_id
+        try:
+            run_id = self.monitor.exchange.agree(f"run_id/{self.monitor.exchange.namespace}",
+                                                 run_id if self.info.rank == 0 else None)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            logger.warning("trainpace: agreeing on the run id failed (%s: %s); this rank's "
+                           "run is %r", type(exc).__name__, exc, run_id)
+        self.monitor.run_id = run_id
+        return run_id
 
     def window(self, figures: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> None:
         """A window observer (writer thread): post this rank's window; never raises."""

@@ -43,6 +43,7 @@ import datetime as dt
 import inspect
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -57,12 +58,15 @@ import torch
 from trainpace.config import MeterConfig, is_int_at_least
 from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.errors import ConfigError
+from trainpace.job.events import FAILED, FINISHED, INTERRUPTED
 from trainpace.measure.clock import device_timer_for, resolve_device
 from trainpace.measure.loader import find_dataloader, loader_settings
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.summarize import Goal
 from trainpace.measure.vitals import DeviceVitals
+from trainpace.meter.checkpoints import CheckpointPatches
 from trainpace.meter.distributed import JobRank
+from trainpace.meter.ledger import JobLedger
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import MADE_BY, run_meta
@@ -72,12 +76,13 @@ from trainpace.meter.probes import StepProbes, profile_window
 from trainpace.meter.signals import TermGuard
 from trainpace.meter.state import RunState, device_name
 from trainpace.meter.summaries import Summaries
+from trainpace.records import StepRecord
 from trainpace.report.console import print_report
 from trainpace.runlog import Record
 from trainpace.sinks.background import Writer
 from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.console_line import ConsoleSink
-from trainpace.sinks.runfolder import RunFolderSink, release_run_folder
+from trainpace.sinks.runfolder import RunFolderSink, release_claim, release_run_folder
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)
@@ -132,7 +137,17 @@ class Meter:
         self.job_summary: Summary | None = None
         self.run_id: str = config.run_id or (job_folder.name if job_folder else
                                              self._started_at.strftime("run-%Y%m%d-%H%M%S"))
-        self._job.name(self.run_id)
+        self._ledger: JobLedger | None = None
+        self._checkpoints: CheckpointPatches | None = None
+        self._end: tuple[str, str | None] = (FINISHED, None)  # the run_end to write
+        if job_folder is not None and self._job.info.rank == 0:
+            # the job's ledger (the single process, or rank 0): which run of the job this is
+            self._ledger = JobLedger(job_folder, run_id=self.run_id,
+                                     world_size=self._job.info.world_size,
+                                     steps_done=lambda: self._recorder.steps_closed,
+                                     log_once=self._log_once, clock=clock)
+            self.run_id = self._ledger.run_id
+        self.run_id = self._job.name(self.run_id)
         try:
             outputs = self._job.dashboards(  # under DDP: the job's figures, at rank 0
                 [*keyword_sinks(config, stream, self.run_id, rank=self._job.info.rank),
@@ -176,6 +191,14 @@ class Meter:
                           window=config.window, hand_over=self._hand_over,
                           first_step=self._begin_run, loader_done=self._console_line_out)
         self._context = self._loop.context
+        if self._ledger is not None:
+            self._ledger.start()
+            if self._ledger.progress_map is not None:
+                self._loop.step_closed = self._ledger.progress_map.step
+            self._pipeline.steps_written = self._written
+            if config.checkpoints:
+                self._checkpoints = CheckpointPatches(self._ledger)
+                self._checkpoints.install()
         # a run never finished still gets its windows out; never waits on a user sink
         self._exit_hook = _at_exit_of(self)
         atexit.register(self._exit_hook)
@@ -318,6 +341,7 @@ class Meter:
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("finishing the run", exc)
         self._close_outputs()
+        self._end_ledger(*self._end)
         self._summary = summary if summary is not None else Summary(run_id=self.run_id)
         # rank 0: the job's merged summary, diagnosed with the job's meta
         shown = self._job.finish(
@@ -339,7 +363,14 @@ class Meter:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if exc is not None:
+            self._end = end_of(exc)
         self.finish()
+
+    def _end_as(self, status: str, signal_name: str | None = None) -> None:
+        """How the run ended, for the job's ledger, when it did not finish: said by whoever
+        ends it (``trainpace run``, a signal handler) before :meth:`finish`."""
+        self._end = (status, signal_name)
 
     # -- the training thread's side -------------------------------------------------------
 
@@ -374,6 +405,8 @@ class Meter:
         config = self.config
         if t0 is None:
             return None
+        if self._ledger is not None:
+            self._ledger.first_step(t0)
         self._vitals = DeviceVitals(
             device=self.device, interval_s=config.sample_interval_s, clock=self._clock, t0=t0,
             flops_per_step=config.flops_per_step, peaks=self._peaks, dtype=self._dtype,
@@ -419,6 +452,28 @@ class Meter:
         except Exception as exc:  # noqa: BLE001 - at exit, nothing may raise
             self._log_once.report("writing the run at exit", exc)
         self._writer.close(WRITER_CLOSE_S)
+        # the interpreter ends with the run never finished: an uncaught error, or a script
+        # that did not call finish()
+        failure = getattr(sys, "last_value", None)
+        self._end_ledger(*(end_of(failure) if failure is not None else self._end))
+
+    def _written(self, record: StepRecord) -> None:
+        """A window's steps are in steps.jsonl: the ledger's progress (writer thread)."""
+        if self._ledger is not None and self._recorder.t0 is not None:
+            self._ledger.progress(record["step"], record["t_s"], self._recorder.t0)
+
+    def _end_ledger(self, status: str, signal_name: str | None) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.remove()
+        if self._ledger is not None:
+            self._loop.step_closed = None  # the map is closed with the ledger
+            last = self._recorder.last_closed
+            try:
+                self._ledger.end(status, signal_name, self._recorder.steps_closed,
+                                 last.end_s if last is not None else None)
+                release_claim(self._ledger.folder)
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._log_once.report("ending the job's ledger", exc)
 
     def _log_meta(self, *, finished: bool = False) -> None:
         rec, profile = self._recorder, self._probes.profile
@@ -444,6 +499,15 @@ class Meter:
             self._pipeline.emit(record)
         else:
             self._writer.submit(self._pipeline.emit, record)
+
+
+def end_of(exc: BaseException) -> tuple[str, str | None]:
+    """The ledger's run_end (status, signal) of a run ended by ``exc``."""
+    if isinstance(exc, KeyboardInterrupt):
+        return INTERRUPTED, "SIGINT"
+    if isinstance(exc, SystemExit) and exc.code in (None, 0):
+        return FINISHED, None
+    return FAILED, None
 
 
 def _at_exit_of(meter: Meter) -> Callable[[], None]:

@@ -40,6 +40,8 @@ class Loop:
         self.log_once = log_once
         self.window = window
         self.handed_over = 0  # steps handed over to the writer
+        # (step, its end on the run's clock) at each step closed: the job's progress map
+        self.step_closed: Callable[[int, float], None] | None = None
         self.started = False
         self.finished = False
         self._hand_over = hand_over
@@ -150,6 +152,11 @@ class StepContext:
             raise
         finally:
             self.batch = None  # do not keep the batch alive until the next step
+        if closed and loop.step_closed is not None:
+            try:
+                loop.step_closed(rec.steps_closed, rec.last_closed.end_s)  # type: ignore[union-attr]
+            except Exception as error:  # noqa: BLE001 - monitoring never breaks training
+                loop.fault("keeping the job's progress", error)
         if rec.fault is not None:
             loop.fault(*rec.fault)
             rec.fault = None

@@ -7,10 +7,9 @@ import dataclasses
 import datetime as dt
 import os
 import platform
-import re
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -18,6 +17,7 @@ import torch
 from trainpace._version import __version__
 from trainpace.config import MeterConfig
 from trainpace.dist.ranks import rank_info
+from trainpace.job.process import redacted_argv
 from trainpace.measure.summarize import Goal
 from trainpace.runlog import META_SCHEMA
 
@@ -69,38 +69,6 @@ def run_meta(*, config: MeterConfig, made_by: str, run_id: str, started_at: dt.d
         "profile": profile,
         "sinks": sinks,
     }
-
-
-# Words in an argument's name that say its value is a credential (``--api-key``,
-# ``--hf_token``, ``db.password=``); whole words, so ``--max-tokens`` keeps its value.
-_SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd"})
-REDACTED = "<redacted>"
-
-
-def _names_secret(name: str) -> bool:
-    return any(word in _SECRET_WORDS for word in re.split(r"[^a-z0-9]+", name.lower()))
-
-
-def redacted_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` with the values of credential arguments replaced: ``--x=V``, ``x=V`` and
-    ``--x V`` where x names a key, token, secret or password (meta.json is shared)."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next and not arg.startswith("--"):
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        hide_next = False
-        name, equals, _ = arg.partition("=")
-        if equals and _names_secret(name):
-            out.append(f"{name}={REDACTED}")
-        elif not equals and arg.startswith("-") and _names_secret(arg):
-            out.append(arg)
-            hide_next = True
-        else:
-            out.append(arg)
-    return out
 
 
 def usable_cpus() -> int | None:

@@ -61,6 +61,8 @@ class WindowPipeline:
         self.run_folder = run_folder
         self.sinks = sinks
         self.observers: list[WindowObserver] = []
+        # the last step record once a window's lines are in steps.jsonl (the job's ledger)
+        self.steps_written: Callable[[StepRecord], None] | None = None
         self._log_once = log_once
         self._clock = clock
         self._vitals = vitals
@@ -95,6 +97,8 @@ class WindowPipeline:
         if self.run_folder is not None and lines:
             try:
                 self.run_folder.append_steps(lines)
+                if self.steps_written is not None:
+                    self.steps_written(lines[-1])
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("writing the run folder (window)", exc)
         keep = bool(self.observers or self.sinks.reads_steps)

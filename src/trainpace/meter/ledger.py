@@ -1,0 +1,171 @@
+"""The Meter's side of the job ledger: which events this run writes, and when.
+
+- ``run_start`` when the Meter opens (with the OS's start time of the process, from which the
+  job's startup is timed), ``first_step`` when the first step begins (its ``unix_s`` is the
+  zero of steps.jsonl's ``t_s``), ``progress`` when a window's steps reach steps.jsonl (the
+  writer thread), ``run_end`` when the run finishes, fails or is interrupted;
+- checkpoint saves and loads and evaluations, timed where they happen (:meth:`JobLedger.saving`,
+  :meth:`JobLedger.loading`, :meth:`JobLedger.evaluation`): by the patches of
+  :mod:`trainpace.meter.checkpoints`, or a framework's hooks;
+- the run's last completed step in a memory map at each step (:class:`ProgressMap`, set by
+  the training thread), which the next run of the job turns into a killed run's last
+  ``progress`` event.
+
+Only the single process, or rank 0 of a distributed job, writes the ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from trainpace.job.events import (
+    CHECKPOINT_LOAD,
+    CHECKPOINT_SAVE,
+    EVALUATION,
+    FIRST_STEP,
+    PROGRESS,
+    RUN_END,
+    RUN_START,
+)
+from trainpace.job.process import job_command, this_process
+from trainpace.meter.log_once import LogOnce
+from trainpace.sinks.ledger import LedgerWriter, ProgressMap, read_history, read_progress
+
+
+def checkpoint_path(where: Any) -> str | None:
+    """A save's or load's target as the ledger names it (absolute, so that a restart in the
+    same folder matches it); None for a buffer or a file object without a name."""
+    if isinstance(where, (str, os.PathLike)):
+        return os.path.abspath(os.fspath(where))
+    name = getattr(where, "name", None)
+    return os.path.abspath(name) if isinstance(name, str) else None
+
+
+class JobLedger:
+    """This run's events in the job's ledger. Nothing here raises into the training."""
+
+    def __init__(self, folder: Path, *, run_id: str, world_size: int,
+                 steps_done: Callable[[], int], log_once: LogOnce,
+                 clock: Callable[[], float] = time.perf_counter,
+                 argv: list[str] | None = None) -> None:
+        history = read_history(folder)
+        self.run = history.runs + 1
+        # a later run of the job: <first run's id>.<n>, unique within the job
+        base = history.first_run_id or run_id
+        self.run_id = run_id if self.run == 1 else f"{base}.{self.run}"
+        self._saves = history.saves
+        self._steps_done = steps_done
+        self._log_once = log_once
+        self.clock = clock  # the run's clock (the Meter's): events timed on it
+        self._writer = LedgerWriter(folder, self.run)
+        self._ended = False
+        self._offset_s = time.time() - clock()  # Unix time of the run's clock zero
+        self.folder = folder
+        self._last_progress_step = history.last_progress_step
+        self._argv = argv
+        self._world_size = world_size
+        self.progress_map: ProgressMap | None = None
+
+    def start(self) -> None:
+        """The run starts: ``run_start`` (after the killed run's last step, when the run
+        before was killed), and the progress map is this run's from now on."""
+        folder = self.folder
+        left = read_progress(folder)
+        if left is not None and left[0] == self.run - 1 and left[1] > self._last_progress_step:
+            # the run before ended without saying how far it got (a SIGKILL): its map did
+            _, step, end_unix_s = left
+            for_killed = LedgerWriter(folder, self.run - 1)
+            for_killed.write(PROGRESS, end_unix_s, step=step, step_end_unix_s=end_unix_s)
+            for_killed.close()
+        try:
+            self.progress_map = ProgressMap(folder, self.run, self._offset_s)
+        except OSError as exc:
+            self._log_once.report("keeping the run's last step in the job's progress map", exc)
+        me = this_process()
+        self._writer.write(RUN_START, time.time(), run_id=self.run_id, pid=me.pid, host=me.host,
+                           argv=job_command(sys.argv if self._argv is None else self._argv),
+                           world_size=self._world_size, process_start_unix_s=me.start_unix_s)
+
+    def unix(self, clock_s: float) -> float:
+        """A time on the run's clock as Unix seconds."""
+        return clock_s + self._offset_s
+
+    def first_step(self, t0_s: float) -> None:
+        """The first step began at ``t0_s`` (the run's clock)."""
+        self._writer.write(FIRST_STEP, self.unix(t0_s))
+
+    def progress(self, step: int, t_s: float, t0_s: float) -> None:
+        """The window's steps up to ``step`` (ending at ``t_s`` after ``t0_s``) are written."""
+        end = self.unix(t0_s + t_s)
+        self._writer.write(PROGRESS, end, step=step, step_end_unix_s=end)
+
+    @contextmanager
+    def saving(self, where: Any, source: str) -> Iterator[None]:
+        """Times a checkpoint save; written when it returns."""
+        start = self.clock()
+        step = self._steps_done()
+        yield
+        self.saved(self.unix(start), self.clock() - start, where, source, step=step)
+
+    @contextmanager
+    def loading(self, where: Any, source: str) -> Iterator[None]:
+        """Times a checkpoint load; written when it returns."""
+        start = self.clock()
+        yield
+        self.loaded(self.unix(start), self.clock() - start, where, source)
+
+    def saved(self, unix_s: float, duration_s: float, where: Any, source: str, *,
+              step: int | None = None) -> None:
+        """A save to ``where`` began at ``unix_s`` and took ``duration_s``, after ``step``
+        steps (default: the steps done now)."""
+        if self._ended:
+            return
+        try:
+            step = self._steps_done() if step is None else step
+            path = checkpoint_path(where)
+            if path is not None:
+                self._saves[path] = (self.run, step)
+            self._writer.write(CHECKPOINT_SAVE, unix_s, duration_s=duration_s, step=step,
+                               path=path, source=source)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._log_once.report("writing a checkpoint save to the job's ledger", exc)
+
+    def loaded(self, unix_s: float, duration_s: float, where: Any, source: str) -> None:
+        """A load from ``where`` began at ``unix_s`` and took ``duration_s``; it names the
+        save of the job that wrote that path, if one did."""
+        if self._ended:
+            return
+        try:
+            path = checkpoint_path(where)
+            saved = self._saves.get(path) if path is not None else None
+            self._writer.write(CHECKPOINT_LOAD, unix_s, duration_s=duration_s, path=path,
+                               saved_by_run=saved[0] if saved else None,
+                               saved_at_step=saved[1] if saved else None, source=source)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._log_once.report("writing a checkpoint load to the job's ledger", exc)
+
+    def evaluation(self, start_unix_s: float, duration_s: float, source: str) -> None:
+        """An evaluation loop that began at ``start_unix_s`` ran ``duration_s``."""
+        if not self._ended:
+            self._writer.write(EVALUATION, start_unix_s, duration_s=duration_s, source=source)
+
+    def end(self, status: str, signal: str | None, last_step: int,
+            last_step_end_s: float | None) -> None:
+        """The run ended after ``last_step`` steps, the last one ending at
+        ``last_step_end_s`` (the run's clock) (once: the first end said is written)."""
+        if self._ended:
+            return
+        self._ended = True
+        self._writer.write(RUN_END, time.time(), status=status, last_step=last_step,
+                           last_step_end_unix_s=None if last_step_end_s is None
+                           else self.unix(last_step_end_s), signal=signal)
+        self._writer.close()
+        progress_map, self.progress_map = self.progress_map, None
+        if progress_map is not None:
+            progress_map.close()
