@@ -87,8 +87,9 @@ def test_tiny_steps_keep_the_run_folder_within_a_window(tmp_path):
             worst = max(worst, steps - lines(meter.path))
     at_end = steps - lines(meter.path)
     meter.finish()
-    # on disk: every window but the open one and the one being written
-    assert worst <= 2 * window and at_end <= 2 * window
+    # on disk: every step but those of the open half window and the half being written
+    # (the open one may be whole: its hand-over comes as the next step begins)
+    assert worst <= window and at_end <= window
     assert len(read_run(meter.path).steps) == 30_000
 
 
@@ -113,7 +114,8 @@ for b in meter.loader(range(10**9)):
 """
 
 
-def test_sigkill_loses_at_most_the_open_window_and_the_one_in_flight(tmp_path):
+def test_sigkill_loses_at_most_a_window(tmp_path):
+    """The open half window and the half in flight, no more."""
     rng = random.Random(7)
     env = dict(os.environ, PYTHONPATH=str(Path(trainpace.__file__).parents[1]))
     for attempt in range(2):
@@ -130,7 +132,7 @@ def test_sigkill_loses_at_most_the_open_window_and_the_one_in_flight(tmp_path):
         child.wait(30)
         done = int.from_bytes(counter.read_bytes(), "little")
         recovered = len(read_run(out).steps)
-        assert done - 2 * 20 <= recovered <= done
+        assert done - 20 <= recovered <= done
 
 
 UNFINISHED = """
