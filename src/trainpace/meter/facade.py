@@ -12,7 +12,7 @@ lifetimes; it holds no measuring logic.
     summary = meter.finish()
 
 A step's one path: the training thread fills a :class:`~trainpace.measure.steprow.StepRow`
-and, at each window boundary, hands the window's rows over as they are (no writing there);
+and, halfway through each window and at its end, hands the rows over as they are (no writing there);
 the one writer thread makes them ``steps.jsonl`` records (:class:`~trainpace.records.StepRecord`,
 the lines) and columns (:class:`~trainpace.series.StepSeries`, the window's and the run's), whose
 figures one function computes (:func:`~trainpace.measure.summarize.figures`), and gives the
