@@ -9,7 +9,8 @@ Each process (1, or 2 and 4 DDP ranks: gloo on the CPU, one torch thread each, r
 started with ``torch.multiprocessing``) trains a small MLP in alternating blocks, bare and
 under a fresh ``trainpace.Meter(window=W)``, timing every step with its own clock. In a block,
 the *boundary steps* are the steps ``k*W + 1`` (k >= 1): the first of each window, the one
-the hand-over and the writer's work fall into. Their excess = the mean, over the boundary
+the hand-over and the writer's work fall into (the steps ``k*W + W/2 + 1``, after the
+mid-window hand-over, are shown beside them). Their excess = the mean, over the boundary
 steps of every block, of (the step's time - its block's median step). The same positions in
 the bare blocks give the bare run's figure (no boundary there: noise). The bare run's
 boundary-free noise is the spread of that same statistic at the other positions of a window
@@ -83,6 +84,8 @@ def figures(bare: list[list[float]], metered: list[list[float]], window: int) ->
         "metered_step_ms": statistics.median(t for b in metered for t in b[window:]) * 1e3,
         "boundary_excess_ms_metered": excess_at(metered, window, 1) * 1e3,
         "boundary_excess_ms_bare": excess_at(bare, window, 1) * 1e3,
+        # the mid-window hand-over (the first half's steps to the writer): lighter, but there
+        "half_excess_ms_metered": excess_at(metered, window, window // 2 + 1) * 1e3,
         "bare_noise_ms": max(abs(v) for v in noise) * 1e3,
         "metered_noise_ms": max(abs(v) for v in metered_free) * 1e3,
         "boundaries": sum(len(range(window, len(b), window)) for b in metered),
@@ -155,14 +158,15 @@ def main(argv: list[str] | None = None) -> int:
           f"(load average {' '.join(f'{x:.1f}' for x in load_before)} on "
           f"{os.cpu_count()} CPUs)")
     print(f"{'processes':>9} {'bare ms':>8} {'boundary excess ms':>19} "
-          f"{'bare, same steps':>17} {'bare noise ms':>14}  verdict")
+          f"{'bare, same steps':>17} {'half-window ms':>15} {'bare noise ms':>14}  verdict")
     for world in (int(w) for w in args.ranks.split(",")):
         row = run(world, args.rounds, args.steps, args.window, args.width)
         excess, noise = row["boundary_excess_ms_metered"], row["bare_noise_ms"]
-        row["resolved"] = excess > noise
+        row["resolved"] = max(excess, row["half_excess_ms_metered"]) > noise
         rows.append(row)
         print(f"{world:>9} {row['bare_step_ms']:>8.2f} {excess:>19.3f} "
-              f"{row['boundary_excess_ms_bare']:>17.3f} {noise:>14.3f}  "
+              f"{row['boundary_excess_ms_bare']:>17.3f} {row['half_excess_ms_metered']:>15.3f} "
+              f"{noise:>14.3f}  "
               f"{'RESOLVED: the boundary costs a step' if row['resolved'] else 'not resolved'}",
               flush=True)
     from results import write_result
