@@ -72,6 +72,7 @@ class WindowPipeline:
         self._refresh_cost_s = 0.0
         self._unsent: list[StepRecord] = []  # the records not in a window record yet
         self._in_run = 0  # of them, those already in the run's columns (a new goal)
+        self._ended = 0  # of them, those up to the last window's end (held back: a short one)
         self._sent_t_s = 0.0  # the run time the last window record reached
 
     def emit(self, record: Record) -> None:
@@ -99,6 +100,8 @@ class WindowPipeline:
         unsent = self._unsent
         for window, records in made:
             unsent += records
+            if window.ends_window or window.final or window.flush:
+                self._ended = len(unsent)
             if unsent and (window.final or window.flush or (
                     window.ends_window and unsent[-1]["t_s"] - self._sent_t_s >= SINK_WINDOW_S)):
                 self._send(window.final)
@@ -107,14 +110,15 @@ class WindowPipeline:
 
     @property
     def holding(self) -> bool:
-        """Steps wait for their window record (less than ``SINK_WINDOW_S`` of them so far)."""
-        return bool(self._unsent)
+        """Ended windows wait for their window record (less than ``SINK_WINDOW_S`` of them so
+        far); the first half of an open window is not held back, it is on its way."""
+        return self._ended > 0
 
     def send_held(self) -> None:
         """No window came for ``SINK_WINDOW_S`` (the loop stopped between windows: an
-        evaluation, a hang): the steps held back go out now, as for any window."""
-        if self._unsent:
-            self._send(final=False)
+        evaluation, a hang): the ended windows held back go out now, as for any window."""
+        if self._ended:
+            self._send(final=False, upto=self._ended)
 
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
@@ -123,11 +127,14 @@ class WindowPipeline:
             self._in_run = len(self._unsent)
         self.state.follow(goal)
 
-    def _send(self, final: bool) -> None:
-        """The steps not sent yet: into the run's columns (made once, here), and as a window
-        record to the sinks and observers; then, now and then, a refreshed summary."""
-        records, done = self._unsent, self._in_run
-        self._unsent, self._in_run = [], 0
+    def _send(self, final: bool, upto: int | None = None) -> None:
+        """The steps not sent yet (the first ``upto`` of them): into the run's columns (made
+        once, here), and as a window record to the sinks and observers; then, now and then, a
+        refreshed summary."""
+        upto = len(self._unsent) if upto is None else upto
+        records, done = self._unsent[:upto], min(self._in_run, upto)
+        self._unsent, self._in_run = self._unsent[upto:], max(self._in_run - upto, 0)
+        self._ended = 0
         steps = StepSeries.from_records(records)
         last_step = int(records[-1]["step"])
         self._sent_t_s = float(records[-1]["t_s"])
