@@ -3,7 +3,8 @@
 One run is one folder (DESIGN.md)::
 
     meta.json      device, versions, config, DataLoader settings, world size
-    steps.jsonl    one record per optimizer step, appended and flushed at each window
+    steps.jsonl    one record per optimizer step, appended twice a window (at most a
+                   window behind the loop: what a SIGKILL can lose)
     system.jsonl   background sampler rows (device and host readings)
     summary.json   trainpace.summary/1, refreshed at window boundaries and written at the end
     profile/       the trace of Meter(profile_steps=...), and profile_analysis.json its analysis

@@ -95,9 +95,9 @@ def test_trainpaces_own_time_is_in_the_figures(tmp_path, clock, monkeypatch):
 
     real_hand_over, real_finish = Meter._hand_over, ProfileWindow._finish
 
-    def slow_hand_over(self, final, flush):
+    def slow_hand_over(self, final, flush, ends_window):
         clock.advance(0.5)  # the boundary's work, made long
-        real_hand_over(self, final, flush)
+        real_hand_over(self, final, flush, ends_window)
 
     def slow_finish(self):
         clock.advance(0.3)  # the profiler's shutdown, made long
@@ -115,9 +115,11 @@ def test_trainpaces_own_time_is_in_the_figures(tmp_path, clock, monkeypatch):
     summary = meter.finish()
     steps = read_run(meter.path).steps
     step_s = [r["step_s"] for r in steps]
-    # boundaries before steps 6, 11 and 16 (the one after step 20 comes with the loader's end)
-    assert step_s[5] == step_s[10] == step_s[15] == pytest.approx(0.6)
-    assert sum(step_s) == pytest.approx(20 * 0.1 + 3 * 0.5)
+    # hand-overs halfway through each window and at its end: before steps 3, 6, 8, 11, 13,
+    # 16 and 18 (the one after step 20 comes with the loader's end)
+    handed = [2, 5, 7, 10, 12, 15, 17]
+    assert [step_s[i] for i in handed] == pytest.approx([0.6] * 7)
+    assert sum(step_s) == pytest.approx(20 * 0.1 + 7 * 0.5)
     # the profiler stopped after step 5, between two steps: outside them, in the wall time
     outside = [r["outside_s"] for r in steps]
     assert outside[5] == pytest.approx(0.3) and sum(outside) == pytest.approx(0.3)

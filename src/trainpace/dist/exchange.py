@@ -31,6 +31,7 @@ then, its ranks' entries (``view/{node}``); rank 0 reads the node records.
 from __future__ import annotations
 
 import datetime as _dt
+import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -78,7 +79,9 @@ TIMEOUT_HINT = "TRAINPACE_DIST_TIMEOUT_S sets the bound"
 class BoundedStore:
     """A store whose every call returns or raises within ``timeout_s`` (+ :data:`GRACE_S`).
 
-    Each call runs on a daemon thread of its own; one that does not come back in time raises
+    The calls run one at a time on one daemon thread of the store's own (started with the
+    first call: a thread per call would cost the writer a thread's start at every window);
+    the caller waits for each at most that long. One that does not come back in time raises
     ``TimeoutError`` and leaves the store dead (every later call raises at once): its thread
     stays blocked on the socket, never waited for again, and ends with the process.
     """
@@ -88,11 +91,13 @@ class BoundedStore:
         self.dead: str | None = None  # why every call now fails at once
         self._connect = connect
         self._client: Store | None = None
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], list[Any],
+                                             threading.Event]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
 
     @property
     def _store(self) -> Store:
-        if self._client is None:  # connecting is bounded too: the first call's
-            self._client = self._bounded("connecting", self._connect)
+        assert self._client is not None  # connected by _bounded before any call
         return self._client
 
     def set(self, key: str, value: bytes | str) -> None:
@@ -114,20 +119,21 @@ class BoundedStore:
         self._bounded("multi_set", lambda: self._store.multi_set(keys, values))
 
     def _bounded(self, what: str, call: Callable[[], Any]) -> Any:
+        if self._client is None:  # connecting is bounded too, on its own
+            self._client = self._wait("connecting", self._connect)
+        return self._wait(what, call)
+
+    def _wait(self, what: str, call: Callable[[], Any]) -> Any:
+        """``call()`` on the store's thread, waited for at most the bound."""
         if self.dead is not None:
             raise TimeoutError(self.dead)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="trainpace-store",
+                                            daemon=True)
+            self._thread.start()
         done = threading.Event()
         outcome: list[Any] = []
-
-        def run() -> None:
-            try:
-                outcome.append((True, call()))
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                outcome.append((False, exc))
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="trainpace-store-call", daemon=True).start()
+        self._calls.put((call, outcome, done))
         if not done.wait(self.timeout_s + GRACE_S):
             self.dead = (f"the job's store did not answer ({what}) within "
                          f"{self.timeout_s:g} s ({TIMEOUT_HINT})")
@@ -136,6 +142,17 @@ class BoundedStore:
         if not ok:
             raise value
         return value
+
+    def _serve(self) -> None:
+        """The store's thread: each call in turn, its outcome handed to the waiting caller."""
+        while True:
+            call, outcome, done = self._calls.get()
+            try:
+                outcome.append((True, call()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                outcome.append((False, exc))
+            finally:
+                done.set()
 
 
 class Exchange:

@@ -41,7 +41,10 @@ DEFAULT_TIMEOUT_S = 10.0
 POLL_S = 0.1
 # Rank 0's mid-run publication of the merged run takes at most this share of the time (at
 # thousands of ranks it costs a second of the writer thread: it is then made less often).
-PUBLISH_BUDGET = 0.05
+# The writer's Python work holds the GIL the training thread needs after each of its torch
+# calls: each publication is felt by the step it falls in (and, through the collectives, by
+# every rank's), so it is kept rare (a millisecond's publication: every half second).
+PUBLISH_BUDGET = 0.002
 YIELD_EVERY = 256  # records merged between two yields of the GIL
 
 

@@ -12,7 +12,7 @@ lifetimes; it holds no measuring logic.
     summary = meter.finish()
 
 A step's one path: the training thread fills a :class:`~trainpace.measure.steprow.StepRow`
-and, at each window boundary, hands the window's rows over as they are (no writing there);
+and, halfway through each window and at its end, hands the rows over as they are (no writing there);
 the one writer thread makes them ``steps.jsonl`` records (:class:`~trainpace.records.StepRecord`,
 the lines) and columns (:class:`~trainpace.series.StepSeries`, the window's and the run's), whose
 figures one function computes (:func:`~trainpace.measure.summarize.figures`), and gives the
@@ -374,18 +374,20 @@ class Meter:
 
     # -- the training thread's side -------------------------------------------------------
 
-    def _hand_over(self, final: bool, flush: bool) -> None:
-        """The steps closed since the last window, to the writer as they are. When the writer
-        is still on an earlier window (steps far shorter than its work per step, holding the
-        GIL it needs), wait for it, at most LAG_WAIT_S: a SIGKILL then loses the open window
-        and the one handed over, no more. A writer that could not catch up once (a stalled
-        disk) is not waited for again until it has."""
+    def _hand_over(self, final: bool, flush: bool, ends_window: bool) -> None:
+        """The steps closed since the last hand-over (half a window), to the writer as they
+        are. When the writer is still on an earlier half (steps far shorter than its work per
+        step, holding the GIL it needs), wait for it, at most LAG_WAIT_S: a SIGKILL then loses
+        the open half and the one handed over: a window at most. A writer that keeps up is
+        never waited for; one that could not catch up once (a stalled disk) is not waited for
+        again until it has."""
         rec = self._recorder
         make_records = rec.take_ready(final=final)
         if rec.tokens_counted != self._meta.get("tokens_counted"):
             self._log_meta()  # learnt from the first token batch: a killed run keeps it
         writer = self._writer
-        number = writer.submit_window(Window(make_records, final, rec.steps_closed, flush))
+        number = writer.submit_window(Window(make_records, final, rec.steps_closed, flush,
+                                             ends_window))
         if writer.windows_written >= number - 1:
             self._writer_stalled = False
         elif not final and not self._writer_stalled:

@@ -25,7 +25,10 @@ from trainpace.meter.probes import StepProbes
 class Loop:
     """The training thread's side of a Meter.
 
-    ``hand_over(final, flush)`` gives the steps closed since the last window to the writer;
+    ``hand_over(final, flush, ends_window)`` gives the steps closed since the last hand-over
+    to the writer: twice a window (halfway, and at its end), so that the run folder is never
+    more than a window behind the loop (a SIGKILL loses at most one window: the steps of
+    the open half, and of the half handed over last if it is not written yet);
     ``first_step()`` runs when the first step begins (the sampler starts then, and returns a
     FLOP counter for that step, or None); ``loader_done()`` runs when a metered loader is
     exhausted. Each is the Meter's. Their time is the loop's: it is in the step times (or the
@@ -33,7 +36,7 @@ class Loop:
     """
 
     def __init__(self, *, recorder: StepRecorder, probes: StepProbes, log_once: LogOnce,
-                 window: int, hand_over: Callable[[bool, bool], None],
+                 window: int, hand_over: Callable[[bool, bool, bool], None],
                  first_step: Callable[[], Any], loader_done: Callable[[], None]) -> None:
         self.recorder = recorder
         self.probes = probes
@@ -42,6 +45,9 @@ class Loop:
         self.handed_over = 0  # steps handed over to the writer
         # (step, its end on the run's clock) at each step closed: the job's progress map
         self.step_closed: Callable[[int, float], None] | None = None
+        self.window_start = 0  # the steps closed when the open window began
+        # the steps closed at which the next hand-over is due (read at every step)
+        self.next_hand_over = _halfway(0, window)
         self.started = False
         self.finished = False
         self._hand_over = hand_over
@@ -50,10 +56,18 @@ class Loop:
         self.context = StepContext(self)
 
     def boundary(self, *, final: bool = False, flush: bool = False) -> None:
-        """Hand the steps closed since the last window over to the writer (``flush``: their
-        window record goes to the sinks now)."""
-        self._hand_over(final, flush)
-        self.handed_over = self.recorder.steps_closed
+        """Hand the steps closed since the last hand-over to the writer: halfway through a
+        window, or at its end (``flush``: the window ends now and its record goes to the sinks
+        at once)."""
+        closed = self.recorder.steps_closed
+        ends_window = final or flush or closed - self.window_start >= self.window
+        self._hand_over(final, flush, ends_window)
+        self.handed_over = closed
+        if ends_window:
+            self.window_start = closed
+            self.next_hand_over = _halfway(closed, self.window)
+        else:
+            self.next_hand_over = self.window_start + self.window
 
     def begin_run(self) -> None:
         self.started = True
@@ -116,7 +130,7 @@ class StepContext:
         loop, rec = self._loop, self._rec
         try:
             self.depth = 1
-            if rec.steps_closed - loop.handed_over >= loop.window:
+            if rec.steps_closed >= loop.next_hand_over:
                 loop.boundary()
             if loop.probes.active:
                 loop.profile_begin()
@@ -271,6 +285,11 @@ class MeteredIterator:
         if started is not None:
             _contained(self._loop, "timing the copy", rec.copy_done, started)
         return moved
+
+
+def _halfway(start: int, window: int) -> int:
+    """The steps closed at the first hand-over of a window that begins after ``start``."""
+    return start + max(window // 2, 1)
 
 
 def _contained(loop: Loop, where: str, fn: Callable[..., Any], *args: Any) -> Any:

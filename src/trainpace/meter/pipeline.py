@@ -1,14 +1,13 @@
 """The writer side of a window: records, columns, figures, the run folder, sinks, observers.
 
 Runs on the writer thread (:class:`~trainpace.sinks.background.Writer`). The training thread
-hands over a window's rows as they are; here they become ``steps.jsonl`` records (the lines,
-one append for all the windows taken together) and, at once, columns (a
-:class:`~trainpace.series.StepSeries`, appended to the run's when its window record goes out),
-and the window's figures come from the function that computes the run's. The records are kept
-only for the sinks and observers that read steps: made into columns while they are fresh
-(hundreds, not a window record's thousands), tiny steps cost the writer far less. Each
-window's figures go to the sinks (one :class:`~trainpace.sinks.base.FanOut`) as its window
-record; windows shorter than ``SINK_WINDOW_S`` go out together.
+hands over the rows of each half window as they are; here they become ``steps.jsonl`` records,
+whose lines go to the run folder at once (one append for all the halves taken together). The
+records wait for the end of their window; then they become columns once (a
+:class:`~trainpace.series.StepSeries`, appended to the run's), and the window's figures come
+from the function that computes the run's. Each window's figures go to the sinks (one
+:class:`~trainpace.sinks.base.FanOut`) as its window record; windows shorter than
+``SINK_WINDOW_S`` go out together (their columns made in one pass too).
 """
 
 from __future__ import annotations
@@ -48,6 +47,7 @@ class Window:
     final: bool
     last_step: int  # the steps closed when it was handed over
     flush: bool = False  # its window record goes out now (a loader ran out)
+    ends_window: bool = True  # the last half of a window (else: the first)
 
 
 class WindowPipeline:
@@ -72,9 +72,9 @@ class WindowPipeline:
         self._system_written_s = -float("inf")
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
-        self._unsent = StepSeries()  # the steps not in a window record yet
-        self._unsent_records: list[StepRecord] = []  # their records, kept for those that read them
+        self._unsent: list[StepRecord] = []  # the records not in a window record yet
         self._in_run = 0  # of them, those already in the run's columns (a new goal)
+        self._ended = 0  # of them, those up to the last window's end (held back: a short one)
         self._sent_t_s = 0.0  # the run time the last window record reached
 
     def emit(self, record: Record) -> None:
@@ -87,10 +87,10 @@ class WindowPipeline:
         self.sinks.log(record)
 
     def windows(self, windows: list[Window]) -> None:
-        """The windows handed over since the last call, taken together: their lines go to the
-        run folder now (one append), their steps into the columns not sent yet. Once those
+        """The halves handed over since the last call, taken together: their lines go to the
+        run folder now (one append), their records wait for their window's end. Once those
         hold ``SINK_WINDOW_S`` of run time (at once at the end, or when a loader ran out),
-        they go into the run's columns, and as a window record to the sinks and observers."""
+        they become the run's columns, and a window record to the sinks and observers."""
         last = windows[-1]
         made = [(window, window.make_records()) for window in windows]
         lines = [record for _, records in made for record in records]
@@ -101,47 +101,52 @@ class WindowPipeline:
                     self.steps_written(lines[-1])
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("writing the run folder (window)", exc)
-        keep = bool(self.observers or self.sinks.reads_steps)
+        unsent = self._unsent
         for window, records in made:
-            if records:
-                self._unsent.extend(records)
-                if keep:
-                    self._unsent_records.extend(records)
-            if self._unsent and (window.final or window.flush or (
-                    records and records[-1]["t_s"] - self._sent_t_s >= SINK_WINDOW_S)):
+            unsent += records
+            if window.ends_window or window.final or window.flush:
+                self._ended = len(unsent)
+            if unsent and (window.final or window.flush or (
+                    window.ends_window and unsent[-1]["t_s"] - self._sent_t_s >= SINK_WINDOW_S)):
                 self._send(window.final)
+                unsent = self._unsent
         self._system(last.last_step)
 
     @property
     def holding(self) -> bool:
-        """Steps wait for their window record (less than ``SINK_WINDOW_S`` of them so far)."""
-        return bool(self._unsent)
+        """Ended windows wait for their window record (less than ``SINK_WINDOW_S`` of them so
+        far); the first half of an open window is not held back, it is on its way."""
+        return self._ended > 0
 
     def send_held(self) -> None:
         """No window came for ``SINK_WINDOW_S`` (the loop stopped between windows: an
-        evaluation, a hang): the steps held back go out now, as for any window."""
-        if self._unsent:
-            self._send(final=False)
+        evaluation, a hang): the ended windows held back go out now, as for any window."""
+        if self._ended:
+            self._send(final=False, upto=self._ended)
 
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
-        unsent = self._unsent
-        if len(unsent) > self._in_run:
-            self._into_run(unsent if not self._in_run
-                           else StepSeries.from_records(unsent[self._in_run:]))
-            self._in_run = len(unsent)
+        if len(self._unsent) > self._in_run:
+            self._into_run(StepSeries.from_records(self._unsent[self._in_run:]))
+            self._in_run = len(self._unsent)
         self.state.follow(goal)
 
-    def _send(self, final: bool) -> None:
-        """The steps not sent yet: into the run's columns, and as a window record to the sinks
-        and observers; then, now and then, a refreshed summary."""
-        steps, records, done = self._unsent, self._unsent_records, self._in_run
-        self._unsent, self._unsent_records, self._in_run = StepSeries(), [], 0
-        last_step = int(steps.column("step")[-1])
-        self._sent_t_s = float(steps.column("t_s")[-1])
+    def _send(self, final: bool, upto: int | None = None) -> None:
+        """The steps not sent yet (the first ``upto`` of them): into the run's columns (made
+        once, here), and as a window record to the sinks and observers; then, now and then, a
+        refreshed summary."""
+        upto = len(self._unsent) if upto is None else upto
+        records, done = self._unsent[:upto], min(self._in_run, upto)
+        self._unsent, self._in_run = self._unsent[upto:], max(self._in_run - upto, 0)
+        self._ended = 0
+        steps = StepSeries.from_records(records)
+        last_step = int(records[-1]["step"])
+        self._sent_t_s = float(records[-1]["t_s"])
         if done < len(steps):
-            self._into_run(steps if not done else StepSeries.from_records(steps[done:]))
-        self._window(steps, records, last_step, final)
+            self._into_run(steps if not done else StepSeries.from_records(records[done:]))
+        # the steps go only to those that read them
+        read = bool(self.observers or self.sinks.reads_steps)
+        self._window(steps, records if read else [], last_step, final)
         if not final:
             self._maybe_refresh(last_step)
 

@@ -85,6 +85,10 @@ class Summaries:
 
     def diagnosed(self, summary: Summary, meta: Mapping[str, Any], *,
                   tune: bool = True) -> Summary:
+        if "config" not in meta:
+            # the job's merged meta (rank 0): the steps diagnosed are still this process's,
+            # made in its windows, whose period is trainpace's, never the user's
+            meta = {**meta, "config": {"window": self._state.config.window}}
         try:
             diagnosis = diagnose(summary, steps=self._state.series,
                                  system=self._state.system_rows, meta=meta)
