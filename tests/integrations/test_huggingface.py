@@ -245,11 +245,15 @@ def test_with_hfs_wandb_reporter_trainpace_declares_and_logs_only_its_own_names(
     assert len(window_entries(trainer)) == 2
 
 
-def test_the_old_mixin_still_runs_and_says_it_is_not_needed():
-    with pytest.warns(DeprecationWarning, match="no longer needed"):
-        class Trainer(TrainpaceTrainer, transformers.Trainer):
-            pass
+def test_the_mixin_times_job_events_and_leaves_hfs_logging_alone():
+    """The mixin is for the job's ledger (saves, resuming loads, evaluations); trainpace's
+    figures never go through HF's reporters, which would rename them ``train/trainpace/...``."""
+    class Trainer(TrainpaceTrainer, transformers.Trainer):
+        pass
+
     assert issubclass(Trainer, transformers.Trainer)
+    assert "log" not in vars(TrainpaceTrainer)
+    assert {"_save_checkpoint", "evaluate"} <= set(vars(TrainpaceTrainer))
 
 
 def test_the_loader_is_given_back(run):

@@ -165,7 +165,13 @@ class Iterations:
 
     def user_begins(self, batch: Any = None) -> None:
         """The framework is about to run the user's work for a batch: open the step at its
-        first micro-batch (``batch`` is counted only when no loader batch of it was)."""
+        first micro-batch (``batch`` is counted only when no loader batch of it was).
+
+        A finished step still open here was not ended by a fetch: the batches came from a
+        loader trainpace does not see (HF's resume skips its first batches through a loader
+        of its own), so it ends now, without the fetch in it."""
+        if self._stepped:
+            self._close()
         if self._step is None:
             self._step = self.meter.step(batch)
             self._step.__enter__()
