@@ -77,10 +77,11 @@ def killed_and_restarted(folder: Path) -> Path:
     warm-up), steps 2-10 (1 s, 0.1 s wait) with 0.5 s of logging after step 5; a 3 s
     evaluation at T0+57.5; run_end at T0+62.
     """
-    run1 = steps(contiguous(8.0, [(3.0, 0.0)] + [(1.0, 0.1)] * 9)
-                 + contiguous(22.0, [(1.0, 0.1)] * 10))
-    run2 = steps(contiguous(5.0, [(2.0, 0.0)] + [(1.0, 0.1)] * 4)
-                 + contiguous(11.5, [(1.0, 0.1)] * 5))
+    # t_s counts from the first step's start (the ledger's first_step), as the Meter writes it
+    run1 = steps(contiguous(0.0, [(3.0, 0.0)] + [(1.0, 0.1)] * 9)
+                 + contiguous(14.0, [(1.0, 0.1)] * 10))
+    run2 = steps(contiguous(0.0, [(2.0, 0.0)] + [(1.0, 0.1)] * 4)
+                 + contiguous(6.5, [(1.0, 0.1)] * 5))
     write_run(folder / ev.RUNS_DIR / "job", "job", T0 + 2, run1)
     write_run(folder, "job.2", T0 + 41, run2, finished=True)
     write_ledger(folder, [

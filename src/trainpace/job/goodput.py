@@ -231,9 +231,9 @@ def _run(run: JobRun, cut: _Cut, job_start: float, previous_end: float | None,
             head = np.arange(len(step)) < warmup
             excess_s = float(np.clip(compute[head & keep] - steady, 0.0, None).sum())
             first_excess = max(float(compute[0]) - steady, 0.0) if warmup else 0.0
-        if lost and run.meter_start_unix_s is not None:
+        if lost and run.steps_zero_unix_s is not None:
             t_s = series.column("t_s")
-            lost_from = run.meter_start_unix_s + float(t_s[~keep][0] - step_s[~keep][0])
+            lost_from = run.steps_zero_unix_s + float(t_s[~keep][0] - step_s[~keep][0])
     band("training", first, lost_from if lost_from is not None else last)
     if lost_from is not None:
         band("lost_progress", lost_from, last)

@@ -72,7 +72,8 @@ class JobRun:
     status: str  # "finished" | "failed" | "interrupted" | KILLED (no run_end)
     process_start_unix_s: float | None
     process_start_source: str | None
-    meter_start_unix_s: float | None  # where the steps' t_s count from (meta.json's started_at)
+    meter_start_unix_s: float | None  # when the Meter was made (meta.json's started_at)
+    steps_zero_unix_s: float | None  # where the steps' t_s count from (the first_step event)
     first_step_unix_s: float | None
     last_step_end_unix_s: float | None
     end_unix_s: float
@@ -300,10 +301,14 @@ def _place(*, number: int, run_id: Any, data: RunData | None,
     else:
         process_start, process_source = None, None
     steps_first = steps_last = None
-    if data is not None and len(data.series) and meter_start is not None:
+    # The steps' t_s count from the run's first data touch, which the ledger's first_step
+    # event holds; meta.json's started_at (when the Meter was made, maybe long before) is the
+    # fallback for a run folder without a ledger.
+    steps_zero = float(first["unix_s"]) if first is not None else meter_start
+    if data is not None and len(data.series) and steps_zero is not None:
         t_s, step_s = data.series.column("t_s"), data.series.column("step_s")
-        steps_first = meter_start + float(t_s[0] - step_s[0])
-        steps_last = meter_start + float(np.max(t_s))
+        steps_first = steps_zero + float(t_s[0] - step_s[0])
+        steps_last = steps_zero + float(np.max(t_s))
     first_step = float(first["unix_s"]) if first is not None else steps_first
     last_ends = [t for t in (steps_last,
                              *(e.get("step_end_unix_s") for e in events
@@ -332,7 +337,7 @@ def _place(*, number: int, run_id: Any, data: RunData | None,
         number=number, run_id=str(run_id) if run_id is not None else None,
         path=data.path if data is not None else None, data=data, events=events, status=status,
         process_start_unix_s=process_start, process_start_source=process_source,
-        meter_start_unix_s=meter_start, first_step_unix_s=first_step,
+        meter_start_unix_s=meter_start, steps_zero_unix_s=steps_zero, first_step_unix_s=first_step,
         last_step_end_unix_s=last_step_end, end_unix_s=end_unix, end_source=end_source)
 
 
