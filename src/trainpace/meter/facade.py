@@ -335,6 +335,10 @@ class Meter:
             self._summaries.first_ceilings()  # after the loop, before the summary
             summary = self._summaries.build(final=True, end_s=end_s)
             summary = self._summaries.with_profile(summary, self._pipeline.emit)
+            if self._ledger is not None:
+                # the run's end in the ledger first: the job's goodput counts this run whole
+                self._end_ledger(*self._end, release=False)
+                summary = self._summaries.with_goodput(summary, self._ledger.folder)
             summary = self._summaries.diagnosed(summary, self._meta)
             self._pipeline.emit(Record("summary", summary.to_dict(),
                                        self._recorder.steps_closed))
@@ -464,7 +468,9 @@ class Meter:
         if self._ledger is not None and self._recorder.t0 is not None:
             self._ledger.progress(record["step"], record["t_s"], self._recorder.t0)
 
-    def _end_ledger(self, status: str, signal_name: str | None) -> None:
+    def _end_ledger(self, status: str, signal_name: str | None, *, release: bool = True) -> None:
+        """The run's end in the job's ledger (once), and, with ``release``, the folder's claim
+        given back (after the summary is written)."""
         if self._checkpoints is not None:
             self._checkpoints.remove()
         if self._ledger is not None:
@@ -473,7 +479,8 @@ class Meter:
             try:
                 self._ledger.end(status, signal_name, self._recorder.steps_closed,
                                  last.end_s if last is not None else None)
-                release_claim(self._ledger.folder)
+                if release:
+                    release_claim(self._ledger.folder)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("ending the job's ledger", exc)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,6 +18,8 @@ import torch
 from trainpace.devices.ceilings import FirstRun, ensure_ceilings
 from trainpace.devices.specs import canonical_dtype
 from trainpace.diagnosis import diagnose
+from trainpace.job.goodput import goodput
+from trainpace.job.ledger import read_job
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.distributed import JobRank
@@ -82,6 +85,15 @@ class Summaries:
             return summary
         emit(Record("profile", analysis.to_dict(), self._recorder.steps_closed))
         return with_trace_evidence(summary, analysis.summary)
+
+    def with_goodput(self, summary: Summary, job_folder: Path) -> Summary:
+        """The job's goodput so far (this run ended in its ledger), read back from the job's
+        folder: its runs' files and ledger (the job's wall time, restarts included)."""
+        try:
+            return dataclasses.replace(summary, goodput=goodput(read_job(job_folder)))
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._log_once.report("computing the job's goodput", exc)
+            return summary
 
     def diagnosed(self, summary: Summary, meta: Mapping[str, Any], *,
                   tune: bool = True) -> Summary:
