@@ -294,8 +294,8 @@ def test_a_drift_with_the_process_memory_growing_names_tensors_kept():
 
 
 def test_a_period_equal_to_trainpaces_window_is_trainpaces_own():
-    # every 14th step slow, and the run's window is 14: trainpace's boundary, not the user's
-    step_s = [0.2 if i % 14 == 0 else 0.1 for i in range(1, 71)]
+    # every 14th step 10 ms slower, and the run's window is 14: trainpace's boundary work
+    step_s = [0.02 if i % 14 == 0 else 0.01 for i in range(1, 71)]
     v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta={"config": {"window": 14}})))
     ev = v.finding.evidence
     assert (ev["period_steps"], ev["cause"]) == (14, "trainpace_window")
@@ -303,7 +303,7 @@ def test_a_period_equal_to_trainpaces_window_is_trainpaces_own():
     assert v.finding.title.endswith(": trainpace's own window boundary")
     assert v.finding.advice == [
         "the slow steps fall on trainpace's own window boundary (every 14 steps, config.window): "
-        "the 100 ms each time is trainpace's cost, its work at the boundary, not the training's; "
+        "the 10 ms each time is trainpace's cost, its work at the boundary, not the training's; "
         "a larger window (Meter(window=28)) makes it rarer"]
     # from `trainpace run`, the flag
     meta = {"config": {"window": 14}, "argv": ["/venv/bin/trainpace", "run", "train.py"]}
@@ -313,9 +313,18 @@ def test_a_period_equal_to_trainpaces_window_is_trainpaces_own():
     v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta={"config": {"window": 20}})))
     assert v.finding.evidence["cause"] == "unknown"
     assert v.finding.advice[0].startswith(
-        "the recorded signs do not tell what costs 100 ms every 14 steps (not in the data wait, "
+        "the recorded signs do not tell what costs 10 ms every 14 steps (not in the data wait, "
         "not trainpace's window (20 steps)): it is outside the loader; look in the loop for "
         "work every 14 steps — a checkpoint save")
+
+
+def test_more_than_trainpaces_boundary_costs_at_its_period_is_the_loops():
+    # a checkpoint saved every window's length of steps: 100 ms each time is far more than
+    # trainpace's boundary work costs (trainpace_boundary_max_s), so it is the loop's
+    step_s = [0.2 if i % 14 == 0 else 0.1 for i in range(1, 71)]
+    v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta={"config": {"window": 14}})))
+    assert v.finding.evidence["cause"] != "trainpace_window"
+    assert v.finding.severity != "info"
 
 
 @pytest.mark.parametrize("phase", [1, 2, 3])

@@ -180,8 +180,8 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
         title = (f"Periodic {kind} every {period} steps: {len(chosen)} steps took "
                  f"{duration(median(slow) or 0.0)} instead of {duration(med)} "
                  f"({lost_pct:.1f}% of the time)")
-        cause, advice = _periodic_cause(ctx, period, [int(s) for s in times.step[ix]],
-                                        in_loader, each, gain)
+        cause, advice = _periodic_cause(ctx, period, in_loader, each, gain,
+                                        excess_s=lost_s / len(chosen))
         evidence["cause"] = cause
         if cause == "trainpace_window":
             title += ": trainpace's own window boundary"
@@ -224,8 +224,8 @@ def _near(period: int, length: int, t: Thresholds) -> bool:
     return abs(period - length) <= max(1, int(length * t.period_tolerance_pct / 100.0))
 
 
-def _periodic_cause(ctx: Context, period: int, steps: list[int], in_loader: bool, each: str,
-                    gain: str) -> tuple[str, str]:
+def _periodic_cause(ctx: Context, period: int, in_loader: bool, each: str, gain: str, *,
+                    excess_s: float) -> tuple[str, str]:
     """(cause, advice) of slow steps every ``period`` steps, from what the run recorded:
     trainpace's own window boundary, DataLoader workers restarting each epoch, the data wait;
     what none of them shows is said as not told, with what was checked."""
@@ -233,10 +233,11 @@ def _periodic_cause(ctx: Context, period: int, steps: list[int], in_loader: bool
     window = ctx.window_steps
     # trainpace hands its steps over at every window boundary and halfway through the window;
     # its writer's work then (and under DDP the window exchange) lands in the steps that follow,
-    # one or a few of them. A period equal to either is trainpace's cost, whatever the phase:
-    # never blamed on the user's loop.
-    if window is not None and (_near(period, window, t) or (
-            window >= 4 and _near(period, window // 2, t))):
+    # one or a few of them. A period equal to either, with an excess each time no larger than
+    # that work costs, is trainpace's, whatever the phase: never blamed on the user's loop. A
+    # larger one is the loop's own (a checkpoint saved every window's length of steps).
+    if window is not None and excess_s <= t.trainpace_boundary_max_s and (
+            _near(period, window, t) or (window >= 4 and _near(period, window // 2, t))):
         flag = adv.setting(ctx.made_by, "window", 2 * window)
         return "trainpace_window", (
             f"the slow steps fall on trainpace's own window boundary (every {window} steps, "

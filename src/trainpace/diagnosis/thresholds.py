@@ -39,6 +39,7 @@ class Thresholds:
     spike_factor: float = 1.5
     spike_min_count: int = 3
     period_tolerance_pct: float = 5.0
+    trainpace_boundary_max_s: float = 0.025
     outlier_warning_pct: float = 5.0
     outlier_critical_pct: float = 20.0
     drift_warning_pct: float = 10.0
@@ -143,6 +144,9 @@ SOURCES: Mapping[str, str] = {
     "spike_min_count": "inferred: three events are the fewest that show a period",
     "period_tolerance_pct": "inferred: an event may land up to 5% of its period (at least one "
     "step) off its place, as evaluations or checkpoints triggered by time do",
+    "trainpace_boundary_max_s": "measured: trainpace's own work at a window boundary costs the "
+    "step after it 1-11 ms (benchmarks/boundary.py, 1 process and 2-4 DDP ranks on the CPU); a "
+    "larger excess each time is the loop's own (a checkpoint save every window's length)",
     "outlier_warning_pct": "inferred: TF profiler counts 'all other time' ≥ 3–15% of the step "
     "as significant; 5% of the run lost is worth fixing",
     "outlier_critical_pct": "TraceML overhead_share_crit = 0.20 (same band as other overheads)",
