@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from trainpace.errors import RunFolderError
-from trainpace.summary_check import Malformed, build
+from trainpace.summary_check import build
 
 SCHEMA = "trainpace.summary/1"
 
@@ -412,7 +412,7 @@ class Summary:
             raise RunFolderError(f"{source}: missing contract keys {missing}")
         try:
             return build(cls, data, nested=_NESTED, lists=_LISTS)
-        except Malformed as exc:
+        except RunFolderError as exc:  # a value of the wrong type, named by its path
             raise RunFolderError(f"{source}: {exc}; the file is damaged or was edited "
                                  "(delete it: `trainpace report` rebuilds the figures from "
                                  "steps.jsonl)") from None

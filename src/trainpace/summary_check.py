@@ -1,9 +1,10 @@
 """Reading a JSON object back into typed, frozen dataclasses, each value checked against its
 field's annotation: what :meth:`trainpace.summary.Summary.from_dict` uses.
 
-A value of the wrong type is a :class:`Malformed` naming its path (``time.wall_s is 'slow',
-expected a number or null``); a float that is not finite (NaN, an overflow) is unknown (None)
-where the field allows None; a key the dataclass does not have is ignored (a newer writer's).
+A value of the wrong type is a :class:`~trainpace.errors.RunFolderError` naming its path
+(``time.wall_s is 'slow', expected a number or null``); a float that is not finite (NaN, an
+overflow) is unknown (None) where the field allows None; a key the dataclass does not have is
+ignored (a newer writer's).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from trainpace.errors import RunFolderError
+
 _T = TypeVar("_T")
 
 
@@ -27,7 +30,7 @@ def build(cls: type[_T], data: Any, *, nested: Mapping[tuple[type, str], type],
     ``nested`` (``(owner, field) -> section type``) are rebuilt as sections, those in
     ``lists`` as lists of them."""
     if not isinstance(data, Mapping):
-        raise Malformed(f"{where or 'the summary'} is {_shown(data)}, expected an object")
+        raise RunFolderError(f"{where or 'the summary'} is {_shown(data)}, expected an object")
     kwargs: dict[str, Any] = {}
     hints = _hints(cls)  # type: ignore[arg-type]
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
@@ -39,7 +42,7 @@ def build(cls: type[_T], data: Any, *, nested: Mapping[tuple[type, str], type],
         if section is not None and value is not None:
             if (cls, f.name) in lists:
                 if not isinstance(value, list):
-                    raise Malformed(f"{path} is {_shown(value)}, expected a list")
+                    raise RunFolderError(f"{path} is {_shown(value)}, expected a list")
                 value = [build(section, v, nested=nested, lists=lists, where=f"{path}[{i}]")
                          for i, v in enumerate(value)]
             else:
@@ -48,10 +51,6 @@ def build(cls: type[_T], data: Any, *, nested: Mapping[tuple[type, str], type],
             value = _checked(value, hints[f.name], path)
         kwargs[f.name] = value
     return cls(**kwargs)
-
-
-class Malformed(Exception):  # noqa: N818 (internal: the caller makes it a RunFolderError)
-    """A value of the wrong type; the message names it."""
 
 
 _MAX_INT = 2**53  # a count beyond what a float holds exactly is damage, not a count
@@ -70,14 +69,14 @@ def _shown(value: Any) -> str:
 
 def _checked(value: Any, hint: Any, path: str) -> Any:
     """``value`` if it fits ``hint`` (int, float, str, bool, a Literal, dict, list, or any of
-    them or None), else _Malformed; a non-finite float is None where None is allowed."""
+    them or None), else RunFolderError; a non-finite float is None where None is allowed."""
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union,
                                                                    types.UnionType) else (hint,)
     nullable = type(None) in options
     if value is None:
         if nullable or hint is Any:
             return None
-        raise Malformed(f"{path} is null, expected {_expected(options)}")
+        raise RunFolderError(f"{path} is null, expected {_expected(options)}")
     for option in options:
         origin = typing.get_origin(option) or option
         if option is Any:
@@ -117,7 +116,7 @@ def _is_bool(value: Any) -> bool:
 
 
 def _reject(value: Any, options: tuple[Any, ...], path: str) -> Any:
-    raise Malformed(f"{path} is {_shown(value)}, expected {_expected(options)}")
+    raise RunFolderError(f"{path} is {_shown(value)}, expected {_expected(options)}")
 
 
 def _expected(options: tuple[Any, ...]) -> str:

@@ -43,11 +43,11 @@ class _Parser(argparse.ArgumentParser):
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         if status == 2 and message:  # a usage error: the line is kept for --json's object
             self._print_message(message, sys.stderr)
-            raise UsageExit(message.strip())
+            raise _UsageExit(message.strip())
         super().exit(status, message)
 
 
-class UsageExit(SystemExit):
+class _UsageExit(SystemExit):
     """A usage error, already said on stderr (exit status 2); ``message`` is that line
     without its ``trainpace VERB: error:`` start."""
 
@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:  # said by the verb (argparse would say it as the top-level command)
             _Parser(prog=f"{parser.prog} {args.verb}").error(
                 f"unrecognized arguments: {' '.join(unknown)}")
-    except UsageExit as exc:
+    except _UsageExit as exc:
         if as_json and verb is not None:  # --json prints one object, also for bad usage
             from trainpace.cli._output import print_error_json
 
