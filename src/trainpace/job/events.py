@@ -43,7 +43,8 @@ COMMON_KEYS: Final = ("schema", "event", "run", "unix_s")
 
 EVENT_KEYS: Final[dict[str, tuple[str, ...]]] = {
     # the Meter opened (or `trainpace run` started); process_start_unix_s: the OS's start time
-    # of this process, from which startup is timed
+    # of this process, from which startup is timed (for a later run of the same process, or in
+    # an interactive session, the Meter's making: the process was up long before)
     RUN_START: ("run_id", "pid", "host", "argv", "world_size", "process_start_unix_s"),
     # the run's first step began (unix_s)
     FIRST_STEP: (),

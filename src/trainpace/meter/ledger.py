@@ -47,6 +47,14 @@ def checkpoint_path(where: Any) -> str | None:
     return os.path.abspath(name) if isinstance(name, str) else None
 
 
+_RUNS_STARTED_HERE = 0  # runs this process started (the first one's startup is the process's)
+
+
+def _interactive() -> bool:
+    """An interactive session (a Python prompt, a Jupyter kernel): up long before a run."""
+    return hasattr(sys, "ps1") or "ipykernel" in sys.modules
+
+
 class JobLedger:
     """This run's events in the job's ledger. Nothing here raises into the training."""
 
@@ -88,9 +96,17 @@ class JobLedger:
         except OSError as exc:
             self._log_once.report("keeping the run's last step in the job's progress map", exc)
         me = this_process()
-        self._writer.write(RUN_START, time.time(), run_id=self.run_id, pid=me.pid, host=me.host,
+        now = time.time()
+        global _RUNS_STARTED_HERE
+        _RUNS_STARTED_HERE += 1
+        # Startup is the process's own only for the first run it starts, and not in an
+        # interactive session: a notebook's kernel or a test session may have been up for
+        # hours before this Meter; their startup counts from the Meter's making.
+        process_start = (me.start_unix_s if _RUNS_STARTED_HERE == 1 and not _interactive()
+                         else now)
+        self._writer.write(RUN_START, now, run_id=self.run_id, pid=me.pid, host=me.host,
                            argv=job_command(sys.argv if self._argv is None else self._argv),
-                           world_size=self._world_size, process_start_unix_s=me.start_unix_s)
+                           world_size=self._world_size, process_start_unix_s=process_start)
 
     def unix(self, clock_s: float) -> float:
         """A time on the run's clock as Unix seconds."""
