@@ -14,7 +14,7 @@ import pytest
 from trainpace.errors import ConfigError
 from trainpace.job.events import SCHEMA
 from trainpace.job.process import this_process
-from trainpace.sinks.runfolder import (
+from trainpace.sinks.folder_claim import (
     CLAIM_FILE,
     claim_run_folder,
     move_earlier_rank_run,

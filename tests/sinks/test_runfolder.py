@@ -9,15 +9,13 @@ from pathlib import Path
 
 import pytest
 
+import trainpace.sinks.folder_claim as folder_claim
 import trainpace.sinks.runfolder as runfolder
 from trainpace.errors import ConfigError
 from trainpace.records import STEP_FIELDS
 from trainpace.runlog import Record, read_run
-from trainpace.sinks.runfolder import (
-    CLAIM_FILE,
-    RunFolderSink,
-    claim_run_folder,
-)
+from trainpace.sinks.folder_claim import CLAIM_FILE, claim_run_folder
+from trainpace.sinks.runfolder import RunFolderSink
 
 
 def steps(first, last):
@@ -57,7 +55,7 @@ def test_a_path_that_is_a_file_or_under_a_file_is_a_config_error(tmp_path):
 RACE = """
 import sys, time
 from pathlib import Path
-from trainpace.sinks.runfolder import claim_run_folder
+from trainpace.sinks.folder_claim import claim_run_folder
 start = float(sys.argv[2])
 while time.time() < start:
     pass
@@ -181,20 +179,20 @@ def test_a_ranks_folder_is_never_reached_through_a_planted_link(tmp_path, plante
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(victim, target_is_directory=True)
     with pytest.raises(ConfigError, match="out is a symbolic link") as refused:
-        runfolder.claim_rank_folder(tmp_path / "out" / "run" / "rank1")
+        folder_claim.claim_rank_folder(tmp_path / "out" / "run" / "rank1")
     assert str(refused.value).endswith(f"got {str(link)!r}")  # the link is named
     assert list(victim.iterdir()) == []
 
 
 def test_a_ranks_folder_is_made_or_taken_when_it_is_a_real_folder(tmp_path):
     folder = tmp_path / "out" / "run" / "rank1"
-    runfolder.claim_rank_folder(folder)
+    folder_claim.claim_rank_folder(folder)
     assert folder.is_dir()
-    runfolder.claim_rank_folder(folder)  # made by this rank a moment before: taken
+    folder_claim.claim_rank_folder(folder)  # made by this rank a moment before: taken
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match="cannot be made into a run folder"):
-        runfolder.claim_rank_folder(tmp_path / "file" / "x" / "rank1")
+        folder_claim.claim_rank_folder(tmp_path / "file" / "x" / "rank1")
     (tmp_path / "plain" / "run").mkdir(parents=True)
     (tmp_path / "plain" / "run" / "rank2").write_text("")
     with pytest.raises(ConfigError, match=r"out is not a folder.*rank2'$"):
-        runfolder.claim_rank_folder(tmp_path / "plain" / "run" / "rank2")
+        folder_claim.claim_rank_folder(tmp_path / "plain" / "run" / "rank2")

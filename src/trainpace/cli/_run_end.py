@@ -134,8 +134,8 @@ def _discard(path: Path | None) -> None:
     is then empty (nothing else in it is touched)."""
     from trainpace.job.events import LEDGER_FILE
     from trainpace.runlog import META_FILE, PROFILE_FILE, STEPS_FILE, SUMMARY_FILE, SYSTEM_FILE
+    from trainpace.sinks.folder_claim import release_run_folder
     from trainpace.sinks.ledger import PROGRESS_FILE
-    from trainpace.sinks.runfolder import release_run_folder
 
     if path is None:
         return

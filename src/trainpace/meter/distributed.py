@@ -28,12 +28,12 @@ from trainpace.errors import ConfigError
 from trainpace.meter.outputs import shows_job
 from trainpace.runlog import Record
 from trainpace.sinks.base import FanOut, Sink
-from trainpace.sinks.runfolder import (
-    RunFolderSink,
+from trainpace.sinks.folder_claim import (
     claim_rank_folder,
     claim_run_folder,
     move_earlier_rank_run,
 )
+from trainpace.sinks.runfolder import RunFolderSink
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)

@@ -82,7 +82,8 @@ from trainpace.runlog import Record
 from trainpace.sinks.background import Writer
 from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.console_line import ConsoleSink
-from trainpace.sinks.runfolder import RunFolderSink, release_claim, release_run_folder
+from trainpace.sinks.folder_claim import release_claim, release_run_folder
+from trainpace.sinks.runfolder import RunFolderSink
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)
