@@ -339,7 +339,8 @@ class Meter:
             if self._ledger is not None:
                 # the run's end in the ledger first: the job's goodput counts this run whole
                 self._end_ledger(*self._end, release=False)
-                summary = self._summaries.with_goodput(summary, self._ledger.folder)
+                summary = self._summaries.with_goodput(summary, self._ledger.folder,
+                                                       self._meta)
             summary = self._summaries.diagnosed(summary, self._meta)
             self._pipeline.emit(Record("summary", summary.to_dict(),
                                        self._recorder.steps_closed))

@@ -26,7 +26,7 @@ from trainpace.meter.distributed import JobRank
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.probes import StepProbes
 from trainpace.meter.state import RunState
-from trainpace.runlog import Record
+from trainpace.runlog import Record, RunData
 from trainpace.summary import Diagnosis, Summary
 from trainpace.trace.evidence import with_trace_evidence
 from trainpace.tune.hint import tune_advice
@@ -86,11 +86,16 @@ class Summaries:
         emit(Record("profile", analysis.to_dict(), self._recorder.steps_closed))
         return with_trace_evidence(summary, analysis.summary)
 
-    def with_goodput(self, summary: Summary, job_folder: Path) -> Summary:
-        """The job's goodput so far (this run ended in its ledger), read back from the job's
-        folder: its runs' files and ledger (the job's wall time, restarts included)."""
+    def with_goodput(self, summary: Summary, job_folder: Path,
+                     meta: Mapping[str, Any]) -> Summary:
+        """The job's goodput so far (this run ended in its ledger): the earlier runs and the
+        ledger read back from the job's folder, this run's steps from memory (never read
+        back from its steps.jsonl)."""
+        this_run = RunData(path=job_folder, meta=dict(meta), series=self._state.series,
+                           summary=summary)
         try:
-            return dataclasses.replace(summary, goodput=goodput(read_job(job_folder)))
+            return dataclasses.replace(summary,
+                                       goodput=goodput(read_job(job_folder, top=this_run)))
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("computing the job's goodput", exc)
             return summary

@@ -42,7 +42,9 @@ def read_bytes(path: str, size: int = READ_BYTES) -> bytes | None:
 
 
 def _close_all(fds: dict[str, int]) -> None:
-    for fd in fds.values():
+    # a snapshot: at the interpreter's exit the finalizer may run while a sampler thread
+    # still opens a file into the dict
+    for fd in list(fds.values()):
         with contextlib.suppress(OSError):
             os.close(fd)
     fds.clear()
