@@ -12,6 +12,7 @@ import torch
 import trainpace
 
 wandb = pytest.importorskip("wandb")
+from google.protobuf.message import DecodeError  # noqa: E402
 from wandb.proto import wandb_internal_pb2  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -29,9 +30,14 @@ def read_run(path: Path, timeout_s: float = 30.0) -> tuple[list[dict], dict]:
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        kinds, history, summary = _read(path)
-        if "exit" in kinds or time.monotonic() > deadline:
-            return history, summary
+        try:
+            kinds, history, summary = _read(path)
+        except DecodeError:  # a record cut where wandb-core is still writing
+            if time.monotonic() > deadline:
+                raise
+        else:
+            if "exit" in kinds or time.monotonic() > deadline:
+                return history, summary
         time.sleep(0.05)
 
 
@@ -44,6 +50,8 @@ def _read(path: Path) -> tuple[set[str], list[dict], dict]:
             pos += BLOCK - pos % BLOCK
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos:pos + FRAME])
+        if pos + FRAME + length > len(data):
+            break  # a frame still being written: read again later
         chunk = data[pos + FRAME:pos + FRAME + length]
         pos += FRAME + length
         if kind == FULL:
