@@ -7,8 +7,9 @@ cache, the peak resolution, the roofline figures, the rules and the console's si
 import pytest
 import torch
 
+from devices.threads import torch_threads
 from diagnosis.helpers import ctx
-from trainpace.devices.ceilings import Ceilings, device_identity, ensure_ceilings, thread_count
+from trainpace.devices.ceilings import Ceilings, device_identity, ensure_ceilings
 from trainpace.devices.specs import Peak, Peaks
 from trainpace.diagnosis import diagnose, rules
 from trainpace.measure.device_peaks import resolve_peaks
@@ -91,8 +92,7 @@ MATMUL = StepCount(flops=6e9, bytes=6e7, ops=4, flops_by_dtype={"torch.float32":
 
 def _machine(condition):
     def measure(device, **kwargs):
-        with thread_count(kwargs["threads"]):
-            kind, name, threads = device_identity(device)
+        kind, name, threads = device_identity(device)
         quiet = condition["others"] < 0.25
         return Ceilings(kind=kind, name=name, threads=threads,
                         bandwidth_gb_s=condition["bandwidth_gb_s"],
@@ -105,7 +105,7 @@ def _machine(condition):
 
 def _run(env, condition, step_s):
     """One run: peaks read at the start, figures, the ceiling after the loop, the verdict."""
-    with thread_count(1):
+    with torch_threads(1):
         peaks, note = resolve_peaks(torch.device("cpu"), device_identity("cpu")[1], None, None)
         flops, estimate = step_figures(MATMUL, peaks=peaks, step_s=step_s)
         achieved = {f"matmul {flops.dtype}": flops.achieved_tflops}
