@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from diagnosis.helpers import ctx, only, records
 from trainpace.diagnosis import anomalies
+from trainpace.diagnosis import periodic as period_search
+from trainpace.diagnosis.drift import drift
 from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.summary import Steps, Summary
 
@@ -67,7 +69,7 @@ def test_small_outlier_cost_is_info_without_a_bottleneck():
 
 def periodic(steps, first=1, last=None, extra=None):
     spikes = {s: (extra or {}).get(s, 1.0) for s in steps}
-    return anomalies.periodic(spikes, first, last or max(steps), Thresholds())
+    return period_search.periodic(spikes, first, last or max(steps), Thresholds())
 
 
 def test_period_tolerates_one_step_of_jitter():
@@ -104,17 +106,17 @@ def test_a_period_must_fill_most_of_its_places_in_the_run():
 def test_period_search_is_bounded_on_a_noisy_run(monkeypatch):
     # the work is bounded by the number of candidate periods tried, whatever the spikes
     tried = []
-    best_residue = anomalies._best_residue
+    best_residue = period_search._best_residue
 
     def counted(spikes, period, tolerance):
         tried.append(period)
         return best_residue(spikes, period, tolerance)
 
-    monkeypatch.setattr(anomalies, "_best_residue", counted)
+    monkeypatch.setattr(period_search, "_best_residue", counted)
     rng = random.Random(0)
     steps = sorted(rng.sample(range(1, 100_000), 3000))
     assert periodic(steps, last=100_000) is None
-    assert 0 < len(tried) <= anomalies.PERIOD_CANDIDATES * (1 + len(anomalies.BIG_SHARES))
+    assert 0 < len(tried) <= period_search.PERIOD_CANDIDATES * (1 + len(period_search.BIG_SHARES))
 
 
 def test_an_unrelated_stall_beside_a_periodic_one_is_its_own_finding():
@@ -136,7 +138,7 @@ def test_warmup_steps_are_not_outliers_and_few_steps_are_skipped():
 
 def test_drift_at_ten_percent():
     step_s = [1.0] * 10 + [1.05] * 20 + [1.1] * 10
-    v = only(anomalies.drift(ctx(steps=records(step_s))))
+    v = only(drift(ctx(steps=records(step_s))))
     assert v.finding.id == "drift"
     assert v.finding.evidence["drift_pct"] == pytest.approx(10.0)
     # no host readings, no memory, no wait: the cause is said as unknown, with the signs
@@ -144,7 +146,7 @@ def test_drift_at_ten_percent():
     assert v.finding.advice[0].startswith("the recorded signs do not tell the cause: the data "
                                           "wait did not grow (0 µs of 100 ms); no host readings")
     assert "tensors kept" not in v.finding.advice[0]
-    steady = anomalies.drift(ctx(steps=records([1.0] * 10 + [1.05] * 20 + [1.099] * 10)))
+    steady = drift(ctx(steps=records([1.0] * 10 + [1.05] * 20 + [1.099] * 10)))
     assert steady.verdicts == ()
     assert steady.checked.startswith("step time steady (+10% from 1 s to 1.1 s over 40 steps")
 
@@ -152,24 +154,24 @@ def test_drift_at_ten_percent():
 def test_drift_in_the_data_wait_says_so():
     step_s = [0.1] * 10 + [0.13] * 10
     wait_s = [0.0] * 10 + [0.03] * 10
-    v = only(anomalies.drift(ctx(steps=records(step_s, wait_s))))
+    v = only(drift(ctx(steps=records(step_s, wait_s))))
     assert v.finding.advice[0].startswith("the growth is in the data wait")
 
 
 def test_falling_step_time_hints_at_warmup():
-    v = only(anomalies.drift(ctx(Summary(steps=Steps(warmup=3)), steps=records([0.2] * 10 + [0.1] * 30))))
+    v = only(drift(ctx(Summary(steps=Steps(warmup=3)), steps=records([0.2] * 10 + [0.1] * 30))))
     assert v.finding.severity == "info"
     assert v.finding.advice[0].startswith("exclude more warm-up, e.g. Meter(warmup=12)")
     meta = {"argv": ["/venv/bin/trainpace", "run", "train.py"]}
-    v = only(anomalies.drift(ctx(Summary(steps=Steps(warmup=3)), steps=records([0.2] * 10 + [0.1] * 30),
+    v = only(drift(ctx(Summary(steps=Steps(warmup=3)), steps=records([0.2] * 10 + [0.1] * 30),
                                  meta=meta)))
     assert v.finding.advice[0].startswith("exclude more warm-up, e.g. `trainpace run --warmup 12`")
 
 
 def test_drift_ignores_stalls_and_needs_twenty_steps():
     step_s = [0.1] * 30 + [1.0]
-    assert anomalies.drift(ctx(steps=records(step_s))).verdicts == ()
-    assert anomalies.drift(ctx(steps=records([0.1] * 19))).skipped == "only 19 measured steps; the drift check needs 20"
+    assert drift(ctx(steps=records(step_s))).verdicts == ()
+    assert drift(ctx(steps=records([0.1] * 19))).skipped == "only 19 measured steps; the drift check needs 20"
 
 
 def test_steps_within_the_summarys_warmup_are_not_measured():
@@ -186,7 +188,7 @@ def test_a_periodic_event_is_found_among_random_slow_steps(period, offset, cycle
     last = period * cycles
     events = dict.fromkeys(range(1 + offset % period, last + 1, period), 0.5)
     spikes = {s: extra for s, extra in noise if s <= last} | events
-    found = anomalies.periodic(spikes, 1, last, Thresholds())
+    found = period_search.periodic(spikes, 1, last, Thresholds())
     assert found is not None
     assert found[0] == period
     assert set(events) <= set(found[1])
@@ -218,11 +220,11 @@ def _with_tokens(step_s, tokens):
 
 def test_drift_blames_growing_inputs_only_when_the_work_per_step_grew():
     step_s = [1.0] * 10 + [1.1] * 20 + [1.2] * 10
-    grown = only(anomalies.drift(ctx(steps=_with_tokens(step_s, [1000] * 10 + [1100] * 20 + [1200] * 10))))
+    grown = only(drift(ctx(steps=_with_tokens(step_s, [1000] * 10 + [1100] * 20 + [1200] * 10))))
     assert grown.finding.advice[0].startswith("the inputs grew: the work per step (tokens, else samples) rose 20%")
     # variable-length batches whose typical size does not change: not "inputs that grow"
     lengths = [800, 1200, 1000] * 13 + [1000]
-    v = only(anomalies.drift(ctx(steps=_with_tokens(step_s, lengths))))
+    v = only(drift(ctx(steps=_with_tokens(step_s, lengths))))
     assert "inputs that grow" not in v.finding.advice[0]
     assert v.finding.advice[0].startswith("the recorded signs do not tell the cause")
     assert "the work per step changed +0%" in v.finding.advice[0]
@@ -255,7 +257,7 @@ def test_a_drift_while_others_took_the_cpu_is_the_machines():
     steps = records([0.1] * 12 + [1.0] * 28)
     system = (host_rows(1.2, 50.0, 100.0, 0.4, every_s=0.3)
               + host_rows(29.2, 100.0, 40.0, 0.4, start_s=1.2))
-    v = only(anomalies.drift(ctx(steps=steps, system=system, meta={"cpu_count": 2})))
+    v = only(drift(ctx(steps=steps, system=system, meta={"cpu_count": 2})))
     ev = v.finding.evidence
     assert ev["cause"] == "cpu_contention"
     assert ev["drift_pct"] == pytest.approx(900.0)
@@ -273,7 +275,7 @@ def test_a_small_drift_on_a_quiet_machine_without_memory_growth_names_no_leak():
     # the demo's 11–16% drift got the leak text: memory steady, CPU quiet → cause unknown
     steps = records([0.1] * 20 + [0.115] * 20)
     system = host_rows(4.4, 50.0, 100.0, 0.41, every_s=0.2)
-    v = only(anomalies.drift(ctx(steps=steps, system=system, meta={"cpu_count": 2})))
+    v = only(drift(ctx(steps=steps, system=system, meta={"cpu_count": 2})))
     assert v.finding.evidence["cause"] == "unknown"
     assert v.finding.advice[0] == (
         "the recorded signs do not tell the cause: the data wait did not grow (0 µs of 15 ms); "
@@ -287,7 +289,7 @@ def test_a_drift_with_the_process_memory_growing_names_tensors_kept():
     steps = records([0.1] * 20 + [0.13] * 20)
     system = host_rows(2.0, 50.0, 100.0, 0.4, every_s=0.2) + host_rows(
         4.6, 50.0, 100.0, 0.9, start_s=2.0, every_s=0.2)
-    v = only(anomalies.drift(ctx(steps=steps, system=system, meta={"cpu_count": 2})))
+    v = only(drift(ctx(steps=steps, system=system, meta={"cpu_count": 2})))
     assert v.finding.evidence["cause"] == "memory_growth"
     assert v.finding.advice[0].startswith(
         "this process's memory grew from 0.40 to 0.90 GB as the step slowed: tensors kept")
@@ -378,16 +380,16 @@ def test_slow_steps_scattered_by_noise_are_no_period():
     # steps 3+14k on a lattice among as many others, all alike: chance fills its places
     noise = dict.fromkeys((3, 7, 9, 12, 17, 23, 27, 31, 37, 40, 45, 51, 55, 59, 65, 68), 0.1)
     on = [3, 17, 31, 45, 59]
-    assert not anomalies._stands_out(noise, on, period=14, tolerance=1, first=1, last=70)
+    assert not period_search._stands_out(noise, on, period=14, tolerance=1, first=1, last=70)
     # the same steps, larger than the others: periodic work
-    assert anomalies._stands_out(noise | dict.fromkeys(on, 0.5), on, 14, 1, 1, 70)
+    assert period_search._stands_out(noise | dict.fromkeys(on, 0.5), on, 14, 1, 1, 70)
     # alike, but the others are rare: the places are filled beyond chance
-    assert anomalies._stands_out(dict.fromkeys([*on, 40], 0.1), on, 14, 1, 1, 70)
+    assert period_search._stands_out(dict.fromkeys([*on, 40], 0.1), on, 14, 1, 1, 70)
     # the step after each event is part of it, not evidence against the period
-    assert anomalies._stands_out(dict.fromkeys([*on, 4, 18, 32], 0.1), on, 14, 1, 1, 70)
+    assert period_search._stands_out(dict.fromkeys([*on, 4, 18, 32], 0.1), on, 14, 1, 1, 70)
     # the real run that was called "periodic every 11 steps": 4 of 5 places, 2 events off
     real = {14: 8.2, 27: 12.4, 28: 0.6, 37: 8.5, 38: 0.25, 47: 8.3, 48: 0.23, 59: 16.5, 60: 83.4}
-    assert not anomalies._stands_out(real, [14, 37, 47, 59], 11, 1, 6, 60)
+    assert not period_search._stands_out(real, [14, 37, 47, 59], 11, 1, 6, 60)
     assert periodic(sorted(real), first=6, last=60, extra=real) is None
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from trainpace.diagnosis._context import Context, Outcome
-from trainpace.diagnosis.anomalies import drift, loss_finite, step_outliers
+from trainpace.diagnosis.anomalies import loss_finite, step_outliers
 from trainpace.diagnosis.badput import job_goodput
 from trainpace.diagnosis.communication import communication, ranks
+from trainpace.diagnosis.drift import drift
 from trainpace.diagnosis.hardware import device_util, hardware, memory, thermal
 from trainpace.diagnosis.loading import data_wait
 from trainpace.diagnosis.overhead import framework_work, host_overhead
