@@ -204,8 +204,9 @@ def test_a_cpu_is_measured_with_the_threads_the_process_has_and_they_are_left_al
         assert torch.get_num_threads() == 1
         assert found.status == "measured" and found.ceilings.threads == 1
         # the run had 3 threads, the process now has 1: nothing is set, nothing measured
-        skipped = ensure_ceilings("cpu", threads=3, env=env, measure=Counting())
-        assert torch.get_num_threads() == 1
+        measure = Counting()
+        skipped = ensure_ceilings("cpu", threads=3, env=env, measure=measure)
+        assert torch.get_num_threads() == 1 and measure.calls == []
         assert skipped.status == "skipped"
         assert skipped.note.endswith("the run had 3 torch threads, the process now has 1: no "
                                      "ceiling measured for the run's; `trainpace ceilings "
@@ -226,7 +227,7 @@ class Counting:
 
     def __call__(self, device, **kwargs):
         self.calls.append(kwargs)
-        kind, name, threads = device_identity(device)
+        kind, name, threads = device_identity(device)  # what the measurement runs with
         return _measured(tflops=self.tflops, quick=True, kind=kind, name=name, threads=threads)
 
 
