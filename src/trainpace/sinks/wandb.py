@@ -152,6 +152,8 @@ class WandbSink(DroppingSink):
         ending = threading.Thread(target=self._end, name="trainpace-wandb-end", daemon=True)
         ending.start()
         ending.join(self._finish_timeout_s)
+        if ending.is_alive() and service is None and self._owned:
+            service = _service_process()  # started meanwhile (the exit came during its start)
         if ending.is_alive() and service is not None:
             # Still sending to the server: it would outlive this process for a minute and
             # more, holding its stdout and stderr (a pipe reader, `| tee`, waits for it). It
