@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from devices.threads import torch_threads
 from trainpace.devices import _timing
 from trainpace.devices._timing import best_seconds
 from trainpace.devices.ceilings import (
@@ -17,7 +18,6 @@ from trainpace.devices.ceilings import (
     measure_ceilings,
     save_ceilings,
     store_ceilings,
-    thread_count,
 )
 from trainpace.errors import ConfigError, DeviceError
 
@@ -191,17 +191,35 @@ def test_a_figure_beyond_the_spec_sheet_is_rejected(tmp_path):
     assert "the spec sheet's" in stored.rejected["bandwidth"]
 
 
-def test_thread_count_is_set_inside_and_restored(monkeypatch):
-    before = torch.get_num_threads()
-    with thread_count(1):
-        assert torch.get_num_threads() == 1
+def test_a_cpu_is_measured_with_the_threads_the_process_has_and_they_are_left_alone(tmp_path):
+    # issue 22: no library call changes process-wide state; the count is recorded instead
+    env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
+    with torch_threads(1):
         assert device_identity("cpu")[2] == 1
-    assert torch.get_num_threads() == before
-    with pytest.raises(ConfigError, match="threads must be an integer ≥ 1, got 0"), thread_count(0):
-        pass
+        measured = measure_ceilings("cpu", dtypes=["fp32"], quick=True, copy_mib=1, matmul_n=64,
+                                    budget_s=0.01, load=lambda: (0.0, 0.0))
+        assert torch.get_num_threads() == 1
+        assert measured.threads == 1
+        found = ensure_ceilings("cpu", env=env, budget_s=0.1, measure=Counting())
+        assert torch.get_num_threads() == 1
+        assert found.status == "measured" and found.ceilings.threads == 1
+        # the run had 3 threads, the process now has 1: nothing is set, nothing measured
+        measure = Counting()
+        skipped = ensure_ceilings("cpu", threads=3, env=env, measure=measure)
+        assert torch.get_num_threads() == 1 and measure.calls == []
+        assert skipped.status == "skipped"
+        assert skipped.note.endswith("the run had 3 torch threads, the process now has 1: no "
+                                     "ceiling measured for the run's; `trainpace ceilings "
+                                     "--threads 3` measures it")
 
 
 # ---- the first run -----------------------------------------------------------------------
+
+@pytest.fixture
+def one_thread():
+    """The run's thread count, 1: the process has it for the test (as the user's script set it)."""
+    with torch_threads(1):
+        yield
 
 class Counting:
     def __init__(self, tflops=0.25):
@@ -209,29 +227,28 @@ class Counting:
 
     def __call__(self, device, **kwargs):
         self.calls.append(kwargs)
-        with thread_count(kwargs["threads"]):
-            kind, name, threads = device_identity(device)
+        kind, name, threads = device_identity(device)  # what the measurement runs with
         return _measured(tflops=self.tflops, quick=True, kind=kind, name=name, threads=threads)
 
 
-def test_the_first_run_measures_once_then_reads_the_cache(tmp_path):
+def test_the_first_run_measures_once_then_reads_the_cache(tmp_path, one_thread):
     env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
     measure = Counting()
     first = ensure_ceilings("cpu", threads=1, env=env, measure=measure)
     assert first.status == "measured" and first.measured
-    assert measure.calls[0]["threads"] == 1 and measure.calls[0]["quick"] is True
+    assert "threads" not in measure.calls[0] and measure.calls[0]["quick"] is True
     assert measure.calls[0]["dtypes"] == ["float32"]
     assert "measured a quick ceiling after the run" in first.note
     assert "`trainpace ceilings --threads 1` measures the full one" in first.note
     assert first.path.endswith("-1t.json")
-    with thread_count(1):
+    with torch_threads(1):
         assert load_ceilings("cpu", env).matmul_tflops == {"float32": 0.25}
     second = ensure_ceilings("cpu", threads=1, env=env, measure=measure)
     assert second.status == "cached"
     assert len(measure.calls) == 1
     # another thread count is another identity: measured for itself
-    other = 2 if torch.get_num_threads() != 2 else 3
-    assert ensure_ceilings("cpu", threads=other, env=env, measure=measure).status == "measured"
+    with torch_threads(2):
+        assert ensure_ceilings("cpu", threads=2, env=env, measure=measure).status == "measured"
     assert first.to_dict()["ceilings"]["device"]["threads"] == 1
 
 
@@ -246,7 +263,7 @@ def test_the_first_run_never_raises(tmp_path):
     assert "RuntimeError: no memory" in failed.note
 
 
-def test_the_first_run_splits_its_budget_and_says_how_long_it_took(tmp_path):
+def test_the_first_run_splits_its_budget_and_says_how_long_it_took(tmp_path, one_thread):
     # each figure gets a sixth of the budget; the measurement "takes" 1.7 s on the clock
     env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
     clock = ManualClock()
@@ -264,7 +281,7 @@ def test_the_first_run_splits_its_budget_and_says_how_long_it_took(tmp_path):
     assert found.seconds == pytest.approx(1.7)
 
 
-def test_the_first_run_measures_for_real(tmp_path):
+def test_the_first_run_measures_for_real(tmp_path, one_thread):
     # the real measurement; how long it takes is the machine's (benchmarks measure speed)
     env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
     started = time.perf_counter()
@@ -281,9 +298,9 @@ def test_the_first_run_measures_for_real(tmp_path):
     assert 0 < found.seconds <= elapsed  # timed inside the call
 
 
-def test_a_first_run_never_overwrites_a_full_measurement_and_says_so(tmp_path):
+def test_a_first_run_never_overwrites_a_full_measurement_and_says_so(tmp_path, one_thread):
     env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
-    with thread_count(1):
+    with torch_threads(1):
         kind, name, threads = device_identity("cpu")
     full = _measured(bandwidth=12.5, tflops=10.0, kind=kind, name=name, threads=threads)
     store_ceilings(full, env)
@@ -296,7 +313,7 @@ def test_a_first_run_never_overwrites_a_full_measurement_and_says_so(tmp_path):
     found = ensure_ceilings("cpu", threads=1, dtype="fp16", env=env, measure=quick_fp16)
     assert found.status == "rejected"
     assert "a quick measurement does not replace the full one" in found.note
-    with thread_count(1):
+    with torch_threads(1):
         assert load_ceilings("cpu", env) == full
 
 
@@ -378,13 +395,12 @@ def test_at_equal_standing_a_higher_figure_is_taken_a_far_lower_one_rejected(tmp
     assert load_ceilings("cpu", env).matmul_tflops == {"float32": 0.5}
 
 
-def test_a_provisional_first_run_says_so_and_measures_again_next_time(tmp_path):
+def test_a_provisional_first_run_says_so_and_measures_again_next_time(tmp_path, one_thread):
     env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
     busy = {"value": True}
 
     def measure(device, **kwargs):
-        with thread_count(kwargs["threads"]):
-            kind, name, threads = device_identity(device)
+        kind, name, threads = device_identity(device)
         if busy["value"]:
             return _fake(bandwidth_gb_s=6.99, matmul_tflops={"float32": 0.0225}, kind=kind,
                          name=name, threads=threads,
@@ -400,15 +416,15 @@ def test_a_provisional_first_run_says_so_and_measures_again_next_time(tmp_path):
     busy["value"] = False
     second = ensure_ceilings("cpu", threads=1, env=env, measure=measure)
     assert second.status == "measured"
-    with thread_count(1):
+    with torch_threads(1):
         assert load_ceilings("cpu", env).peaks().flops("fp32").value == 0.304
     third = ensure_ceilings("cpu", threads=1, env=env, measure=measure)
     assert third.status == "cached" and third.peaks_changed  # written by another run: read it
 
 
-def test_a_run_above_a_cached_ceiling_marks_it_and_measures_again(tmp_path):
+def test_a_run_above_a_cached_ceiling_marks_it_and_measures_again(tmp_path, one_thread):
     env = {"TRAINPACE_CACHE_DIR": str(tmp_path)}
-    with thread_count(1):
+    with torch_threads(1):
         kind, name, threads = device_identity("cpu")
     store_ceilings(_measured(tflops=0.0225, kind=kind, name=name, threads=threads), env)
     measure = Counting(tflops=0.304)
@@ -416,7 +432,7 @@ def test_a_run_above_a_cached_ceiling_marks_it_and_measures_again(tmp_path):
                             achieved={"matmul float32": 0.03})  # "MFU 133%"
     assert len(measure.calls) == 1
     assert found.status == "measured"
-    with thread_count(1):
+    with torch_threads(1):
         assert load_ceilings("cpu", env).matmul_tflops == {"float32": 0.304}
     # and a measurement that is below the run's figure is provisional itself
     found = ensure_ceilings("cpu", threads=1, env=env, measure=Counting(tflops=0.2),

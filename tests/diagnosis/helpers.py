@@ -21,3 +21,13 @@ def ctx(summary=None, steps=None, system=None, meta=None, **thresholds):
 def only(outcome):
     assert len(outcome.verdicts) == 1, outcome
     return outcome.verdicts[0]
+
+
+def host_rows(until_s, system_cpu_pct, process_cpu_pct, rss_gb, start_s=0.0, every_s=1.0):
+    """Sampler rows (system.jsonl's shape) every ``every_s`` from ``start_s`` to ``until_s``."""
+    out, t = [], start_s
+    while t < until_s - 1e-9:
+        t += every_s
+        out.append({"t_s": t, "host": {"system_cpu_pct": system_cpu_pct,
+                                       "process_cpu_pct": process_cpu_pct, "rss_gb": rss_gb}})
+    return out

@@ -7,10 +7,12 @@ cache, the peak resolution, the roofline figures, the rules and the console's si
 import pytest
 import torch
 
+from devices.threads import torch_threads
 from diagnosis.helpers import ctx
-from trainpace.devices.ceilings import Ceilings, device_identity, ensure_ceilings, thread_count
+from trainpace.devices.ceilings import Ceilings, device_identity, ensure_ceilings
 from trainpace.devices.specs import Peak, Peaks
-from trainpace.diagnosis import diagnose, rules
+from trainpace.diagnosis import diagnose
+from trainpace.diagnosis.hardware import hardware
 from trainpace.measure.device_peaks import resolve_peaks
 from trainpace.measure.flops import FamilyCount, StepCount
 from trainpace.measure.roofline import step_figures
@@ -38,7 +40,7 @@ def test_an_estimate_above_the_bandwidth_peak_gives_no_verdict_anywhere():
     s = _summary(ELEMENTWISE, peaks, step_s=8e7 / 8.54e9)
     assert s.bandwidth.error is not None and s.bandwidth.util_pct is None
     assert s.flops.roofline is None and s.flops.ridge_flop_per_byte is None
-    outcome = rules.hardware(ctx(s))
+    outcome = hardware(ctx(s))
     assert [v.finding.id for v in outcome.verdicts] == ["peak_wrong"]
     advice = outcome.verdicts[0].finding.advice
     assert len(advice) == 1 and "MFU" not in advice[0]
@@ -55,7 +57,7 @@ def test_an_mfu_above_100_gives_no_roofline_and_its_advice_speaks_of_the_matmul_
     peaks = Peaks(tflops={"float32": Peak(0.0225, "busy")}, bandwidth_gb_s=Peak(26.0, "t"))
     s = _summary(count, peaks, step_s=0.03, device=Device(kind="cpu"), host=Host(cpu_threads=2))
     assert s.flops.error is not None and s.flops.roofline is None
-    outcome = rules.hardware(ctx(s))
+    outcome = hardware(ctx(s))
     assert [v.finding.id for v in outcome.verdicts] == ["peak_wrong"]
     advice = outcome.verdicts[0].finding.advice
     assert len(advice) == 1 and "`trainpace ceilings --threads 2`" in advice[0]
@@ -70,7 +72,7 @@ def test_bandwidth_bound_needs_a_real_share_of_the_peak(util_pct, bound):
     s = _summary(ELEMENTWISE, peaks, step_s=8e7 / (26e9 * util_pct / 100))
     assert s.flops.roofline == "bandwidth_bound"
     assert s.bandwidth.util_pct == pytest.approx(util_pct)
-    outcome = rules.hardware(ctx(s))
+    outcome = hardware(ctx(s))
     assert [v.finding.id for v in outcome.verdicts] == (["bandwidth_bound"] if bound else [])
     if not bound:
         assert outcome.checked.startswith("below the ridge (0.025 FLOP/byte) but moving only")
@@ -91,8 +93,7 @@ MATMUL = StepCount(flops=6e9, bytes=6e7, ops=4, flops_by_dtype={"torch.float32":
 
 def _machine(condition):
     def measure(device, **kwargs):
-        with thread_count(kwargs["threads"]):
-            kind, name, threads = device_identity(device)
+        kind, name, threads = device_identity(device)
         quiet = condition["others"] < 0.25
         return Ceilings(kind=kind, name=name, threads=threads,
                         bandwidth_gb_s=condition["bandwidth_gb_s"],
@@ -105,7 +106,7 @@ def _machine(condition):
 
 def _run(env, condition, step_s):
     """One run: peaks read at the start, figures, the ceiling after the loop, the verdict."""
-    with thread_count(1):
+    with torch_threads(1):
         peaks, note = resolve_peaks(torch.device("cpu"), device_identity("cpu")[1], None, None)
         flops, estimate = step_figures(MATMUL, peaks=peaks, step_s=step_s)
         achieved = {f"matmul {flops.dtype}": flops.achieved_tflops}

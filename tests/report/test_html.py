@@ -15,7 +15,8 @@ from trainpace.report.html import (
     tick_label,
     write_page,
 )
-from trainpace.report.plots import HLine, Series, line_chart, nice_ticks, stacked_chart
+from trainpace.report.plot_frame import nice_ticks
+from trainpace.report.plots import HLine, Series, line_chart, stacked_chart
 
 EVIL = '<script>alert("x")</script>&'
 

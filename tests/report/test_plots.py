@@ -6,18 +6,12 @@ import re
 import numpy as np
 import pytest
 
-from trainpace.report import plots
-from trainpace.report.plots import (
-    CHUNK_POINTS,
-    Layer,
-    Series,
-    extreme_indices,
-    line_chart,
-    stacked_chart,
-)
+from trainpace.report.downsample import BUCKETS, CHUNK_POINTS, extreme_indices
+from trainpace.report.html import tick_label
+from trainpace.report.plots import Layer, Series, line_chart, stacked_chart
 
 
-def reference_extremes(ys, buckets=plots.BUCKETS):
+def reference_extremes(ys, buckets=BUCKETS):
     """The whole-series version: pad, reshape, argmin/argmax per bucket, in one go."""
     n = len(ys)
     if n <= 2 * buckets:
@@ -51,7 +45,7 @@ def test_a_one_step_spike_in_a_million_survives_wherever_it_is(at):
     ys = np.full(1_000_000, 0.03)
     ys[at] = 2.0
     kept = extreme_indices(ys)
-    assert at in kept.tolist() and len(kept) <= 2 * plots.BUCKETS
+    assert at in kept.tolist() and len(kept) <= 2 * BUCKETS
     svg = line_chart([Series("step time", np.arange(1.0, 1_000_001.0), ys)], title="t",
                      x_label="step", y_label="s", robust=True, value_format="{:.4g} s")
     assert svg.count('class="clipped"') == 1
@@ -67,7 +61,7 @@ def test_a_stacked_spike_survives_and_is_marked_with_its_value():
     svg = stacked_chart(xs, [Series("wait", xs, wait), Series("rest", xs, rest)], title="t",
                         x_label="step", y_label="s", robust=True, value_format="{:.4g} s")
     assert svg.count('class="clipped"') == 1
-    assert f"total at {plots.tick_label(float(CHUNK_POINTS + 1))}: 1.52 s" in svg
+    assert f"total at {tick_label(float(CHUNK_POINTS + 1))}: 1.52 s" in svg
     assert "1 point above the scale (up to 1.52 s)" in svg
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from report.conftest import make_run
 from trainpace.report._signs import signs
-from trainpace.report.plots import extreme_indices, extremes, robust_top
+from trainpace.report.downsample import extreme_indices, extremes, robust_top
 from trainpace.report.run_html import (
     breakdown_chart,
     loss_chart,
@@ -207,7 +207,7 @@ def test_few_readings_are_drawn_as_they_are():
 
 
 def test_window_means_weigh_each_reading_by_its_interval():
-    from trainpace.report.plots import window_means
+    from trainpace.report.downsample import window_means
 
     # readings at 0, 1, 2 (1 s apart) and 4 (2 s after the one before): 10, 20, 30, 60
     xs, ys = window_means([0.0, 1.0, 2.0, 4.0], [10.0, 20.0, 30.0, 60.0], 3.0)

@@ -42,6 +42,20 @@ def read_run(path: Path, timeout_s: float = 30.0) -> tuple[list[dict], dict]:
 
 
 def _read(path: Path) -> tuple[set[str], list[dict], dict]:
+    kinds, history, summary = set(), [], {}
+    for record in _records(path):
+        kind = record.WhichOneof("record_type")
+        kinds.add(kind)
+        if kind == "history":
+            history.append({_key(item): json.loads(item.value_json) for item in record.history.item})
+        elif kind == "summary":
+            summary.update({_key(item): json.loads(item.value_json)
+                            for item in record.summary.update})
+    return kinds, history, summary
+
+
+def _records(path: Path) -> list:
+    """The protobuf records of a ``.wandb`` file, as far as they are written."""
     data = path.read_bytes()
     assert data[:4] == b":W&B"
     pos, pending, raws = FRAME, b"", []
@@ -64,18 +78,12 @@ def _read(path: Path) -> tuple[set[str], list[dict], dict]:
             raws.append(pending + chunk)
         elif kind == 0:
             break
-    kinds, history, summary = set(), [], {}
+    records = []
     for raw in raws:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(raw)
-        kind = record.WhichOneof("record_type")
-        kinds.add(kind)
-        if kind == "history":
-            history.append({_key(item): json.loads(item.value_json) for item in record.history.item})
-        elif kind == "summary":
-            summary.update({_key(item): json.loads(item.value_json)
-                            for item in record.summary.update})
-    return kinds, history, summary
+        records.append(record)
+    return records
 
 
 def _key(item) -> str:
@@ -144,6 +152,34 @@ def test_a_run_object_is_logged_into(offline, clock):
     run.finish()
     history, _ = read_run(run_file(offline))
     assert [row["trainpace/step"] for row in history if "trainpace/step" in row] == [10, 20, 30]
+
+
+def test_the_exit_ends_the_run_it_started_and_ignores_what_comes_after(offline):
+    from trainpace.runlog import Record
+    from trainpace.sinks.wandb import WandbSink
+
+    sink = WandbSink()
+    sink.log(Record("meta", {"run_id": "r1", "world_size": 1}, 0))
+    started = sink.run
+    sink._end_at_exit()  # what the interpreter's exit calls for a run never closed
+    sink.log(Record("meta", {"run_id": "r1"}, 0))  # too late: no run is started again
+    assert sink.run is started and wandb.run is None
+    history, _ = read_run(run_file(offline))
+    kinds, _, _ = _read(run_file(offline))
+    assert "exit" in kinds and history == []  # ended whole; nothing logged after the exit
+
+
+def test_the_exit_leaves_the_users_run_open(offline, clock):
+    from trainpace.sinks.wandb import WandbSink
+
+    run = wandb.init(project="mine")
+    sink = WandbSink()
+    sink._end_at_exit()
+    assert wandb.run is run  # the user's, finished by the user (or wandb's own exit)
+    run.log({"user/metric": 1.0})
+    run.finish()
+    history, _ = read_run(run_file(offline))
+    assert [row["user/metric"] for row in history] == [1.0]
 
 
 class BrokenRun:
@@ -249,3 +285,60 @@ def test_an_unreachable_server_never_holds_the_exit(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "finished 10"
     assert took_s < 60, f"the process took {took_s:.0f} s to exit"  # ~95 s before, ~8 s now
+
+
+NO_FINISH = """
+import sys
+import torch, trainpace
+meter = trainpace.Meter(out="run", window=5, console=False, report=False, count_flops=False,
+                        wandb=True)
+for b in meter.loader([torch.zeros(8, 2)] * int(sys.argv[1])):
+    with meter.step(b):
+        pass
+print("the script ends without meter.finish()", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_never_finished_exits_cleanly_with_its_run_complete(tmp_path):
+    """The docs' W&B example once exited -6 ("FATAL: exception not rethrown": the sink's thread
+    was still inside wandb.init when the interpreter finalized, and was unwound by force). A
+    Meter left without finish() must exit 0, its offline run ended whole (the exit record),
+    every time: right after the Meter is made (the run still starting) and after steps."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    src = str(Path(trainpace.__file__).resolve().parents[1])
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", WANDB_PROJECT="trainpace-test",
+               PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    jobs = []
+    for i, steps in enumerate([0, 0, 12, 12]):
+        folder = tmp_path / f"exit{i}"
+        folder.mkdir()
+        err = (folder / "stderr.txt").open("w")
+        jobs.append((folder, err, subprocess.Popen(
+            [sys.executable, "-c", NO_FINISH, str(steps)], cwd=folder,
+            env={**env, "WANDB_DIR": str(folder)}, stdout=subprocess.PIPE, stderr=err, text=True,
+            start_new_session=True)))
+    try:
+        for folder, err, job in jobs:
+            out, _ = job.communicate(timeout=150)
+            err.close()
+            stderr = (folder / "stderr.txt").read_text()
+            assert job.returncode == 0, stderr
+            assert "FATAL" not in stderr and "Traceback" not in stderr, stderr
+            assert out.strip() == "the script ends without meter.finish()"
+            kinds = {r.WhichOneof("record_type") for r in _records(run_file(folder))}
+            assert {"run", "config", "exit"} <= kinds  # started, its setup, ended whole
+            configs = [item.key for r in _records(run_file(folder))
+                       if r.WhichOneof("record_type") == "config" for item in r.config.update]
+            assert "trainpace" in configs  # meta.json's setup reached the run
+            assert (folder / "run" / "meta.json").exists()
+    finally:
+        for _, err, job in jobs:  # a job left running (a failed assert): its whole group ends
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait()
+            err.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Iterator
 
 from trainpace.cli._args import cpu_cores, number
 
@@ -30,6 +31,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+@contextlib.contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` inside, restored after: the user asked for
+    this count (``--threads``), so the verb sets it; the library measures with what it finds."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def run(args: argparse.Namespace) -> int:
     """Measure (or read the cache), save, render."""
     import torch
@@ -41,7 +56,6 @@ def run(args: argparse.Namespace) -> int:
         load_ceilings,
         measure_ceilings,
         store_ceilings,
-        thread_count,
     )
     from trainpace.errors import DeviceError
 
@@ -49,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     threads = args.threads if device_identity(device)[0] == "cpu" else None
     with contextlib.ExitStack() as stack:
         if threads is not None:
-            stack.enter_context(thread_count(threads))
+            stack.enter_context(_torch_threads(threads))
         kind, name, threads = device_identity(device)
         path = cache_path(kind, name, threads)
         warnings: tuple[str, ...] = ()

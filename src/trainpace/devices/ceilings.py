@@ -20,12 +20,11 @@ one after the loop, once.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
 import platform
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +49,7 @@ from trainpace.errors import ConfigError, DeviceError
 __all__ = [
     "CPU_DTYPES", "CUDA_DTYPES", "SCHEMA", "Ceilings", "FirstRun", "Stored", "cache_dir",
     "cache_path", "cpu_name", "cpu_seconds", "device_identity", "ensure_ceilings", "load_ceilings",
-    "measure_ceilings", "save_ceilings", "store_ceilings", "thread_count",
+    "measure_ceilings", "save_ceilings", "store_ceilings",
 ]
 
 CPU_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -117,15 +116,16 @@ def measure_ceilings(
     copy_mib: int | None = None,
     matmul_n: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
-    threads: int | None = None,
     budget_s: float | None = None,
     load: Callable[[], tuple[float, float]] = cpu_seconds,
 ) -> Ceilings:
     """Measure the bandwidth and matmul ceilings of ``device`` (see the module docstring).
 
-    ``threads``: torch's intra-op thread count to measure a CPU with (set for the
-    measurement, then restored); the cache keeps one entry per thread count. ``budget_s``:
-    the timing budget of each figure (default 0.2 s quick, 1 s full).
+    A CPU is measured with the torch threads the process has (``torch.get_num_threads()``),
+    recorded as ``threads`` in the result; the cache keeps one entry per thread count. The
+    caller who wants another count sets it (``trainpace ceilings --threads N`` does, in the
+    CLI): a library call never changes it. ``budget_s``: the timing budget of each figure
+    (default 0.2 s quick, 1 s full).
 
     ``quick`` uses small sizes and short budgets (a second or two on a CPU): good enough to
     check that it works, less exact. ``dtypes`` defaults to every dtype the device kind
@@ -133,11 +133,6 @@ def measure_ceilings(
     ``load``: (machine busy CPU s, own CPU s) — read before and after, it says what other
     processes took meanwhile (``method.others_cpu_cores``, ``method.quiet``).
     """
-    if threads is not None:
-        with thread_count(threads):
-            return measure_ceilings(device, dtypes=dtypes, quick=quick, copy_mib=copy_mib,
-                                    matmul_n=matmul_n, clock=clock, budget_s=budget_s,
-                                    load=load)
     kind, name, threads = device_identity(device)
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
@@ -207,19 +202,6 @@ def measure_ceilings(
     )
 
 
-@contextlib.contextmanager
-def thread_count(threads: object) -> Iterator[None]:
-    """torch's intra-op threads set to ``threads`` inside, restored after."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigError("threads", threads, "must be an integer ≥ 1")
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 @dataclass(frozen=True)
 class FirstRun:
     """What :func:`ensure_ceilings` did: the Meter puts :meth:`to_dict` in meta.json."""
@@ -264,7 +246,10 @@ def ensure_ceilings(
     ceilings', or a quick ceiling measured now (once; then cached). Never raises.
 
     Call it once after the training loop (never during it: it keeps the device busy for up
-    to ``budget_s``). ``threads``: the run's torch thread count (default: the current one);
+    to ``budget_s``). ``threads``: the run's torch thread count (default: the process's
+    now). A CPU is measured with the threads the process has (never set here); when they are
+    no longer the run's, a ceiling measured now would not be the run's, so none is (status
+    ``skipped``, the note says how to measure it).
     ``dtype``: the dtype whose matmul peak the run needs (default float32). ``achieved``:
     the run's figures (``{"bandwidth": GB/s, "matmul float32": TFLOP/s}``); a cached ceiling
     below one of them is wrong: it is marked provisional and measured again. A provisional
@@ -273,12 +258,13 @@ def ensure_ceilings(
     started = clock()
     try:
         dtype_key = canonical_dtype(dtype or "float32")
-        if threads is not None and torch.device(device).type == "cpu":
-            with thread_count(threads):
-                identity = device_identity(device)
-        else:
-            identity = device_identity(device)
-        kind, name, threads_now = identity
+        kind, name, threads_now = device_identity(device)
+        if kind == "cpu" and threads is not None and threads != threads_now:
+            return FirstRun(
+                "skipped", f"{name}: the run had {threads} torch thread"
+                f"{'s' if threads > 1 else ''}, the process now has {threads_now}: no "
+                f"ceiling measured for the run's; `trainpace ceilings --threads {threads}` "
+                "measures it")
         if table_peaks(name).tflops:
             return FirstRun("table", f"{name}: peaks from the spec table")
         path = cache_path(kind, name, threads_now, env)
@@ -296,8 +282,7 @@ def ensure_ceilings(
         # a third of the budget per figure: the copy, the size probe and the product
         per_figure = max(0.05, budget_s / 6)
         run = measure or measure_ceilings
-        measured = run(device, dtypes=[dtype_key], quick=True, threads=threads,
-                       budget_s=per_figure)
+        measured = run(device, dtypes=[dtype_key], quick=True, budget_s=per_figure)
         measured = with_exceeded(measured, achieved or {}) or measured
         stored = store_ceilings(measured, env)
         seconds = clock() - started

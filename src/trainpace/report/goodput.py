@@ -8,7 +8,8 @@ from rich.table import Table
 from rich.text import Text
 
 from trainpace.report.html import esc, paragraph, table
-from trainpace.report.plots import Band, Lane, timeline_chart
+from trainpace.report.plot_frame import Band
+from trainpace.report.timeline import Lane, timeline_chart
 from trainpace.summary import GOODPUT_CATEGORIES, Goodput
 from trainpace.units import format_seconds
 

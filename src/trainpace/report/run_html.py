@@ -19,6 +19,7 @@ import numpy as np
 from trainpace._version import __version__
 from trainpace.report._signs import evidence_text, headline, signs
 from trainpace.report._text import cleaned
+from trainpace.report.downsample import CHUNK_POINTS, window_means
 from trainpace.report.goodput import goodput_html
 from trainpace.report.html import (
     SEVERITY_COLOR,
@@ -30,16 +31,8 @@ from trainpace.report.html import (
     section,
     table,
 )
-from trainpace.report.plots import (
-    CHUNK_POINTS,
-    Band,
-    HLine,
-    Layer,
-    Series,
-    line_chart,
-    stacked_chart,
-    window_means,
-)
+from trainpace.report.plot_frame import Band
+from trainpace.report.plots import HLine, Layer, Series, line_chart, stacked_chart
 from trainpace.series import StepSeries
 from trainpace.stats import ema_array
 from trainpace.summary import Diagnosis, Summary

@@ -1,0 +1,120 @@
+"""What the host was doing over some spans of the run: the sampler's readings (the machine's
+busy CPU against this process's share of it, memory, the GPU's throttle flags), time-weighted.
+
+The slow phases, the step-time outliers and the drift name their cause from these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from trainpace.diagnosis._context import Context
+from trainpace.diagnosis.thresholds import Thresholds
+
+MAX_SPANS = 200  # host signs over at most this many spans (the longest): bounded work
+
+
+@dataclass(frozen=True)
+class HostSigns:
+    """Time-weighted host readings over some spans of the run (None where not measured)."""
+
+    readings: int
+    system_cpu_pct: float | None  # the whole machine's busy share, 0–100
+    process_cpu_pct: float | None  # this process and its workers, 100 = one core
+    process_share_pct: float | None  # the same as a share of the machine, 0–100
+    others_pct: float | None  # the machine's CPU busy with other processes, 0–100
+    memory_used_pct_max: float | None
+    throttled_pct: float | None
+    temperature_c_max: float | None
+    rss_gb: float | None = None  # this process's resident memory (time-weighted)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def contended(self, t: Thresholds, baseline: HostSigns | None = None) -> bool:
+        """Other processes took a large share of a busy CPU — more than in ``baseline``, or
+        this process got clearly less of it (a saturated machine reads 100% busy either way)."""
+        if self.others_pct is None or self.others_pct < t.cpu_others_pct:
+            return False
+        if (self.system_cpu_pct or 0.0) < t.cpu_contention_system_pct:
+            return False
+        if baseline is None or baseline.others_pct is None:
+            return True
+        more_others = self.others_pct - baseline.others_pct >= 0.5 * t.cpu_others_pct
+        share, base_share = self.process_share_pct, baseline.process_share_pct
+        less_mine = share is not None and base_share is not None and share <= 0.7 * base_share
+        return more_others or less_mine
+
+    def text(self) -> str:
+        """``the machine's CPU was 100% busy, this process had 48% of it``."""
+        if self.system_cpu_pct is None:
+            return "no host CPU reading"
+        mine = (f", this process had {self.process_share_pct:.0f}% of it"
+                if self.process_share_pct is not None else "")
+        return f"the machine's CPU was {self.system_cpu_pct:.0f}% busy{mine}"
+
+
+def _weighted(values: np.ndarray, weights: np.ndarray) -> float | None:
+    known = np.isfinite(values) & (weights > 0)
+    if not known.any():
+        return None
+    return float((values[known] * weights[known]).sum() / weights[known].sum())
+
+
+def host_signs(ctx: Context, spans: Sequence[tuple[float, float]]) -> HostSigns | None:
+    """The sampler's host readings over ``spans`` ((start_s, stop_s), the run's clock).
+
+    A row read at ``t_i`` covers ``(t_{i-1}, t_i]`` (its CPU figures are averages over it),
+    and weighs by its overlap with the spans. None when no row overlaps them.
+    """
+    rows = ctx.host_rows
+    t = rows["t_s"]
+    if t.size == 0 or not spans:
+        return None
+    begin = np.concatenate(([t[0] - (t[1] - t[0]) if t.size > 1 else t[0]], t[:-1]))
+    weights = np.zeros(t.size)
+    for start, stop in sorted(spans, key=lambda s: s[0] - s[1])[:MAX_SPANS]:
+        weights += np.clip(np.minimum(t, stop) - np.maximum(begin, start), 0.0, None)
+    # a span shorter than the reading interval still takes the row it falls in
+    if not (weights > 0).any():
+        for start, stop in spans[:MAX_SPANS]:
+            i = int(np.searchsorted(t, 0.5 * (start + stop)))
+            if i < t.size:
+                weights[i] += 1.0
+    if not (weights > 0).any():
+        return None
+    system = _weighted(rows["system_cpu_pct"], weights)
+    process = _weighted(rows["process_cpu_pct"], weights)
+    cores = ctx.cpu_count
+    share = min(100.0, process / cores) if process is not None and cores else None
+    others = max(0.0, system - share) if system is not None and share is not None else None
+    memory = rows["memory_used_pct"][weights > 0]
+    temps = rows["temperature_c"][weights > 0]
+    return HostSigns(
+        readings=int((weights > 0).sum()),
+        system_cpu_pct=system,
+        process_cpu_pct=process,
+        process_share_pct=share,
+        others_pct=others,
+        memory_used_pct_max=float(np.nanmax(memory)) if np.isfinite(memory).any() else None,
+        throttled_pct=_weighted(rows["throttled"], weights),
+        temperature_c_max=float(np.nanmax(temps)) if np.isfinite(temps).any() else None,
+        rss_gb=_weighted(rows["rss_gb"], weights),
+    )
+
+
+def step_signs(ctx: Context, ix: np.ndarray) -> HostSigns | None:
+    """The host readings over the time of the timed steps ``ix`` (indices into
+    ``ctx.times``; None without sampler rows)."""
+    times = ctx.times
+    ends = times.t_s[ix]
+    known = np.isfinite(ends)
+    if not known.any():
+        return None
+    spans = [(float(e - s), float(e)) for e, s in zip(ends[known], times.step_s[ix][known],
+                                                        strict=True)]
+    return host_signs(ctx, spans)
