@@ -122,7 +122,9 @@ def test_a_rank_killed_with_sigkill_is_named_and_the_folder_reads(tmp_path, caps
     merged = json.loads((out / "summary.json").read_text())
     [gone] = merged["dist"]["missing"]
     assert gone["rank"] == 1 and gone["reason"] == "ended early (no final window)"
-    assert gone["last_step"] in (15, 20) and gone["last_seen_unix"] is not None
+    # 22 steps closed before the kill (step 23 closes at a fetch that never comes); the writer
+    # had them by half windows, so at most one window (5) is lost, however fast it wrote
+    assert 17 <= gone["last_step"] <= 22 and gone["last_seen_unix"] is not None
     assert measured(out / "rank0")[2] == 40  # the survivor's folder is complete
     assert json.loads((out / "rank0" / "meta.json").read_text())["finished_at"] is not None
     read = report_json(out, capsys)
@@ -202,7 +204,7 @@ def test_a_rank_killed_mid_collective_the_survivor_still_reports(tmp_path, with_
                     env={"OUT": str(out), "STEPS": "200", "KILL_RANK": "1", "KILL_STEP": "23",
                          "STEP_SLEEP_S": "0.005", "WITH_METER": with_block})
     dead_last = measured(out / "rank1")[2]  # its steps on disk (a window may be lost)
-    assert dead_last in (15, 20)
+    assert 17 <= dead_last <= 22  # of the 22 it closed, at most one window (5) lost
     survivor = measured(out / "rank0")[2]
     own = json.loads((out / "rank0" / "summary.json").read_text())
     assert own["steps"]["total"] == survivor  # as new as its steps
