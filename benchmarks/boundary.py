@@ -28,42 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch import nn
 
-
-def _block(model: nn.Module, opt: torch.optim.Optimizer, steps: int, meter: Any,
-           width: int) -> list[float]:
-    """Each step's wall time (loader included), in order."""
-    x, y = torch.randn(64, width), torch.randn(64, 1)
-    data = [(x, y)] * steps
-    times: list[float] = []
-    batches = meter.loader(data) if meter is not None else data
-    last = time.perf_counter()
-    for xb, yb in batches:
-        if meter is not None:
-            with meter.step((xb, yb)):
-                nn.functional.mse_loss(model(xb), yb).backward()
-                opt.step()
-                opt.zero_grad()
-        else:
-            nn.functional.mse_loss(model(xb), yb).backward()
-            opt.step()
-            opt.zero_grad()
-        now = time.perf_counter()
-        times.append(now - last)
-        last = now
-    return times
+import ddp_procs
 
 
 def excess_at(blocks: list[list[float]], window: int, offset: int) -> float:
@@ -94,47 +67,31 @@ def figures(bare: list[list[float]], metered: list[list[float]], window: int) ->
 
 def _worker(rank: int, world: int, port: int, rounds: int, steps: int, window: int,
             width: int, out: str, result: str) -> None:
-    if world > 1:
-        os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-                           "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                           "MASTER_PORT": str(port)})
-    torch.set_num_threads(1)
+    ddp_procs.join(rank, world, port)
     import trainpace
 
-    torch.manual_seed(0)
-    net: nn.Module = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width),
-                                   nn.ReLU(), nn.Linear(width, 1))
-    if world > 1:
-        dist.init_process_group("gloo")
-        net = nn.parallel.DistributedDataParallel(net)
+    net = ddp_procs.mlp(width, world)
     opt = torch.optim.SGD(net.parameters(), lr=1e-4)
-    _block(net, opt, steps // 4, None, width)  # warm-up of the process and the group
+    ddp_procs.block(net, opt, steps // 4, None, width)  # warm-up of the process and the group
     bare: list[list[float]] = []
     metered: list[list[float]] = []
     for r in range(rounds):
-        if world > 1:
-            dist.barrier()
-        bare.append(_block(net, opt, steps, None, width))
-        if world > 1:
-            dist.barrier()
+        ddp_procs.barrier(world)
+        bare.append(ddp_procs.block(net, opt, steps, None, width))
+        ddp_procs.barrier(world)
         meter = trainpace.Meter(Path(out) / f"round{r}", window=window, console=False,
                                 report=False)
-        metered.append(_block(net, opt, steps, meter, width))
+        metered.append(ddp_procs.block(net, opt, steps, meter, width))
         meter.finish()
     if rank == 0:
         Path(result).write_text(json.dumps(figures(bare, metered, window)))
-    if world > 1:
-        dist.destroy_process_group()
+    ddp_procs.leave(world)
 
 
 def run(world: int, rounds: int, steps: int, window: int, width: int) -> dict[str, Any]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with tempfile.TemporaryDirectory(prefix="tp-boundary-") as out:
         result = Path(out) / "result.json"
-        mp.start_processes(_worker, args=(world, port, rounds, steps, window, width, out,
-                                          str(result)), nprocs=world, start_method="spawn")
+        ddp_procs.spawn(_worker, world, rounds, steps, window, width, out, str(result))
         figures: dict[str, Any] = json.loads(result.read_text())
     return {"processes": world, **figures}
 
