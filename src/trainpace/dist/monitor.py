@@ -315,11 +315,7 @@ def vitals_signs(vitals: Callable[[], Any]) -> Signs:
         if sampler is None or not records:
             return {}
         start_s = float(records[0]["t_s"]) - float(records[0]["step_s"])
-        device, _, _, host = sampler.sections(t_start_s=start_s,
-                                              t_end_s=float(records[-1]["t_s"]),
-                                              step_s=None, samples_per_s=None)
-        return {"util_pct": device.util_pct, "temperature_c": device.temperature_c,
-                "throttle_pct": device.throttle_pct, "process_cpu_pct": host.process_cpu_pct,
-                "system_cpu_pct": host.system_cpu_pct}
+        signs: dict[str, Any] = sampler.window_signs(start_s, float(records[-1]["t_s"]))
+        return signs
 
     return signs
