@@ -16,7 +16,9 @@ the bare blocks give the bare run's figure (no boundary there: noise). The bare 
 boundary-free noise is the spread of that same statistic at the other positions of a window
 (``k*W + j``, j = 2..W-1, each a mean over as many steps): its largest absolute value is
 what a boundary cost must exceed to be resolved at all. DDP makes every rank's steps equal;
-rank 0's times are reported.
+rank 0's times are reported. The same figures of each step's CPU time on the training thread
+(``cpu_*``) say what the step itself did more at a boundary: on a crowded machine the wall
+times also hold the time other processes had the cores, which the CPU times do not.
 
     python benchmarks/boundary.py              # 1, 2, 4 processes; 4 rounds of 400 steps
     python benchmarks/boundary.py --quick      # 2 rounds of 200 steps
@@ -49,9 +51,11 @@ def excess_at(blocks: list[list[float]], window: int, offset: int) -> float:
     return statistics.fmean(diffs)
 
 
-def figures(bare: list[list[float]], metered: list[list[float]], window: int) -> dict[str, Any]:
+def figures(bare: list[list[float]], metered: list[list[float]], window: int,
+            bare_cpu: list[list[float]], metered_cpu: list[list[float]]) -> dict[str, Any]:
     noise = [excess_at(bare, window, j) for j in range(2, window)]
     metered_free = [excess_at(metered, window, j) for j in range(2, window)]
+    cpu_noise = [excess_at(bare_cpu, window, j) for j in range(2, window)]
     return {
         "bare_step_ms": statistics.median(t for b in bare for t in b[window:]) * 1e3,
         "metered_step_ms": statistics.median(t for b in metered for t in b[window:]) * 1e3,
@@ -62,6 +66,9 @@ def figures(bare: list[list[float]], metered: list[list[float]], window: int) ->
         "bare_noise_ms": max(abs(v) for v in noise) * 1e3,
         "metered_noise_ms": max(abs(v) for v in metered_free) * 1e3,
         "boundaries": sum(len(range(window, len(b), window)) for b in metered),
+        "cpu_boundary_excess_ms_metered": excess_at(metered_cpu, window, 1) * 1e3,
+        "cpu_half_excess_ms_metered": excess_at(metered_cpu, window, window // 2 + 1) * 1e3,
+        "cpu_bare_noise_ms": max(abs(v) for v in cpu_noise) * 1e3,
     }
 
 
@@ -75,16 +82,21 @@ def _worker(rank: int, world: int, port: int, rounds: int, steps: int, window: i
     ddp_procs.block(net, opt, steps // 4, None, width)  # warm-up of the process and the group
     bare: list[list[float]] = []
     metered: list[list[float]] = []
+    bare_cpu: list[list[float]] = []
+    metered_cpu: list[list[float]] = []
     for r in range(rounds):
         ddp_procs.barrier(world)
-        bare.append(ddp_procs.block(net, opt, steps, None, width))
+        bare_cpu.append([])
+        bare.append(ddp_procs.block(net, opt, steps, None, width, cpu=bare_cpu[-1]))
         ddp_procs.barrier(world)
         meter = trainpace.Meter(Path(out) / f"round{r}", window=window, console=False,
                                 report=False)
-        metered.append(ddp_procs.block(net, opt, steps, meter, width))
+        metered_cpu.append([])
+        metered.append(ddp_procs.block(net, opt, steps, meter, width, cpu=metered_cpu[-1]))
         meter.finish()
     if rank == 0:
-        Path(result).write_text(json.dumps(figures(bare, metered, window)))
+        Path(result).write_text(json.dumps(figures(bare, metered, window, bare_cpu,
+                                                   metered_cpu)))
     ddp_procs.leave(world)
 
 
@@ -115,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(load average {' '.join(f'{x:.1f}' for x in load_before)} on "
           f"{os.cpu_count()} CPUs)")
     print(f"{'processes':>9} {'bare ms':>8} {'boundary excess ms':>19} "
-          f"{'bare, same steps':>17} {'half-window ms':>15} {'bare noise ms':>14}  verdict")
+          f"{'bare, same steps':>17} {'half-window ms':>15} {'bare noise ms':>14} "
+          f"{'CPU: boundary, half, noise ms':>30}  verdict")
     for world in (int(w) for w in args.ranks.split(",")):
         row = run(world, args.rounds, args.steps, args.window, args.width)
         excess, noise = row["boundary_excess_ms_metered"], row["bare_noise_ms"]
@@ -123,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{world:>9} {row['bare_step_ms']:>8.2f} {excess:>19.3f} "
               f"{row['boundary_excess_ms_bare']:>17.3f} {row['half_excess_ms_metered']:>15.3f} "
-              f"{noise:>14.3f}  "
+              f"{noise:>14.3f} {row['cpu_boundary_excess_ms_metered']:>12.3f} "
+              f"{row['cpu_half_excess_ms_metered']:>7.3f} {row['cpu_bare_noise_ms']:>9.3f}  "
               f"{'RESOLVED: the boundary costs a step' if row['resolved'] else 'not resolved'}",
               flush=True)
     from results import write_result

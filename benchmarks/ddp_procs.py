@@ -59,14 +59,16 @@ def mlp(width: int, world: int) -> nn.Module:
 
 
 def block(model: nn.Module, opt: torch.optim.Optimizer, steps: int, meter: Any, width: int,
-          at_step: Callable[[int], None] | None = None) -> list[float]:
+          at_step: Callable[[int], None] | None = None,
+          cpu: list[float] | None = None) -> list[float]:
     """Each step's wall time (loader included), in order; bare when ``meter`` is None.
-    ``at_step(i)`` runs before step ``i`` (0-based) starts its timing."""
+    ``at_step(i)`` runs before step ``i`` (0-based); ``cpu`` gets each step's CPU time on
+    this thread (what other processes taking the cores does not lengthen)."""
     x, y = torch.randn(64, width), torch.randn(64, 1)
     data = [(x, y)] * steps
     times: list[float] = []
     batches = meter.loader(data) if meter is not None else data
-    last = time.perf_counter()
+    last, last_cpu = time.perf_counter(), time.thread_time()
     for i, (xb, yb) in enumerate(batches):
         if at_step is not None:
             at_step(i)
@@ -78,6 +80,10 @@ def block(model: nn.Module, opt: torch.optim.Optimizer, steps: int, meter: Any, 
         now = time.perf_counter()
         times.append(now - last)
         last = now
+        if cpu is not None:
+            now_cpu = time.thread_time()
+            cpu.append(now_cpu - last_cpu)
+            last_cpu = now_cpu
     return times
 
 
