@@ -16,7 +16,9 @@ the bare blocks give the bare run's figure (no boundary there: noise). The bare 
 boundary-free noise is the spread of that same statistic at the other positions of a window
 (``k*W + j``, j = 2..W-1, each a mean over as many steps): its largest absolute value is
 what a boundary cost must exceed to be resolved at all. DDP makes every rank's steps equal;
-rank 0's times are reported.
+rank 0's times are reported. The same figures of each step's CPU time on the training thread
+(``cpu_*``) say what the step itself did more at a boundary: on a crowded machine the wall
+times also hold the time other processes had the cores, which the CPU times do not.
 
     python benchmarks/boundary.py              # 1, 2, 4 processes; 4 rounds of 400 steps
     python benchmarks/boundary.py --quick      # 2 rounds of 200 steps
@@ -28,42 +30,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch import nn
 
-
-def _block(model: nn.Module, opt: torch.optim.Optimizer, steps: int, meter: Any,
-           width: int) -> list[float]:
-    """Each step's wall time (loader included), in order."""
-    x, y = torch.randn(64, width), torch.randn(64, 1)
-    data = [(x, y)] * steps
-    times: list[float] = []
-    batches = meter.loader(data) if meter is not None else data
-    last = time.perf_counter()
-    for xb, yb in batches:
-        if meter is not None:
-            with meter.step((xb, yb)):
-                nn.functional.mse_loss(model(xb), yb).backward()
-                opt.step()
-                opt.zero_grad()
-        else:
-            nn.functional.mse_loss(model(xb), yb).backward()
-            opt.step()
-            opt.zero_grad()
-        now = time.perf_counter()
-        times.append(now - last)
-        last = now
-    return times
+import ddp_procs
 
 
 def excess_at(blocks: list[list[float]], window: int, offset: int) -> float:
@@ -76,9 +51,11 @@ def excess_at(blocks: list[list[float]], window: int, offset: int) -> float:
     return statistics.fmean(diffs)
 
 
-def figures(bare: list[list[float]], metered: list[list[float]], window: int) -> dict[str, Any]:
+def figures(bare: list[list[float]], metered: list[list[float]], window: int,
+            bare_cpu: list[list[float]], metered_cpu: list[list[float]]) -> dict[str, Any]:
     noise = [excess_at(bare, window, j) for j in range(2, window)]
     metered_free = [excess_at(metered, window, j) for j in range(2, window)]
+    cpu_noise = [excess_at(bare_cpu, window, j) for j in range(2, window)]
     return {
         "bare_step_ms": statistics.median(t for b in bare for t in b[window:]) * 1e3,
         "metered_step_ms": statistics.median(t for b in metered for t in b[window:]) * 1e3,
@@ -89,52 +66,44 @@ def figures(bare: list[list[float]], metered: list[list[float]], window: int) ->
         "bare_noise_ms": max(abs(v) for v in noise) * 1e3,
         "metered_noise_ms": max(abs(v) for v in metered_free) * 1e3,
         "boundaries": sum(len(range(window, len(b), window)) for b in metered),
+        "cpu_boundary_excess_ms_metered": excess_at(metered_cpu, window, 1) * 1e3,
+        "cpu_half_excess_ms_metered": excess_at(metered_cpu, window, window // 2 + 1) * 1e3,
+        "cpu_bare_noise_ms": max(abs(v) for v in cpu_noise) * 1e3,
     }
 
 
 def _worker(rank: int, world: int, port: int, rounds: int, steps: int, window: int,
             width: int, out: str, result: str) -> None:
-    if world > 1:
-        os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-                           "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                           "MASTER_PORT": str(port)})
-    torch.set_num_threads(1)
+    ddp_procs.join(rank, world, port)
     import trainpace
 
-    torch.manual_seed(0)
-    net: nn.Module = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width),
-                                   nn.ReLU(), nn.Linear(width, 1))
-    if world > 1:
-        dist.init_process_group("gloo")
-        net = nn.parallel.DistributedDataParallel(net)
+    net = ddp_procs.mlp(width, world)
     opt = torch.optim.SGD(net.parameters(), lr=1e-4)
-    _block(net, opt, steps // 4, None, width)  # warm-up of the process and the group
+    ddp_procs.block(net, opt, steps // 4, None, width)  # warm-up of the process and the group
     bare: list[list[float]] = []
     metered: list[list[float]] = []
+    bare_cpu: list[list[float]] = []
+    metered_cpu: list[list[float]] = []
     for r in range(rounds):
-        if world > 1:
-            dist.barrier()
-        bare.append(_block(net, opt, steps, None, width))
-        if world > 1:
-            dist.barrier()
+        ddp_procs.barrier(world)
+        bare_cpu.append([])
+        bare.append(ddp_procs.block(net, opt, steps, None, width, cpu=bare_cpu[-1]))
+        ddp_procs.barrier(world)
         meter = trainpace.Meter(Path(out) / f"round{r}", window=window, console=False,
                                 report=False)
-        metered.append(_block(net, opt, steps, meter, width))
+        metered_cpu.append([])
+        metered.append(ddp_procs.block(net, opt, steps, meter, width, cpu=metered_cpu[-1]))
         meter.finish()
     if rank == 0:
-        Path(result).write_text(json.dumps(figures(bare, metered, window)))
-    if world > 1:
-        dist.destroy_process_group()
+        Path(result).write_text(json.dumps(figures(bare, metered, window, bare_cpu,
+                                                   metered_cpu)))
+    ddp_procs.leave(world)
 
 
 def run(world: int, rounds: int, steps: int, window: int, width: int) -> dict[str, Any]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with tempfile.TemporaryDirectory(prefix="tp-boundary-") as out:
         result = Path(out) / "result.json"
-        mp.start_processes(_worker, args=(world, port, rounds, steps, window, width, out,
-                                          str(result)), nprocs=world, start_method="spawn")
+        ddp_procs.spawn(_worker, world, rounds, steps, window, width, out, str(result))
         figures: dict[str, Any] = json.loads(result.read_text())
     return {"processes": world, **figures}
 
@@ -158,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(load average {' '.join(f'{x:.1f}' for x in load_before)} on "
           f"{os.cpu_count()} CPUs)")
     print(f"{'processes':>9} {'bare ms':>8} {'boundary excess ms':>19} "
-          f"{'bare, same steps':>17} {'half-window ms':>15} {'bare noise ms':>14}  verdict")
+          f"{'bare, same steps':>17} {'half-window ms':>15} {'bare noise ms':>14} "
+          f"{'CPU: boundary, half, noise ms':>30}  verdict")
     for world in (int(w) for w in args.ranks.split(",")):
         row = run(world, args.rounds, args.steps, args.window, args.width)
         excess, noise = row["boundary_excess_ms_metered"], row["bare_noise_ms"]
@@ -166,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{world:>9} {row['bare_step_ms']:>8.2f} {excess:>19.3f} "
               f"{row['boundary_excess_ms_bare']:>17.3f} {row['half_excess_ms_metered']:>15.3f} "
-              f"{noise:>14.3f}  "
+              f"{noise:>14.3f} {row['cpu_boundary_excess_ms_metered']:>12.3f} "
+              f"{row['cpu_half_excess_ms_metered']:>7.3f} {row['cpu_bare_noise_ms']:>9.3f}  "
               f"{'RESOLVED: the boundary costs a step' if row['resolved'] else 'not resolved'}",
               flush=True)
     from results import write_result

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -28,64 +27,46 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
+
+import ddp_procs
 
 TARGET_RATIO = 1.01
 
 
 def _block(model: nn.Module, opt: torch.optim.Optimizer, steps: int, meter: object | None,
-           width: int, cpu: list[float] | None = None) -> list[float]:
-    x, y = torch.randn(64, width), torch.randn(64, 1)
-    data = [(x, y)] * steps
-    times: list[float] = []
-    last = time.perf_counter()
-    batches = meter.loader(data) if meter is not None else data  # type: ignore[attr-defined]
+           width: int, cpu: list[float]) -> list[float]:
+    """The step times past the first tenth; ``cpu``: their CPU seconds per step, the training
+    thread's and all threads' (the writer, sampler and exchange included)."""
+    kept_from = steps // 10
     cpu_start = [0.0, 0.0]
-    for i, (xb, yb) in enumerate(batches):
-        if i == steps // 10:
-            cpu_start = [time.thread_time(), time.process_time()]
-        if meter is not None:
-            with meter.step((xb, yb)):  # type: ignore[attr-defined]
-                nn.functional.mse_loss(model(xb), yb).backward()
-                opt.step()
-                opt.zero_grad()
-        else:
-            nn.functional.mse_loss(model(xb), yb).backward()
-            opt.step()
-            opt.zero_grad()
-        now = time.perf_counter()
-        times.append(now - last)
-        last = now
-    if cpu is not None:  # CPU seconds per step: the training thread's, and all threads'
-        kept = steps - steps // 10
-        cpu[:] = [(time.thread_time() - cpu_start[0]) / kept,
-                  (time.process_time() - cpu_start[1]) / kept]
-    return times[steps // 10:]
+
+    def at_step(i: int) -> None:
+        if i == kept_from:
+            cpu_start[:] = [time.thread_time(), time.process_time()]
+
+    times = ddp_procs.block(model, opt, steps, meter, width, at_step)
+    kept = steps - kept_from
+    cpu[:] = [(time.thread_time() - cpu_start[0]) / kept,
+              (time.process_time() - cpu_start[1]) / kept]
+    return times[kept_from:]
 
 
-def _worker(rank: int, port: int, rounds: int, steps: int, width: int, out: str) -> None:
-    os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-                       "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port)})
-    torch.set_num_threads(1)
+def _worker(rank: int, world: int, port: int, rounds: int, steps: int, width: int,
+            out: str) -> None:
+    ddp_procs.join(rank, world, port)
     import trainpace
 
-    dist.init_process_group("gloo")
-    torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(
-        nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-                      nn.Linear(width, 1)))
+    model = ddp_procs.mlp(width, world)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    _block(model, opt, steps // 4, None, width)  # warm-up of the process and the group
+    ddp_procs.block(model, opt, steps // 4, None, width)  # warm-up of the process and the group
     ratios, bare_ms, thread_ratios, process_ratios = [], [], [], []
     for r in range(rounds):
         bare_cpu: list[float] = []
         watched_cpu: list[float] = []
-        dist.barrier()
+        ddp_procs.barrier(world)
         bare = statistics.median(_block(model, opt, steps, None, width, bare_cpu))
-        dist.barrier()
+        ddp_procs.barrier(world)
         meter = trainpace.Meter(Path(out) / f"round{r}", console=False, report=False)
         watched = statistics.median(_block(model, opt, steps, meter, width, watched_cpu))
         meter.finish()
@@ -96,7 +77,7 @@ def _worker(rank: int, port: int, rounds: int, steps: int, width: int, out: str)
     if rank == 0:
         merged = json.loads((Path(out) / "round0" / "summary.json").read_text())
         result = {
-            "bench": "dist_overhead", "world_size": 2, "backend": "gloo", "rounds": rounds,
+            "bench": "dist_overhead", "world_size": world, "backend": "gloo", "rounds": rounds,
             "steps_per_block": steps, "bare_step_ms_median": statistics.median(bare_ms),
             "ratio_median": statistics.median(ratios), "ratios": ratios,
             "thread_cpu_ratio_median": statistics.median(thread_ratios),
@@ -111,7 +92,7 @@ def _worker(rank: int, port: int, rounds: int, steps: int, width: int, out: str)
 
         write_result("dist_overhead", quick=rounds < 10, figures={
             k: v for k, v in result.items() if k not in ("bench", "ratios", "cpu_count")})
-    dist.destroy_process_group()
+    ddp_procs.leave(world)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,12 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.steps = 3, 200
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with tempfile.TemporaryDirectory(prefix="tp-dist-bench-") as out:
-        mp.start_processes(_worker, args=(port, args.rounds, args.steps, args.width, out),
-                           nprocs=2, start_method="spawn")
+        ddp_procs.spawn(_worker, 2, args.rounds, args.steps, args.width, out)
     return 0
 
 

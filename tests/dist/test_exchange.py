@@ -179,3 +179,27 @@ def test_a_rank_whose_folder_is_a_planted_link_writes_no_folder_and_trains_on(tm
     store.set("agree/run_folder/other", "other")
     assert plain.claim(tmp_path / "other") == (tmp_path / "other" / "rank1", tmp_path / "other")
     assert (tmp_path / "other" / "rank1").is_dir()
+
+
+def test_a_window_is_one_trip_to_the_stores_thread_at_every_rank(monkeypatch):
+    """The post and rank 0's reads of a window go together: each trip to the store's thread
+    wakes it and then the writer, each waking thread waiting for the training's GIL."""
+    from trainpace.dist.exchange import BoundedStore
+
+    trips = []
+    batch = BoundedStore.batch
+    monkeypatch.setattr(BoundedStore, "batch",
+                        lambda self, what, calls: (trips.append(what), batch(self, what, calls))[1])
+    store = MemoryStore()
+    m0, m1 = (RankMonitor(RankInfo(rank=r, world_size=2), run_id="job", timeout_s=1.0,
+                          connect=lambda i, t: store, publish=lambda record: None)
+              for r in (0, 1))
+    m0._published_s = float("inf")  # no mid-run publication in this window (it reads views)
+    m1.window({}, [])
+    assert trips == ["posting a window"]
+    store.calls, trips[:] = 0, []
+    m0.window({}, [])
+    assert trips == ["posting and reading windows"]
+    # multi_set, check (a first read), multi_get of last/*, multi_get of the records
+    assert store.calls == 4
+    assert {r: s.last_window for r, s in m0.merger.ranks.items()} == {0: 1, 1: 1}

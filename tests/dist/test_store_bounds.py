@@ -64,7 +64,7 @@ def test_a_stopped_store_server_times_out_each_call_then_fails_at_once(store_ser
     stop()
     first = _within(exchange.collect, 30)  # no answer comes
     assert isinstance(first, TimeoutError), first
-    assert "did not answer (check) within 1 s" in str(first)
+    assert "did not answer (reading windows) within 1 s" in str(first)
     assert exchange.store.dead == str(first)
     again = _within(lambda: exchange.post(record(0, 2)), 30)
     assert isinstance(again, TimeoutError)

@@ -395,3 +395,36 @@ def test_window_figures_are_the_headline_means_of_the_window():
     assert figures["memory_used_pct"] is not None
     assert figures["temperature_c"] is None  # no CPU temperature source
     assert figures["bandwidth_util_pct"] is None
+
+
+@pytest.mark.parametrize("kind", ["cuda", "cpu"])
+def test_a_windows_signs_are_the_sections_figures(kind):
+    """What a rank sends the others of a window (dist's signs) is the sections' own figures
+    over the same span, made without the sections."""
+    clock = Clock()
+    host = ScriptedHost(process_cpu_pct=150.0, system_cpu_pct=60.0, main_cpu_pct=90.0)
+    if kind == "cuda":
+        gpu = FakeGpu(util_gpu=90, temperature_c=70)
+        fake = fake_pynvml([gpu], clock_us=lambda: int(clock.now * 1e6))
+        vitals = DeviceVitals(device="cuda", clock=clock, t0=1000.0, nvml=fake.pynvml,
+                              host=host, dcgm=False)
+        vitals.start()
+        vitals._sampler.stop(final_reading=False)
+    else:
+        vitals = _cpu_vitals(clock, host)
+    _tick(vitals, clock, 1.0)
+    if kind == "cuda":
+        gpu.util_gpu, gpu.temperature_c, gpu.clocks_event_reasons = 50, 80, 0x4
+    host.values.update(process_cpu_pct=50.0, system_cpu_pct=90.0, main_cpu_pct=30.0)
+    _tick(vitals, clock, 1.0)
+    _tick(vitals, clock, 2.0)
+    device, _, _, found = vitals.sections(t_start_s=0.5, t_end_s=4.0, step_s=None,
+                                          samples_per_s=None)
+    signs = vitals.window_signs(0.5, 4.0)
+    assert signs == {"util_pct": device.util_pct, "temperature_c": device.temperature_c,
+                     "throttle_pct": device.throttle_pct,
+                     "process_cpu_pct": found.process_cpu_pct,
+                     "system_cpu_pct": found.system_cpu_pct}
+    assert signs["process_cpu_pct"] == pytest.approx((150 * 0.5 + 50 * 3) / 3.5)
+    assert signs["throttle_pct"] == (None if kind == "cpu" else pytest.approx(3 / 3.5 * 100))
+    vitals.stop()

@@ -34,12 +34,14 @@ import datetime as _dt
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from trainpace.dist.merge import WindowRecord
 from trainpace.dist.ranks import RankInfo
+
+T = TypeVar("T")
 
 RING = 8  # records kept per rank in the store; rank 0 reads every window, 8 is slack
 PREFIX = "trainpace"
@@ -118,6 +120,13 @@ class BoundedStore:
     def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
         self._bounded("multi_set", lambda: self._store.multi_set(keys, values))
 
+    def batch(self, what: str, calls: Callable[[Store], T]) -> T:
+        """``calls(store)``: several calls in one trip to the store's thread, bounded as one.
+        Each trip wakes that thread and then the caller again, and each waking thread waits
+        for the GIL the training thread holds: a window's calls go together."""
+        done: T = self._bounded(what, lambda: calls(self._store))
+        return done
+
     def _bounded(self, what: str, call: Callable[[], Any]) -> Any:
         if self._client is None:  # connecting is bounded too, on its own
             self._client = self._wait("connecting", self._connect)
@@ -163,7 +172,7 @@ class Exchange:
         self.info = info
         self.timeout_s = timeout_s
         self._connect = connect
-        self._store: Store | None = None
+        self._store: BoundedStore | None = None
         self._seen: dict[int, int] = {}  # the newest window read from each rank
         self._seen_nodes: dict[int, int] = {}  # rank 0: the newest record of each node
         # The run's keys sit under its folder's name, so two Meters of one job (one run
@@ -171,7 +180,7 @@ class Exchange:
         self.namespace = ""
 
     @property
-    def store(self) -> Store:
+    def store(self) -> BoundedStore:
         if self._store is None:
             self._store = BoundedStore(lambda: self._connect(self.info, self.timeout_s),
                                        self.timeout_s)
@@ -181,10 +190,23 @@ class Exchange:
 
     def post(self, record: WindowRecord) -> None:
         """Publish this rank's window record (one round trip)."""
+        self.store.batch("posting a window", lambda store: self._post(store, record))
+
+    def post_and_collect(self, record: WindowRecord,
+                         ranks: Sequence[int]) -> list[WindowRecord]:
+        """:meth:`post`, then :meth:`collect_ranks`: one trip to the store's thread."""
+        def both(store: Store) -> list[Any]:
+            self._post(store, record)
+            return self._read(store, "", ranks, self._seen)
+
+        arrived: list[WindowRecord] = self.store.batch("posting and reading windows", both)
+        return arrived
+
+    def _post(self, store: Store, record: WindowRecord) -> None:
         rank, window = record["rank"], record["window"]
         ns = self.namespace
-        self.store.multi_set([f"{ns}w/{rank}/{window % RING}", f"{ns}last/{rank}"],
-                             [orjson.dumps(record), str(window)])
+        store.multi_set([f"{ns}w/{rank}/{window % RING}", f"{ns}last/{rank}"],
+                        [orjson.dumps(record), str(window)])
 
     def agree(self, key: str, value: str | None) -> str:
         """Rank 0 sets ``key`` to ``value``; every other rank reads it (bounded wait)."""
@@ -203,7 +225,9 @@ class Exchange:
 
     def collect_ranks(self, ranks: Sequence[int]) -> list[WindowRecord]:
         """The records of ``ranks`` posted since the last call (a node's leader: its node)."""
-        return self._read("", ranks, self._seen)  # type: ignore[return-value]
+        arrived: list[WindowRecord] = self.store.batch(
+            "reading windows", lambda store: self._read(store, "", ranks, self._seen))
+        return arrived
 
     def post_node(self, record: Mapping[str, Any]) -> None:
         """A leader's node record (keyed like a rank's, under ``node/``)."""
@@ -214,7 +238,9 @@ class Exchange:
 
     def collect_nodes(self, nodes: Sequence[int]) -> list[dict[str, Any]]:
         """The node records posted since the last call (rank 0, two round trips)."""
-        return self._read("node/", nodes, self._seen_nodes)
+        return self.store.batch(
+            "reading node records",
+            lambda store: self._read(store, "node/", nodes, self._seen_nodes))
 
     def post_view(self, node: int, entries: Sequence[Mapping[str, Any]]) -> None:
         """A leader's rank entries of its node (read by rank 0 when it publishes)."""
@@ -231,8 +257,10 @@ class Exchange:
         raw = store.multi_get([f"{self.namespace}view/{n}" for n in present])
         return {n: orjson.loads(v) for n, v in zip(present, raw, strict=True)}
 
-    def _read(self, kind: str, ids: Sequence[int], seen: dict[int, int]) -> list[dict[str, Any]]:
-        store = self.store
+    def _read(self, store: Store, kind: str, ids: Sequence[int],
+              seen: dict[int, int]) -> list[Any]:
+        """The records of ``ids`` newer than ``seen`` (two round trips: their ``last``
+        keys, then the new records), on the store's thread."""
         ns = f"{self.namespace}{kind}"
         keys = {i: f"{ns}last/{i}" for i in ids}
         if all(i in seen for i in ids) or store.check(list(keys.values())):

@@ -19,7 +19,7 @@ from typing import Any
 
 from trainpace.dist.comm import CollectiveTimer
 from trainpace.dist.exchange import Exchange, Store, tcp_store
-from trainpace.dist.merge import Merger, window_record
+from trainpace.dist.merge import Merger, WindowRecord, window_record
 from trainpace.dist.ranks import RankInfo, rank_folder
 from trainpace.dist.job_summary import Merged, merged_meta, merged_summary, summary_dict
 from trainpace.dist.tree import (
@@ -164,13 +164,12 @@ class RankMonitor:
                 if n and record["steps"]:
                     record["pre_s"] = pre_s / n * record["steps"]
                     record["comm_s"] = comm_s / n * record["steps"]
-            self.exchange.post(record)
+            arrived = self._post(record)
             if self.node_merger is not None and self.nodes is not None:
-                self._merge(self.node_merger,
-                            self.exchange.collect_ranks(self.nodes[self.node]))
+                self._merge(self.node_merger, arrived)
                 self._post_node(final=False)
             if self.merger is not None:
-                self._merge(self.merger, self._collect())
+                self._merge(self.merger, self._collect() if self.nodes is not None else arrived)
                 now = time.perf_counter()
                 if not final and now - self._published_s >= self._publish_cost_s / PUBLISH_BUDGET:
                     self._publish(None, done=False)
@@ -210,6 +209,17 @@ class RankMonitor:
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._stop("merging the ranks", exc)
             return None
+
+    def _post(self, record: WindowRecord) -> list[WindowRecord]:
+        """Post this rank's window record. A reader of ranks (rank 0 of a flat job, a node's
+        leader) reads their new records in the same trip to the store: each trip wakes the
+        store's thread and then this one, and each waits for the GIL the training holds."""
+        if self.node_merger is not None and self.nodes is not None:
+            return self.exchange.post_and_collect(record, self.nodes[self.node])
+        if self.merger is not None and self.nodes is None:
+            return self.exchange.post_and_collect(record, range(self.info.world_size))
+        self.exchange.post(record)
+        return []
 
     # -- rank 0 ----------------------------------------------------------------------------
 
@@ -305,11 +315,7 @@ def vitals_signs(vitals: Callable[[], Any]) -> Signs:
         if sampler is None or not records:
             return {}
         start_s = float(records[0]["t_s"]) - float(records[0]["step_s"])
-        device, _, _, host = sampler.sections(t_start_s=start_s,
-                                              t_end_s=float(records[-1]["t_s"]),
-                                              step_s=None, samples_per_s=None)
-        return {"util_pct": device.util_pct, "temperature_c": device.temperature_c,
-                "throttle_pct": device.throttle_pct, "process_cpu_pct": host.process_cpu_pct,
-                "system_cpu_pct": host.system_cpu_pct}
+        signs: dict[str, Any] = sampler.window_signs(start_s, float(records[-1]["t_s"]))
+        return signs
 
     return signs

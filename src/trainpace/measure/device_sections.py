@@ -51,6 +51,17 @@ def window_figures(window: Window, kind: str) -> dict[str, float | None]:
     return figures
 
 
+def window_signs(window: Window, kind: str) -> dict[str, float | None]:
+    """What a rank tells the others of one window (its device and host), as
+    :func:`sections` has them, without making the sections."""
+    agg = window.get
+    return {"util_pct": _mean(agg("device_util_pct")),
+            "temperature_c": _mean(agg("temperature_c")),
+            "throttle_pct": _mean(agg("gpu.throttled")) if kind == "cuda" else None,
+            "process_cpu_pct": _mean(agg("host.process_cpu_pct")),
+            "system_cpu_pct": _mean(agg("host.system_cpu_pct"))}
+
+
 def sections(window: Window, facts: Facts, step_s: float | None,
              samples_per_s: float | None) -> tuple[Device, Bandwidth, Flops, Host]:
     """The four sections over the window, the FLOP figures at ``step_s``/``samples_per_s``."""

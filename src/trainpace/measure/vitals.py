@@ -199,6 +199,17 @@ class DeviceVitals:
             self._fault("aggregating a window", exc)
             return {}
 
+    def window_signs(self, t_start_s: float, t_end_s: float) -> dict[str, float | None]:
+        """A window's device and host signs for the other ranks (util, temperature,
+        throttling, this process's and the host's CPU): time-weighted means over
+        ``[t_start_s, t_end_s]``. Never raises."""
+        try:
+            return device_sections.window_signs(self._sampler.window(t_start_s, t_end_s),
+                                                self.device.type)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._fault("aggregating a window's signs", exc)
+            return {}
+
     def sections(self, *, t_start_s: float, t_end_s: float, step_s: float | None,
                  samples_per_s: float | None) -> tuple[Device, Bandwidth, Flops, Host]:
         """Time-weighted aggregates over ``[t_start_s, t_end_s]`` (seconds since ``t0``), the
