@@ -69,8 +69,6 @@ class RunState:
         self.tracker.add(self.series)
 
     def keep_system_rows(self, rows: list[dict[str, Any]]) -> None:
-        if not rows:  # most hand-overs of short steps: no reading since the last one
-            return
         kept = [_kept(row) for row in rows]
         self.system_rows.extend(kept)
         for name, column in host_columns(kept).items():
