@@ -126,24 +126,32 @@ def calibrate(step_ms: float) -> int:
 
 
 def timed_block(run: Callable[[Callable[[], None]], None],
-                step: Callable[[], None]) -> tuple[float, float]:
-    """Mean cycle (s) of the steps ``run`` drives, the first tenth left out, and the training
-    thread's own CPU time per step (``time.thread_time``) over the same steps."""
+                step: Callable[[], None]) -> tuple[float, float, float]:
+    """Mean cycle (s) of the steps ``run`` drives, the first tenth left out, and over the same
+    steps the CPU time per step of the training thread (``time.thread_time``) and of the
+    process's other threads (``time.process_time`` less the training thread's: the tool's
+    writer and sampler threads)."""
     ends: list[float] = []
     cpu: list[float] = []
-    thread_time, clock = time.thread_time, time.perf_counter
+    process: list[float] = []
+    thread_time, process_time, clock = time.thread_time, time.process_time, time.perf_counter
 
     def step_and_mark() -> None:
         step()
         ends.append(clock())
         cpu.append(thread_time())
+        process.append(process_time())
 
     started = clock()
     run(step_and_mark)
     cycles = [b - a for a, b in zip([started, *ends[:-1]], ends, strict=True)]
     skip = len(cycles) // 10
-    cpu_s = (cpu[-1] - cpu[skip]) / (len(cpu) - 1 - skip) if len(cpu) - 1 > skip else math.nan
-    return statistics.fmean(cycles[skip:]), cpu_s
+    counted = len(cpu) - 1 - skip
+    if counted <= 0:
+        return statistics.fmean(cycles[skip:]), math.nan, math.nan
+    cpu_s = (cpu[-1] - cpu[skip]) / counted
+    others_s = (process[-1] - process[skip]) / counted - cpu_s
+    return statistics.fmean(cycles[skip:]), cpu_s, others_s
 
 
 class Batches:
@@ -251,13 +259,14 @@ def worker(tool: str, kind: str, step_ms: float, iters: int, steps: int, rounds:
     tooled = tool_runner(tool, steps, out, port, loader)
     timed_block(bare, step)  # warm the caches and the allocator for both
     timed_block(tooled, step)
-    figures: dict[str, list[float]] = {"bare_s": [], "tool_s": [], "bare_cpu_s": [],
-                                       "tool_cpu_s": []}
+    figures: dict[str, list[float]] = {f"{name}_{kind}": [] for name in ("bare", "tool")
+                                       for kind in ("s", "cpu_s", "others_cpu_s")}
 
     def block(name: str, run: Callable[[Callable[[], None]], None]) -> None:
-        wall, cpu = timed_block(run, step)
+        wall, cpu, others = timed_block(run, step)
         figures[f"{name}_s"].append(wall)
         figures[f"{name}_cpu_s"].append(cpu)
+        figures[f"{name}_others_cpu_s"].append(others)
 
     for r in range(rounds):  # ABBA order: a drift of the machine cancels out of the pairs
         if r % 2 == 0:
@@ -312,6 +321,11 @@ def verdict(low: float, high: float, target: float) -> str:
     if low > target:
         return "MISSES"
     return "is not resolved against (its 90% interval spans)"
+
+
+def _ratio(ours: float, base: float) -> str:
+    """``ours`` over ``base`` as a ratio, or both figures when base is too small to divide by."""
+    return f"{ours / base:.2f}x" if base > 0.05 else f"{ours:.1f} vs {base:.1f} µs"
 
 
 def available(tool: str) -> bool:
@@ -443,9 +457,10 @@ def main() -> int:
           f"batches; {rounds} paired bare/tool blocks in one process, window work included; "
           f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs)")
     print("median: of the paired differences; 90% interval of that median (order statistics); "
-          "trimmed: 20% trimmed mean; cpu: the training thread's own CPU time, tool - bare")
+          "trimmed: 20% trimmed mean; cpu: the training thread's own CPU time, tool - bare; "
+          "others: the CPU time of the process's other threads (writer, sampler), tool - bare")
     print(f"{'step':>6} {'tool':>14} {'bare ms':>9} {'median µs':>10} {'90% interval µs':>17} "
-          f"{'trimmed µs':>11} {'median %':>9} {'cpu µs':>7} {'÷ trainpace':>12}"
+          f"{'trimmed µs':>11} {'median %':>9} {'cpu µs':>7} {'others µs':>10} {'÷ trainpace':>12}"
           f"{' ÷ base':>8}")
     for ms in step_ms:
         rows: dict[str, dict[str, Any]] = {}
@@ -454,6 +469,7 @@ def main() -> int:
             bare = statistics.median(figures["bare_s"])
             est = estimate(figures["tool_s"], figures["bare_s"])
             cpu = estimate(figures["tool_cpu_s"], figures["bare_cpu_s"])
+            others = estimate(figures["tool_others_cpu_s"], figures["bare_others_cpu_s"])
             rows[tool] = {"bare_ms": bare * 1e3, "overhead_us": est["median_us"],
                           "overhead_ci_us": [est["ci_low_us"], est["ci_high_us"]],
                           "overhead_trimmed_us": est["trimmed_us"],
@@ -461,6 +477,7 @@ def main() -> int:
                           "overhead_ci_pct": [est["ci_low_us"] / 1e4 / bare,
                                               est["ci_high_us"] / 1e4 / bare],
                           "thread_cpu_us": cpu["median_us"],
+                          "others_cpu_us": others["median_us"],
                           "bare_thread_cpu_us": statistics.median(figures["bare_cpu_s"]) * 1e6}
         ours = rows.get("trainpace", {}).get("overhead_us")
         base = rows.get("trainpace@base", {}).get("overhead_us")
@@ -475,8 +492,14 @@ def main() -> int:
             print(f"{ms:>4g}ms {tool:>14} {row['bare_ms']:>9.3f} {row['overhead_us']:>10.1f} "
                   f"{f'[{low:.1f}, {high:.1f}]':>17} {row['overhead_trimmed_us']:>11.1f} "
                   f"{row['overhead_pct']:>8.3f}% {row['thread_cpu_us']:>7.1f} "
+                  f"{row['others_cpu_us']:>10.1f} "
                   f"{(f'{ratio:.1f}x' if ratio else ''):>12}"
                   f"{(f'{over_base:.2f}x' if over_base else ''):>8}")
+        if "trainpace" in rows and "trainpace@base" in rows:
+            print("       trainpace ÷ base: " + ", ".join(
+                f"{what} {_ratio(rows['trainpace'][key], rows['trainpace@base'][key])}"
+                for what, key in (("wall", "overhead_us"), ("training thread cpu", "thread_cpu_us"),
+                                  ("other threads cpu", "others_cpu_us"))))
         floor = rows.get("floor", {}).get("overhead_us")
         if ms == 0.0 and ours is not None:
             low, high = rows["trainpace"]["overhead_ci_us"]
