@@ -109,7 +109,7 @@ def test_the_headline_labels_the_whole_measured_run_and_the_steady_span():
     details = signs(s)[0].details
     assert signs(s)[0].value == "333 samples/s"
     assert "whole measured run: 300 steps (3 warm-up excluded)" in details
-    assert ("steady span: 500 samples/s over 200 steps, without the 100 other processes "
-            "slowed") in details
+    assert ("steady span: 500 samples/s over 200 steps, without the 100 steps other "
+            "processes slowed") in details
     quiet = dataclasses.replace(s, steps=dataclasses.replace(s.steps, slowed_by_others=0))
     assert not any(d.startswith("steady span") for d in signs(quiet)[0].details)

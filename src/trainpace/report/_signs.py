@@ -168,7 +168,7 @@ def _steady_text(s: Summary) -> str | None:
             else num(tp.steady_tokens_per_s, "tokens/s") if tp.steady_tokens_per_s is not None
             else None)
     return None if rate is None else (f"{rate} over {s.steps.measured - slowed} steps, "
-                                      f"without the {slowed} other processes slowed")
+                                      f"without the {slowed} steps other processes slowed")
 
 
 def _warmup_text(s: Summary) -> str | None:
