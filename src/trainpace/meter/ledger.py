@@ -11,7 +11,9 @@
   the training thread), which the next run of the job turns into a killed run's last
   ``progress`` event.
 
-Only the single process, or rank 0 of a distributed job, writes the ledger.
+Only the single process, or rank 0 of a distributed job, writes the ledger; :class:`RunInJob`
+wires it to the Meter's parts (the loop's steps, the writer's windows, the checkpoint patches)
+and ends it.
 """
 
 from __future__ import annotations
@@ -22,20 +24,31 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainpace.job.events import (
     CHECKPOINT_LOAD,
     CHECKPOINT_SAVE,
     EVALUATION,
+    FAILED,
+    FINISHED,
     FIRST_STEP,
+    INTERRUPTED,
     PROGRESS,
     RUN_END,
     RUN_START,
 )
 from trainpace.job.process import job_command, this_process
 from trainpace.meter.log_once import LogOnce
+from trainpace.sinks.folder_claim import release_claim
 from trainpace.sinks.ledger import LedgerWriter, ProgressMap, read_history, read_progress
+
+if TYPE_CHECKING:
+    from trainpace.measure.recorder import StepRecorder
+    from trainpace.meter.checkpoints import CheckpointPatches
+    from trainpace.meter.loop import Loop
+    from trainpace.meter.pipeline import WindowPipeline
+    from trainpace.records import StepRecord
 
 
 def checkpoint_path(where: Any) -> str | None:
@@ -185,3 +198,59 @@ class JobLedger:
         progress_map, self.progress_map = self.progress_map, None
         if progress_map is not None:
             progress_map.close()
+
+
+def end_of(exc: BaseException) -> tuple[str, str | None]:
+    """The ledger's run_end (status, signal) of a run ended by ``exc``."""
+    if isinstance(exc, KeyboardInterrupt):
+        return INTERRUPTED, "SIGINT"
+    if isinstance(exc, SystemExit) and exc.code in (None, 0):
+        return FINISHED, None
+    return FAILED, None
+
+
+class RunInJob:
+    """A Meter's run in its job's ledger: the events its parts give (the loop's closed steps
+    into the progress map, the writer's windows as ``progress``, the checkpoint patches'
+    saves and loads) from :meth:`open` until :meth:`end`. Nothing here raises into the
+    training."""
+
+    def __init__(self, ledger: JobLedger, *, recorder: StepRecorder, loop: Loop,
+                 pipeline: WindowPipeline, checkpoints: CheckpointPatches | None,
+                 log_once: LogOnce) -> None:
+        self.ledger = ledger
+        self._recorder = recorder
+        self._loop = loop
+        self._pipeline = pipeline
+        self._checkpoints = checkpoints
+        self._log_once = log_once
+
+    def open(self) -> None:
+        """The run starts: ``run_start``, then each step and window goes to the ledger."""
+        self.ledger.start()
+        if self.ledger.progress_map is not None:
+            self._loop.step_closed = self.ledger.progress_map.step
+        self._pipeline.steps_written = self.written
+        if self._checkpoints is not None:
+            self._checkpoints.install()
+
+    def written(self, record: StepRecord) -> None:
+        """A window's steps are in steps.jsonl: the ledger's progress (writer thread)."""
+        t0 = self._recorder.t0
+        if t0 is not None:
+            self.ledger.progress(record["step"], record["t_s"], t0)
+
+    def end(self, status: str, signal_name: str | None, *, release: bool = True) -> None:
+        """The run's end in the job's ledger (once), and, with ``release``, the folder's claim
+        given back (after the summary is written)."""
+        if self._checkpoints is not None:
+            self._checkpoints.remove()
+        self._loop.step_closed = None  # the map is closed with the ledger
+        last = self._recorder.last_closed
+        try:
+            self.ledger.end(status, signal_name, self._recorder.steps_closed,
+                            last.end_s if last is not None else None)
+            if release:
+                release_claim(self.ledger.folder)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._log_once.report("ending the job's ledger", exc)
