@@ -27,6 +27,10 @@ class FrameworkEvents:
         self._ledger: JobLedger | None = None
         self._pending: list[Callable[[JobLedger], None]] = []
         self._wrapped: list[tuple[Any, str, Any]] = []  # (object, method name, our wrapper)
+        # the saves and loads timed on the framework's own methods (``timed``): exactly, so a
+        # hook that can only bound them leaves them alone
+        self.exact_saves = 0
+        self.exact_loads = 0
 
     def attach(self, meter: Any) -> None:
         """The Meter opened: what was timed before it goes into its ledger now."""
@@ -45,13 +49,17 @@ class FrameworkEvents:
         else:
             self._pending.append(write)
 
-    def save(self, unix_s: float, duration_s: float, where: Any) -> None:
+    def save(self, unix_s: float, duration_s: float, where: Any, *,
+             timing: str | None = None) -> None:
         source = self.source
-        self._record(lambda ledger: ledger.saved(unix_s, duration_s, where, source))
+        self._record(lambda ledger: ledger.saved(unix_s, duration_s, where, source,
+                                                 timing=timing))
 
-    def load(self, unix_s: float, duration_s: float, where: Any) -> None:
+    def load(self, unix_s: float, duration_s: float | None, where: Any, *,
+             timing: str | None = None) -> None:
         source = self.source
-        self._record(lambda ledger: ledger.loaded(unix_s, duration_s, where, source))
+        self._record(lambda ledger: ledger.loaded(unix_s, duration_s, where, source,
+                                                  timing=timing))
 
     def clock(self) -> tuple[Callable[[], float], Callable[[float], float]]:
         """(a clock, its readings as Unix seconds): the Meter's once it runs, so that these
@@ -73,7 +81,12 @@ class FrameworkEvents:
         clock, unix = self.clock()
         start = clock()
         result = call(*args, **kwargs)
-        (self.save if kind == "save" else self.load)(unix(start), clock() - start, where)
+        if kind == "save":
+            self.exact_saves += 1
+            self.save(unix(start), clock() - start, where)
+        else:
+            self.exact_loads += 1
+            self.load(unix(start), clock() - start, where)
         return result
 
     def wrap(self, obj: Any, name: str, kind: str, where: Where) -> None:

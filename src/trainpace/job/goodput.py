@@ -66,6 +66,12 @@ def goodput(job: Job) -> Goodput:
     """The job's goodput and its categories (see the module's docstring)."""
     notes: list[str] = []
     missing = _missing(job)
+    bounded = [e for e in job.events if e["event"] in _TIMED and e.get(ev.TIMING)
+               and e.get("duration_s") is not None]
+    if bounded:
+        notes.append(f"{len(bounded)} timed event{'s are' if len(bounded) > 1 else ' is an'} "
+                     f"upper bound{'s' if len(bounded) > 1 else ''} (the first: "
+                     f"{bounded[0]['event']}, {bounded[0][ev.TIMING]})")
     cuts = [_cut(job, i, missing, notes) for i in range(len(job.runs))]
     job_start = job.runs[0].start_unix_s
     runs: list[GoodputRun] = []
@@ -123,12 +129,17 @@ def _missing(job: Job) -> dict[str, str]:
         return {"evaluation": why.format(what="evaluations"),
                 "checkpoint_save": why.format(what="checkpoint saves"),
                 "checkpoint_load": why.format(what="checkpoint loads")}
-    seen = {e["event"] for e in job.events}
+    seen = {e["event"] for e in job.events if e.get("duration_s", 0.0) is not None}
+    untimed = {e["event"]: e for e in job.events if e.get("duration_s", 0.0) is None}
     missing = {}
     for event, name, what in ((ev.CHECKPOINT_SAVE, "checkpoint_save", "checkpoint save"),
                               (ev.CHECKPOINT_LOAD, "checkpoint_load", "checkpoint load"),
                               (ev.EVALUATION, "evaluation", "evaluation")):
-        if event not in seen:
+        if event not in seen and event in untimed:
+            missing[name] = (f"the {what}s in {ev.LEDGER_FILE} were not timed "
+                             f"({untimed[event].get(ev.TIMING) or 'no reason given'}); "
+                             "their time is in the part of the run they fell in")
+        elif event not in seen:
             missing[name] = (f"no {what} in {ev.LEDGER_FILE}: none happened, or it was made "
                              "by a means trainpace does not time; any such time is in 'other'")
     return missing
@@ -187,6 +198,11 @@ def _run(run: JobRun, cut: _Cut, job_start: float, previous_end: float | None,
     for event in run.events:
         name = _TIMED.get(event["event"])
         if name is None:
+            continue
+        if event["duration_s"] is None:  # a load the framework gave no way to time
+            notes.append(f"run {run.number}'s {event['event']} at {event['unix_s']:.3f} was "
+                         f"not timed ({event.get(ev.TIMING) or 'no reason given'}): its time "
+                         "is in the part of the run it fell in")
             continue
         at, duration = float(event["unix_s"]), float(event["duration_s"])
         timed[name] += duration

@@ -37,6 +37,7 @@ from trainpace.job.events import (
     PROGRESS,
     RUN_END,
     RUN_START,
+    TIMING,
 )
 from trainpace.job.process import job_command, this_process
 from trainpace.meter.log_once import LogOnce
@@ -150,9 +151,10 @@ class JobLedger:
         self.loaded(self.unix(start), self.clock() - start, where, source)
 
     def saved(self, unix_s: float, duration_s: float, where: Any, source: str, *,
-              step: int | None = None) -> None:
+              step: int | None = None, timing: str | None = None) -> None:
         """A save to ``where`` began at ``unix_s`` and took ``duration_s``, after ``step``
-        steps (default: the steps done now)."""
+        steps (default: the steps done now); ``timing``: how it was timed, when not exactly
+        (an upper bound)."""
         if self._ended:
             return
         try:
@@ -161,13 +163,15 @@ class JobLedger:
             if path is not None:
                 self._saves[path] = (self.run, step)
             self._writer.write(CHECKPOINT_SAVE, unix_s, duration_s=duration_s, step=step,
-                               path=path, source=source)
+                               path=path, source=source, **_timing(timing))
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("writing a checkpoint save to the job's ledger", exc)
 
-    def loaded(self, unix_s: float, duration_s: float, where: Any, source: str) -> None:
+    def loaded(self, unix_s: float, duration_s: float | None, where: Any, source: str, *,
+               timing: str | None = None) -> None:
         """A load from ``where`` began at ``unix_s`` and took ``duration_s``; it names the
-        save of the job that wrote that path, if one did."""
+        save of the job that wrote that path, if one did. ``duration_s`` None: not timed,
+        ``timing`` says why (``unix_s``: when the load was known to be done)."""
         if self._ended:
             return
         try:
@@ -175,7 +179,8 @@ class JobLedger:
             saved = self._saves.get(path) if path is not None else None
             self._writer.write(CHECKPOINT_LOAD, unix_s, duration_s=duration_s, path=path,
                                saved_by_run=saved[0] if saved else None,
-                               saved_at_step=saved[1] if saved else None, source=source)
+                               saved_at_step=saved[1] if saved else None, source=source,
+                               **_timing(timing))
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("writing a checkpoint load to the job's ledger", exc)
 
@@ -198,6 +203,11 @@ class JobLedger:
         progress_map, self.progress_map = self.progress_map, None
         if progress_map is not None:
             progress_map.close()
+
+
+def _timing(timing: str | None) -> dict[str, str]:
+    """The event's ``timing`` key: only on an event not timed exactly."""
+    return {} if timing is None else {TIMING: timing}
 
 
 def end_of(exc: BaseException) -> tuple[str, str | None]:
