@@ -61,7 +61,8 @@ EVENT_KEYS: Final[dict[str, tuple[str, ...]]] = {
     CHECKPOINT_LOAD: ("duration_s", "path", "saved_by_run", "saved_at_step", "source"),
     # an evaluation or validation loop ended, where a framework says so
     EVALUATION: ("duration_s", "source"),
-    # the last completed step, at a window boundary
+    # a killed run's last completed step, written by the next run from the progress map
+    # (ledgers written before the map also hold one at each window boundary)
     PROGRESS: ("step", "step_end_unix_s"),
     # the run ended: status FINISHED, FAILED or INTERRUPTED; signal: its name, or null
     RUN_END: ("status", "last_step", "last_step_end_unix_s", "signal"),

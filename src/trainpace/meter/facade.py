@@ -194,7 +194,7 @@ class Meter:
         self._in_job: RunInJob | None = None
         if self._ledger is not None:
             self._in_job = RunInJob(
-                self._ledger, recorder=recorder, loop=self._loop, pipeline=self._pipeline,
+                self._ledger, recorder=recorder, loop=self._loop,
                 checkpoints=CheckpointPatches(self._ledger) if config.checkpoints else None,
                 log_once=self._log_once)
             self._in_job.open()

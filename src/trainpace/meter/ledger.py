@@ -2,18 +2,17 @@
 
 - ``run_start`` when the Meter opens (with the OS's start time of the process, from which the
   job's startup is timed), ``first_step`` when the first step begins (its ``unix_s`` is the
-  zero of steps.jsonl's ``t_s``), ``progress`` when a window's steps reach steps.jsonl (the
-  writer thread), ``run_end`` when the run finishes, fails or is interrupted;
+  zero of steps.jsonl's ``t_s``), ``run_end`` when the run finishes, fails or is interrupted;
 - checkpoint saves and loads and evaluations, timed where they happen (:meth:`JobLedger.saving`,
   :meth:`JobLedger.loading`, :meth:`JobLedger.evaluation`): by the patches of
   :mod:`trainpace.meter.checkpoints`, or a framework's hooks;
 - the run's last completed step in a memory map at each step (:class:`ProgressMap`, set by
   the training thread), which the next run of the job turns into a killed run's last
-  ``progress`` event.
+  ``progress`` event. A window's steps reaching steps.jsonl write nothing here: steps.jsonl
+  says the same, and the ledger stays a few records per run (read back whole at each finish).
 
 Only the single process, or rank 0 of a distributed job, writes the ledger; :class:`RunInJob`
-wires it to the Meter's parts (the loop's steps, the writer's windows, the checkpoint patches)
-and ends it.
+wires it to the Meter's parts (the loop's steps, the checkpoint patches) and ends it.
 """
 
 from __future__ import annotations
@@ -48,8 +47,6 @@ if TYPE_CHECKING:
     from trainpace.measure.recorder import StepRecorder
     from trainpace.meter.checkpoints import CheckpointPatches
     from trainpace.meter.loop import Loop
-    from trainpace.meter.pipeline import WindowPipeline
-    from trainpace.records import StepRecord
 
 
 def checkpoint_path(where: Any) -> str | None:
@@ -129,11 +126,6 @@ class JobLedger:
     def first_step(self, t0_s: float) -> None:
         """The first step began at ``t0_s`` (the run's clock)."""
         self._writer.write(FIRST_STEP, self.unix(t0_s))
-
-    def progress(self, step: int, t_s: float, t0_s: float) -> None:
-        """The window's steps up to ``step`` (ending at ``t_s`` after ``t0_s``) are written."""
-        end = self.unix(t0_s + t_s)
-        self._writer.write(PROGRESS, end, step=step, step_end_unix_s=end)
 
     @contextmanager
     def saving(self, where: Any, source: str) -> Iterator[None]:
@@ -221,34 +213,24 @@ def end_of(exc: BaseException) -> tuple[str, str | None]:
 
 class RunInJob:
     """A Meter's run in its job's ledger: the events its parts give (the loop's closed steps
-    into the progress map, the writer's windows as ``progress``, the checkpoint patches'
-    saves and loads) from :meth:`open` until :meth:`end`. Nothing here raises into the
-    training."""
+    into the progress map, the checkpoint patches' saves and loads) from :meth:`open` until
+    :meth:`end`. Nothing here raises into the training."""
 
     def __init__(self, ledger: JobLedger, *, recorder: StepRecorder, loop: Loop,
-                 pipeline: WindowPipeline, checkpoints: CheckpointPatches | None,
-                 log_once: LogOnce) -> None:
+                 checkpoints: CheckpointPatches | None, log_once: LogOnce) -> None:
         self.ledger = ledger
         self._recorder = recorder
         self._loop = loop
-        self._pipeline = pipeline
         self._checkpoints = checkpoints
         self._log_once = log_once
 
     def open(self) -> None:
-        """The run starts: ``run_start``, then each step and window goes to the ledger."""
+        """The run starts: ``run_start``, then each step closed goes to the progress map."""
         self.ledger.start()
         if self.ledger.progress_map is not None:
             self._loop.step_closed = self.ledger.progress_map.step
-        self._pipeline.steps_written = self.written
         if self._checkpoints is not None:
             self._checkpoints.install()
-
-    def written(self, record: StepRecord) -> None:
-        """A window's steps are in steps.jsonl: the ledger's progress (writer thread)."""
-        t0 = self._recorder.t0
-        if t0 is not None:
-            self.ledger.progress(record["step"], record["t_s"], t0)
 
     def end(self, status: str, signal_name: str | None, *, release: bool = True) -> None:
         """The run's end in the job's ledger (once), and, with ``release``, the folder's claim
