@@ -214,3 +214,34 @@ def test_an_untimed_load_still_names_the_save_and_bounds_are_said(tmp_path: Path
         f"1 timed event is an upper bound (the first: checkpoint_save, {bound})",
         "run 2's checkpoint_load at 1800000043.000 was not timed (not timed: before any hook): "
         "its time is in the part of the run it fell in"]
+
+
+def test_lost_steps_past_steps_jsonl_come_from_the_ledger(tmp_path: Path) -> None:
+    """A SIGKILL loses the window being written: run 1's steps.jsonl ends at step 15, the
+    ledger's progress (the progress map) says step 20 ended at T0+34. Every figure is as if
+    steps.jsonl held them all."""
+    folder = killed_and_restarted(tmp_path / "job")
+    steps_file = folder / ev.RUNS_DIR / "job" / "steps.jsonl"
+    steps_file.write_text("".join(steps_file.read_text().splitlines(keepends=True)[:15]))
+    result = goodput(read_job(folder))
+    c = result.categories
+    assert (c.lost_steps, c.lost_progress_s, c.other_s, c.checkpoint_save_s) == (
+        10, pytest.approx(10.0, abs=EXACT), pytest.approx(0.5, abs=EXACT), 2.0)
+    assert result.productive_s == pytest.approx(18.0, abs=EXACT)
+    _sums_to_wall(result)
+    first = result.runs[0]
+    assert (first.steps, first.kept_steps, first.categories.lost_steps) == (15, 10, 10)
+    assert [(b["start_s"], b["end_s"]) for b in first.bands
+            if b["category"] == "lost_progress"] == [(24.0, 34.0)]
+
+
+def test_lost_steps_past_the_save_and_steps_jsonl_begin_at_the_save_end(tmp_path: Path) -> None:
+    """steps.jsonl ends at step 8, before the step-10 save the next run resumed from: the lost
+    steps 11-20 begin where that save ended (T0+24)."""
+    folder = killed_and_restarted(tmp_path / "job")
+    steps_file = folder / ev.RUNS_DIR / "job" / "steps.jsonl"
+    steps_file.write_text("".join(steps_file.read_text().splitlines(keepends=True)[:8]))
+    result = goodput(read_job(folder))
+    c = result.categories
+    assert (c.lost_steps, c.lost_progress_s) == (10, pytest.approx(10.0, abs=EXACT))
+    _sums_to_wall(result)

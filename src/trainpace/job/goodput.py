@@ -250,21 +250,30 @@ def _run(run: JobRun, cut: _Cut, job_start: float, previous_end: float | None,
         if lost and run.steps_zero_unix_s is not None:
             t_s = series.column("t_s")
             lost_from = run.steps_zero_unix_s + float(t_s[~keep][0] - step_s[~keep][0])
+    tail = _unwritten_lost(run, cut)
+    tail_s = 0.0
+    if tail is not None:
+        tail_steps, tail_from = tail
+        tail_s = max(last - tail_from - math.fsum(
+            float(e["duration_s"]) for e in run.events if e["event"] in _TIMED
+            and e["duration_s"] is not None and tail_from <= float(e["unix_s"]) < last), 0.0)
+        lost += tail_steps
+        lost_from = tail_from if lost_from is None else min(lost_from, tail_from)
     band("training", first, lost_from if lost_from is not None else last)
     if lost_from is not None:
         band("lost_progress", lost_from, last)
     band("teardown", last, end)
     startup_s = max(first - start - pre, 0.0)
     teardown_s = max(end - last - post, 0.0)
-    other_s = (last - first) - steps_s - between
+    other_s = (last - first) - steps_s - between - tail_s
     productive_s = steps_s - lost_s - wait_s - excess_s
     categories = GoodputCategories(
         startup_s=startup_s, warmup_excess_s=excess_s if excess_known else None,
         data_wait_s=wait_s, evaluation_s=_known(timed["evaluation"], "evaluation", missing),
         checkpoint_save_s=_known(timed["checkpoint_save"], "checkpoint_save", missing),
         checkpoint_load_s=_known(timed["checkpoint_load"], "checkpoint_load", missing),
-        lost_progress_s=lost_s if cut.step is not None or "lost_progress" not in missing
-        else None,
+        lost_progress_s=lost_s + tail_s if cut.step is not None
+        or "lost_progress" not in missing else None,
         lost_steps=lost if cut.step is not None or "lost_progress" not in missing else None,
         restart_gap_s=gap, teardown_s=teardown_s, other_s=other_s)
     return GoodputRun(
@@ -274,6 +283,29 @@ def _run(run: JobRun, cut: _Cut, job_start: float, previous_end: float | None,
         end_unix_s=end, steps=run.steps, kept_steps=kept, warmup_steps=warmup,
         first_step_excess_s=first_excess, productive_s=productive_s,
         resumed_from=cut.resumed_from, categories=categories, bands=bands)
+
+
+def _unwritten_lost(run: JobRun, cut: _Cut) -> tuple[int, float] | None:
+    """The lost steps a killed run did past its steps.jsonl (a SIGKILL loses the window being
+    written; the ledger's last ``progress`` says how far it got, and when that step ended):
+    (how many, when the first of them began), or None (none, or not placed in time)."""
+    if cut.step is None or run.last_step_end_unix_s is None:
+        return None
+    series = run.data.series if run.data is not None else None
+    written = int(series.column("step").max()) if series is not None and len(series) else 0
+    known = max([written, *(int(e["step"]) for e in run.timed(ev.PROGRESS)
+                            if e.get("step") is not None)])
+    if known <= max(written, cut.step):
+        return None
+    if cut.step <= written:  # they begin where steps.jsonl ends
+        if series is None or not len(series) or run.steps_zero_unix_s is None:
+            return None
+        return known - written, run.steps_zero_unix_s + float(series.column("t_s").max())
+    # they begin after the save the next run resumed from, which this run made
+    saves = [e for e in run.timed(ev.CHECKPOINT_SAVE) if e.get("step") == cut.step]
+    if not saves:
+        return None
+    return known - cut.step, float(saves[-1]["unix_s"]) + float(saves[-1]["duration_s"])
 
 
 def _steady_step_s(job: Job, cuts: list[_Cut]) -> float | None:
