@@ -92,5 +92,6 @@ def test_a_checkpointing_torchrun_job_restarted_resumes_and_loses_exactly_its_la
                             text=True, timeout=120, check=True)
     goodput = json.loads(report.stdout)["goodput"]
     assert goodput["categories"]["lost_steps"] == 15 - 12  # the steps after the last save
-    assert [(r["status"], r["steps"], r["kept_steps"]) for r in goodput["runs"]] == [
-        ("killed", 15, 12), ("finished", 8, 8)]
+    # (the killed run's steps.jsonl holds what its writer had written: a window less at most)
+    assert [(r["status"], r["categories"]["lost_steps"]) for r in goodput["runs"]] == [
+        ("killed", 3), ("finished", 0)]
