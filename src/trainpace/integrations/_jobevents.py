@@ -25,6 +25,7 @@ class FrameworkEvents:
     def __init__(self, source: str) -> None:
         self.source = source
         self._ledger: JobLedger | None = None
+        self._attached = False  # a Meter opened: events wait for it no longer
         self._pending: list[Callable[[JobLedger], None]] = []
         self._wrapped: list[tuple[Any, str, Any]] = []  # (object, method name, our wrapper)
         # the saves and loads timed on the framework's own methods (``timed``): exactly, so a
@@ -35,6 +36,7 @@ class FrameworkEvents:
     def attach(self, meter: Any) -> None:
         """The Meter opened: what was timed before it goes into its ledger now."""
         self._ledger = getattr(meter, "_ledger", None)
+        self._attached = True
         pending, self._pending = self._pending, []
         if self._ledger is not None:
             for write in pending:
@@ -42,11 +44,12 @@ class FrameworkEvents:
 
     def detach(self) -> None:
         self._ledger = None
+        self._attached = False
 
     def _record(self, write: Callable[[JobLedger], None]) -> None:
         if self._ledger is not None:
             write(self._ledger)
-        else:
+        elif not self._attached:  # (a Meter without a ledger, another rank's: nothing kept)
             self._pending.append(write)
 
     def save(self, unix_s: float, duration_s: float, where: Any, *,
