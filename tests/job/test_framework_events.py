@@ -132,3 +132,81 @@ def test_hf_saves_evaluations_and_the_resuming_loads_with_the_mixin(tmp_path, mo
     assert [(e["path"], e["saved_by_run"], e["saved_at_step"]) for e in loads] == [
         (str(tmp_path / "hf" / "checkpoint-8"), 1, 8)] * 2
     assert [e["step"] for e in second if e["event"] == "checkpoint_save"] == [4]
+
+
+class Stamps:
+    """A callback that notes the real time of each HF hook it gets."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        import time
+
+        if not name.startswith("on_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.calls.append((name, time.time()))
+
+
+def test_hf_saves_timed_by_the_callback_alone_bound_hf_own_save(tmp_path, monkeypatch):
+    """No mixin: each save is timed from the end of the last hook before it (an upper bound,
+    said so), checked against a timer of Trainer._save_checkpoint itself; the resuming load is
+    written untimed, naming the save it came from."""
+    import time
+
+    transformers = pytest.importorskip("transformers")
+    from trainpace.integrations.huggingface import TrainpaceCallback
+
+    truth = []
+    save_checkpoint = transformers.Trainer._save_checkpoint
+
+    def timed_save(self, model, trial):
+        start = time.time()
+        save_checkpoint(self, model, trial)
+        truth.append((self.state.global_step, start, time.time()))
+
+    monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", timed_save)
+
+    def train(max_steps, resume=None):
+        torch.manual_seed(0)
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+        data = [{"input_ids": list(range(1, 9)), "labels": list(range(1, 9))}] * 64
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / "hf"), per_device_train_batch_size=4,
+            per_device_eval_batch_size=4, max_steps=max_steps, eval_strategy="steps",
+            eval_steps=4, save_strategy="steps", save_steps=4, logging_steps=2,
+            report_to="none", use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
+        before, after = Stamps(), Stamps()
+        callback = TrainpaceCallback(tmp_path / "job", window=2, warmup=0, console=False,
+                                     report=False, count_flops=False)
+        trainer = transformers.Trainer(
+            model=model, args=args, train_dataset=data, eval_dataset=data[:8],
+            callbacks=[before, callback, after])
+        trainer.train(resume_from_checkpoint=resume)
+        return before.calls, after.calls
+
+    before, after = train(8)
+    saves = [e for e in events(tmp_path / "job") if e["event"] == "checkpoint_save"]
+    assert [(e["step"], e["path"], e["source"]) for e in saves] == [
+        (4, str(tmp_path / "hf" / "checkpoint-4"), "hf"),
+        (8, str(tmp_path / "hf" / "checkpoint-8"), "hf")]
+    assert [step for step, _, _ in truth] == [4, 8]
+    tolerance_s = 1e-3  # the ledger's Unix times come from perf_counter plus one offset
+    for event, (_, start, end) in zip(saves, truth, strict=True):
+        # HF's order: ... on_evaluate, _save_checkpoint, on_save; the bound begins where our
+        # on_evaluate ended: after the callback before ours got it, before the save began
+        (hook_s,) = [t for name, t in before if name == "on_evaluate" and t < start][-1:]
+        (on_save_s,) = [t for name, t in after if name == "on_save" and t > end][:1]
+        assert "upper bound" in event["timing"] and "on_evaluate" in event["timing"]
+        assert hook_s - tolerance_s <= event["unix_s"] <= start + tolerance_s
+        assert end - tolerance_s <= event["unix_s"] + event["duration_s"] <= on_save_s + tolerance_s
+
+    monkeypatch.setenv("TRAINPACE_JOB", "continue")
+    train(12, resume=str(tmp_path / "hf" / "checkpoint-8"))
+    second = [e for e in events(tmp_path / "job") if e["run"] == 2]
+    (load,) = [e for e in second if e["event"] == "checkpoint_load"]
+    assert (load["path"], load["saved_by_run"], load["saved_at_step"], load["duration_s"]) == (
+        str(tmp_path / "hf" / "checkpoint-8"), 1, 8, None)
+    assert "not timed" in load["timing"]
+    assert [e["step"] for e in second if e["event"] == "checkpoint_save"] == [4]

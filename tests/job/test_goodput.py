@@ -186,3 +186,62 @@ def test_the_goodput_reaches_the_sinks_as_tags(tmp_path: Path) -> None:
             ("checkpoint_save", 2.0), ("checkpoint_load", 1.5), ("lost_progress", 10.0),
             ("restart_gap", 6.0), ("teardown", 1.5), ("other", 0.5))}})
     assert not any(k.startswith("trainpace/goodput/") for k in summary_scalars(Summary().to_dict()))
+
+
+def test_an_untimed_load_still_names_the_save_and_bounds_are_said(tmp_path: Path) -> None:
+    """A load a framework could not time (HF's callback alone): no duration, its time stays in
+    the startup it fell in, and the lost progress still comes from the save it names; a save
+    timed as an upper bound is counted and said so."""
+    folder = killed_and_restarted(tmp_path / "job")
+    ledger = folder / ev.LEDGER_FILE
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    bound = "upper bound: since the end of HF's on_log hook"
+    for line in lines:
+        if line["event"] == ev.CHECKPOINT_LOAD:
+            line.update(duration_s=None, timing="not timed: before any hook")
+        if line["event"] == ev.CHECKPOINT_SAVE:
+            line["timing"] = bound
+    ledger.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = goodput(read_job(folder))
+    c = result.categories
+    assert (c.checkpoint_load_s, c.startup_s, c.checkpoint_save_s) == (None, 16.0, 2.0)
+    assert result.missing["checkpoint_load"] == (
+        "the checkpoint loads in job.jsonl were not timed (not timed: before any hook); their "
+        "time is in the part of the run they fell in")
+    assert (c.lost_steps, c.lost_progress_s) == (10, 10.0)
+    _sums_to_wall(result)
+    assert result.notes == [
+        f"1 timed event is an upper bound (the first: checkpoint_save, {bound})",
+        "run 2's checkpoint_load at 1800000043.000 was not timed (not timed: before any hook): "
+        "its time is in the part of the run it fell in"]
+
+
+def test_lost_steps_past_steps_jsonl_come_from_the_ledger(tmp_path: Path) -> None:
+    """A SIGKILL loses the window being written: run 1's steps.jsonl ends at step 15, the
+    ledger's progress (the progress map) says step 20 ended at T0+34. Every figure is as if
+    steps.jsonl held them all."""
+    folder = killed_and_restarted(tmp_path / "job")
+    steps_file = folder / ev.RUNS_DIR / "job" / "steps.jsonl"
+    steps_file.write_text("".join(steps_file.read_text().splitlines(keepends=True)[:15]))
+    result = goodput(read_job(folder))
+    c = result.categories
+    assert (c.lost_steps, c.lost_progress_s, c.other_s, c.checkpoint_save_s) == (
+        10, pytest.approx(10.0, abs=EXACT), pytest.approx(0.5, abs=EXACT), 2.0)
+    assert result.productive_s == pytest.approx(18.0, abs=EXACT)
+    _sums_to_wall(result)
+    first = result.runs[0]
+    assert (first.steps, first.kept_steps, first.categories.lost_steps) == (15, 10, 10)
+    assert [(b["start_s"], b["end_s"]) for b in first.bands
+            if b["category"] == "lost_progress"] == [(24.0, 34.0)]
+
+
+def test_lost_steps_past_the_save_and_steps_jsonl_begin_at_the_save_end(tmp_path: Path) -> None:
+    """steps.jsonl ends at step 8, before the step-10 save the next run resumed from: the lost
+    steps 11-20 begin where that save ended (T0+24)."""
+    folder = killed_and_restarted(tmp_path / "job")
+    steps_file = folder / ev.RUNS_DIR / "job" / "steps.jsonl"
+    steps_file.write_text("".join(steps_file.read_text().splitlines(keepends=True)[:8]))
+    result = goodput(read_job(folder))
+    c = result.categories
+    assert (c.lost_steps, c.lost_progress_s) == (10, pytest.approx(10.0, abs=EXACT))
+    _sums_to_wall(result)

@@ -25,12 +25,18 @@ class FrameworkEvents:
     def __init__(self, source: str) -> None:
         self.source = source
         self._ledger: JobLedger | None = None
+        self._attached = False  # a Meter opened: events wait for it no longer
         self._pending: list[Callable[[JobLedger], None]] = []
         self._wrapped: list[tuple[Any, str, Any]] = []  # (object, method name, our wrapper)
+        # the saves and loads timed on the framework's own methods (``timed``): exactly, so a
+        # hook that can only bound them leaves them alone
+        self.exact_saves = 0
+        self.exact_loads = 0
 
     def attach(self, meter: Any) -> None:
         """The Meter opened: what was timed before it goes into its ledger now."""
         self._ledger = getattr(meter, "_ledger", None)
+        self._attached = True
         pending, self._pending = self._pending, []
         if self._ledger is not None:
             for write in pending:
@@ -38,20 +44,25 @@ class FrameworkEvents:
 
     def detach(self) -> None:
         self._ledger = None
+        self._attached = False
 
     def _record(self, write: Callable[[JobLedger], None]) -> None:
         if self._ledger is not None:
             write(self._ledger)
-        else:
+        elif not self._attached:  # (a Meter without a ledger, another rank's: nothing kept)
             self._pending.append(write)
 
-    def save(self, unix_s: float, duration_s: float, where: Any) -> None:
+    def save(self, unix_s: float, duration_s: float, where: Any, *,
+             timing: str | None = None) -> None:
         source = self.source
-        self._record(lambda ledger: ledger.saved(unix_s, duration_s, where, source))
+        self._record(lambda ledger: ledger.saved(unix_s, duration_s, where, source,
+                                                 timing=timing))
 
-    def load(self, unix_s: float, duration_s: float, where: Any) -> None:
+    def load(self, unix_s: float, duration_s: float | None, where: Any, *,
+             timing: str | None = None) -> None:
         source = self.source
-        self._record(lambda ledger: ledger.loaded(unix_s, duration_s, where, source))
+        self._record(lambda ledger: ledger.loaded(unix_s, duration_s, where, source,
+                                                  timing=timing))
 
     def clock(self) -> tuple[Callable[[], float], Callable[[float], float]]:
         """(a clock, its readings as Unix seconds): the Meter's once it runs, so that these
@@ -73,7 +84,12 @@ class FrameworkEvents:
         clock, unix = self.clock()
         start = clock()
         result = call(*args, **kwargs)
-        (self.save if kind == "save" else self.load)(unix(start), clock() - start, where)
+        if kind == "save":
+            self.exact_saves += 1
+            self.save(unix(start), clock() - start, where)
+        else:
+            self.exact_loads += 1
+            self.load(unix(start), clock() - start, where)
         return result
 
     def wrap(self, obj: Any, name: str, kind: str, where: Where) -> None:

@@ -24,10 +24,17 @@ trainpace's figures reach those dashboards through trainpace's own sinks, under
 (``wandb=False`` turns it off); ``tensorboard=`` / ``mlflow=True`` as for the Meter.
 
 Checkpoint saves, the loads of the checkpoint training resumes from
-(``resume_from_checkpoint=``) and evaluations go into the job's ledger (``job.jsonl``) when
-:class:`TrainpaceTrainer` is mixed into the Trainer class (``class Trainer(TrainpaceTrainer,
-transformers.Trainer): pass``): the callback's events say when a save ends, never when it
-begins, so the callback alone times none of them.
+(``resume_from_checkpoint=``) and evaluations go into the job's ledger (``job.jsonl``), timed
+exactly, when :class:`TrainpaceTrainer` is mixed into the Trainer class (``class
+Trainer(TrainpaceTrainer, transformers.Trainer): pass``). The callback alone gets no hook when
+a save begins, only ``on_save`` when it has ended: HF's ``_maybe_log_save_evaluate`` calls, after
+``on_step_end`` (or ``on_epoch_end``), ``on_log`` when it logs, ``on_evaluate`` when it
+evaluates, then ``Trainer._save_checkpoint``, then ``on_save``. A save is timed as the span
+since the end of the last of those hooks: an upper bound (what ran between, the other callbacks'
+work in that hook included), said so in its ledger event (``timing``). The checkpoint training
+resumes from is loaded before any hook: the callback writes that load (which save it was, for
+the lost progress) with ``duration_s`` null and the reason. Evaluations are timed only with the
+mixin.
 """
 
 from __future__ import annotations
@@ -82,6 +89,9 @@ class TrainpaceCallback(TrainerCallback):
         self._loader: Any = None
         self._warned: set[str] = set()
         self.job_events = FrameworkEvents("hf")  # the mixin's saves, loads and evaluations
+        # (hook, clock reading at its end): the last hook HF called on its way to a save
+        self._last_hook: tuple[str, float] | None = None
+        self._exact_saves_seen = 0
 
     # -- the Trainer's events -------------------------------------------------------------
 
@@ -107,6 +117,7 @@ class TrainpaceCallback(TrainerCallback):
         self._iterations = Iterations(self.meter, options.get("clock", time.perf_counter),
                                       skip_steps=warmup_steps(self.meter))
         self.job_events.attach(self.meter)
+        self._resumed(args, state)
         loader = kwargs.get("train_dataloader")
         try:
             if loader is not None and meter_loader(loader, self.meter, self._iterations):
@@ -132,6 +143,7 @@ class TrainpaceCallback(TrainerCallback):
         if not control.should_log:
             self._before_non_training_work(control)
         self._log_windows(state)
+        self._hook_ends("on_step_end")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                **kwargs: Any) -> None:
@@ -141,11 +153,36 @@ class TrainpaceCallback(TrainerCallback):
                                                                       (int, float)):
             self.meter.observe(loss=logs["loss"])
         self._before_non_training_work(control)
+        self._hook_ends("on_log")
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """An evaluation ended; a save may follow."""
+        self._hook_ends("on_evaluate")
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """A checkpoint save ended: timed since the last hook before it, unless the mixin
+        timed it exactly."""
+        events = self.job_events
+        if events.exact_saves != self._exact_saves_seen:
+            self._exact_saves_seen = events.exact_saves
+            return
+        if self.meter is None or self._last_hook is None:
+            return
+        hook, start = self._last_hook
+        self._last_hook = None  # one save per hook: a second on_save has no bound
+        try:
+            clock, unix = events.clock()
+            events.save(unix(start), clock() - start, _checkpoint_folder(args, state),
+                        timing=f"upper bound: since the end of HF's {hook} hook, the last "
+                        "before Trainer._save_checkpoint; what ran between is included")
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._note(f"timing a checkpoint save failed ({type(exc).__name__}: {exc})")
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """An evaluation or a save at the end of an epoch is outside the steps."""
         if not control.should_log:
             self._before_non_training_work(control)
+        self._hook_ends("on_epoch_end")
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Finish the run (summary, report) and give the DataLoader its own class back."""
@@ -164,6 +201,29 @@ class TrainpaceCallback(TrainerCallback):
 
     # -- inside ---------------------------------------------------------------------------
 
+    def _hook_ends(self, hook: str) -> None:
+        """A hook HF calls between a step and a save returns: a save after it began later."""
+        if self.meter is not None:
+            clock, _ = self.job_events.clock()
+            self._last_hook = (hook, clock())
+
+    def _resumed(self, args: Any, state: Any) -> None:
+        """Training resumed from a checkpoint the mixin did not time: the load is written
+        untimed (which save it was tells the job its lost progress)."""
+        events = self.job_events
+        if int(state.global_step) <= 0 or events.exact_loads:
+            return
+        try:
+            folder = _checkpoint_folder(args, state)
+            clock, unix = events.clock()
+            events.load(unix(clock()), None,
+                        folder if os.path.isdir(folder) else None,
+                        timing="not timed: HF's Trainer loads the checkpoint it resumes from "
+                        "before any callback hook; unix_s is on_train_begin's (the mixin "
+                        "TrainpaceTrainer times it)")
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._note(f"writing the resuming load failed ({type(exc).__name__}: {exc})")
+
     def _before_non_training_work(self, control: Any) -> None:
         if self._iterations is not None and (control.should_evaluate or control.should_save):
             self._iterations.interrupt()
@@ -180,6 +240,13 @@ class TrainpaceCallback(TrainerCallback):
         if message not in self._warned:
             self._warned.add(message)
             logger.warning("trainpace: %s", message)
+
+
+def _checkpoint_folder(args: Any, state: Any) -> str:
+    """The folder HF saves the checkpoint of ``state.global_step`` in (and resumes from)."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    return os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
 
 
 class TrainpaceTrainer:

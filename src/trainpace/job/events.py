@@ -39,6 +39,11 @@ FINISHED: Final = "finished"
 FAILED: Final = "failed"
 INTERRUPTED: Final = "interrupted"
 
+TIMING: Final = "timing"
+"""An optional key of a checkpoint save or load not timed exactly: how it was bounded (an
+upper bound: the span since the framework's last hook before it, what ran between included),
+or why its ``duration_s`` is null."""
+
 COMMON_KEYS: Final = ("schema", "event", "run", "unix_s")
 
 EVENT_KEYS: Final[dict[str, tuple[str, ...]]] = {
@@ -52,11 +57,12 @@ EVENT_KEYS: Final[dict[str, tuple[str, ...]]] = {
     # "dcp", "lightning", "hf" or "meter"
     CHECKPOINT_SAVE: ("duration_s", "step", "path", "source"),
     # a load returned; saved_by_run / saved_at_step: the save that wrote that path (matched by
-    # path), null when not one of this job's
+    # path), null when not one of this job's; duration_s null: not timed (TIMING says why)
     CHECKPOINT_LOAD: ("duration_s", "path", "saved_by_run", "saved_at_step", "source"),
     # an evaluation or validation loop ended, where a framework says so
     EVALUATION: ("duration_s", "source"),
-    # the last completed step, at a window boundary
+    # a killed run's last completed step, written by the next run from the progress map
+    # (ledgers written before the map also hold one at each window boundary)
     PROGRESS: ("step", "step_end_unix_s"),
     # the run ended: status FINISHED, FAILED or INTERRUPTED; signal: its name, or null
     RUN_END: ("status", "last_step", "last_step_end_unix_s", "signal"),

@@ -66,6 +66,12 @@ def goodput(job: Job) -> Goodput:
     """The job's goodput and its categories (see the module's docstring)."""
     notes: list[str] = []
     missing = _missing(job)
+    bounded = [e for e in job.events if e["event"] in _TIMED and e.get(ev.TIMING)
+               and e.get("duration_s") is not None]
+    if bounded:
+        notes.append(f"{len(bounded)} timed event{'s are' if len(bounded) > 1 else ' is an'} "
+                     f"upper bound{'s' if len(bounded) > 1 else ''} (the first: "
+                     f"{bounded[0]['event']}, {bounded[0][ev.TIMING]})")
     cuts = [_cut(job, i, missing, notes) for i in range(len(job.runs))]
     job_start = job.runs[0].start_unix_s
     runs: list[GoodputRun] = []
@@ -123,12 +129,17 @@ def _missing(job: Job) -> dict[str, str]:
         return {"evaluation": why.format(what="evaluations"),
                 "checkpoint_save": why.format(what="checkpoint saves"),
                 "checkpoint_load": why.format(what="checkpoint loads")}
-    seen = {e["event"] for e in job.events}
+    seen = {e["event"] for e in job.events if e.get("duration_s", 0.0) is not None}
+    untimed = {e["event"]: e for e in job.events if e.get("duration_s", 0.0) is None}
     missing = {}
     for event, name, what in ((ev.CHECKPOINT_SAVE, "checkpoint_save", "checkpoint save"),
                               (ev.CHECKPOINT_LOAD, "checkpoint_load", "checkpoint load"),
                               (ev.EVALUATION, "evaluation", "evaluation")):
-        if event not in seen:
+        if event not in seen and event in untimed:
+            missing[name] = (f"the {what}s in {ev.LEDGER_FILE} were not timed "
+                             f"({untimed[event].get(ev.TIMING) or 'no reason given'}); "
+                             "their time is in the part of the run they fell in")
+        elif event not in seen:
             missing[name] = (f"no {what} in {ev.LEDGER_FILE}: none happened, or it was made "
                              "by a means trainpace does not time; any such time is in 'other'")
     return missing
@@ -188,6 +199,11 @@ def _run(run: JobRun, cut: _Cut, job_start: float, previous_end: float | None,
         name = _TIMED.get(event["event"])
         if name is None:
             continue
+        if event["duration_s"] is None:  # a load the framework gave no way to time
+            notes.append(f"run {run.number}'s {event['event']} at {event['unix_s']:.3f} was "
+                         f"not timed ({event.get(ev.TIMING) or 'no reason given'}): its time "
+                         "is in the part of the run it fell in")
+            continue
         at, duration = float(event["unix_s"]), float(event["duration_s"])
         timed[name] += duration
         band(name, at, at + duration)
@@ -234,21 +250,30 @@ def _run(run: JobRun, cut: _Cut, job_start: float, previous_end: float | None,
         if lost and run.steps_zero_unix_s is not None:
             t_s = series.column("t_s")
             lost_from = run.steps_zero_unix_s + float(t_s[~keep][0] - step_s[~keep][0])
+    tail = _unwritten_lost(run, cut)
+    tail_s = 0.0
+    if tail is not None:
+        tail_steps, tail_from = tail
+        tail_s = max(last - tail_from - math.fsum(
+            float(e["duration_s"]) for e in run.events if e["event"] in _TIMED
+            and e["duration_s"] is not None and tail_from <= float(e["unix_s"]) < last), 0.0)
+        lost += tail_steps
+        lost_from = tail_from if lost_from is None else min(lost_from, tail_from)
     band("training", first, lost_from if lost_from is not None else last)
     if lost_from is not None:
         band("lost_progress", lost_from, last)
     band("teardown", last, end)
     startup_s = max(first - start - pre, 0.0)
     teardown_s = max(end - last - post, 0.0)
-    other_s = (last - first) - steps_s - between
+    other_s = (last - first) - steps_s - between - tail_s
     productive_s = steps_s - lost_s - wait_s - excess_s
     categories = GoodputCategories(
         startup_s=startup_s, warmup_excess_s=excess_s if excess_known else None,
         data_wait_s=wait_s, evaluation_s=_known(timed["evaluation"], "evaluation", missing),
         checkpoint_save_s=_known(timed["checkpoint_save"], "checkpoint_save", missing),
         checkpoint_load_s=_known(timed["checkpoint_load"], "checkpoint_load", missing),
-        lost_progress_s=lost_s if cut.step is not None or "lost_progress" not in missing
-        else None,
+        lost_progress_s=lost_s + tail_s if cut.step is not None
+        or "lost_progress" not in missing else None,
         lost_steps=lost if cut.step is not None or "lost_progress" not in missing else None,
         restart_gap_s=gap, teardown_s=teardown_s, other_s=other_s)
     return GoodputRun(
@@ -258,6 +283,29 @@ def _run(run: JobRun, cut: _Cut, job_start: float, previous_end: float | None,
         end_unix_s=end, steps=run.steps, kept_steps=kept, warmup_steps=warmup,
         first_step_excess_s=first_excess, productive_s=productive_s,
         resumed_from=cut.resumed_from, categories=categories, bands=bands)
+
+
+def _unwritten_lost(run: JobRun, cut: _Cut) -> tuple[int, float] | None:
+    """The lost steps a killed run did past its steps.jsonl (a SIGKILL loses the window being
+    written; the ledger's last ``progress`` says how far it got, and when that step ended):
+    (how many, when the first of them began), or None (none, or not placed in time)."""
+    if cut.step is None or run.last_step_end_unix_s is None:
+        return None
+    series = run.data.series if run.data is not None else None
+    written = int(series.column("step").max()) if series is not None and len(series) else 0
+    known = max([written, *(int(e["step"]) for e in run.timed(ev.PROGRESS)
+                            if e.get("step") is not None)])
+    if known <= max(written, cut.step):
+        return None
+    if cut.step <= written:  # they begin where steps.jsonl ends
+        if series is None or not len(series) or run.steps_zero_unix_s is None:
+            return None
+        return known - written, run.steps_zero_unix_s + float(series.column("t_s").max())
+    # they begin after the save the next run resumed from, which this run made
+    saves = [e for e in run.timed(ev.CHECKPOINT_SAVE) if e.get("step") == cut.step]
+    if not saves:
+        return None
+    return known - cut.step, float(saves[-1]["unix_s"]) + float(saves[-1]["duration_s"])
 
 
 def _steady_step_s(job: Job, cuts: list[_Cut]) -> float | None:

@@ -39,7 +39,7 @@ _KEY_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {  # key -> (types, null 
     "pid": ((int,), True),
     "argv": ((list,), True),
     "process_start_unix_s": (_NUMBER, True),
-    "duration_s": (_NUMBER, False),
+    "duration_s": (_NUMBER, True),  # null only on a load not timed (see below)
     "step": ((int,), True),
     "saved_by_run": ((int,), True),
     "saved_at_step": ((int,), True),
@@ -228,8 +228,12 @@ def _invalid(record: Any) -> str | None:
                 return f"{event}'s {key} is {value!r}"
     if record["run"] < 1:
         return f"run is {record['run']}, expected 1, 2, ..."
-    if event in TIMED_EVENTS and record["duration_s"] < 0:
-        return f"{event}'s duration_s is negative ({record['duration_s']})"
+    if event in TIMED_EVENTS:
+        duration_s = record["duration_s"]
+        if duration_s is None and event != ev.CHECKPOINT_LOAD:
+            return f"{event}'s duration_s is null"
+        if duration_s is not None and duration_s < 0:
+            return f"{event}'s duration_s is negative ({duration_s})"
     return None
 
 

@@ -58,7 +58,7 @@ import torch
 from trainpace.config import MeterConfig, is_int_at_least
 from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.errors import ConfigError
-from trainpace.job.events import FAILED, FINISHED, INTERRUPTED
+from trainpace.job.events import FINISHED
 from trainpace.measure.clock import device_timer_for, resolve_device
 from trainpace.measure.loader import find_dataloader, loader_settings
 from trainpace.measure.recorder import StepRecorder
@@ -66,7 +66,7 @@ from trainpace.measure.summarize import Goal
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.checkpoints import CheckpointPatches
 from trainpace.meter.distributed import JobRank
-from trainpace.meter.ledger import JobLedger
+from trainpace.meter.ledger import JobLedger, RunInJob, end_of
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import MADE_BY, run_meta
@@ -76,13 +76,12 @@ from trainpace.meter.probes import StepProbes, profile_window
 from trainpace.meter.signals import TermGuard
 from trainpace.meter.state import RunState, device_name
 from trainpace.meter.summaries import Summaries
-from trainpace.records import StepRecord
 from trainpace.report.console import print_report
 from trainpace.runlog import Record
 from trainpace.sinks.background import Writer
 from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.console_line import ConsoleSink
-from trainpace.sinks.folder_claim import release_claim, release_run_folder
+from trainpace.sinks.folder_claim import release_run_folder
 from trainpace.sinks.runfolder import RunFolderSink
 from trainpace.summary import Summary
 
@@ -138,14 +137,16 @@ class Meter:
         self.job_summary: Summary | None = None
         self.run_id: str = config.run_id or (job_folder.name if job_folder else
                                              self._started_at.strftime("run-%Y%m%d-%H%M%S"))
+        self._recorder = recorder = StepRecorder(
+            clock=clock, timer=device_timer_for(self.device), samples=config.samples,
+            tokens=config.tokens)
         self._ledger: JobLedger | None = None
-        self._checkpoints: CheckpointPatches | None = None
         self._end: tuple[str, str | None] = (FINISHED, None)  # the run_end to write
         if job_folder is not None and self._job.info.rank == 0:
             # the job's ledger (the single process, or rank 0): which run of the job this is
             self._ledger = JobLedger(job_folder, run_id=self.run_id,
                                      world_size=self._job.info.world_size,
-                                     steps_done=lambda: self._recorder.steps_closed,
+                                     steps_done=lambda: recorder.steps_closed,
                                      log_once=self._log_once, clock=clock)
             self.run_id = self._ledger.run_id
         self.run_id = self._job.name(self.run_id)
@@ -161,8 +162,6 @@ class Meter:
         if config.count_flops and config.flops_per_step is None and config.warmup == 0:
             logger.info("trainpace: FLOPs are not counted with warmup=0: the counted step "
                         "would be measured; pass flops_per_step= or leave a warm-up step")
-        self._recorder = StepRecorder(clock=clock, timer=device_timer_for(self.device),
-                                      samples=config.samples, tokens=config.tokens)
         self._probes = StepProbes(profile_window(config.profile_steps, self.path),
                                  self._log_once, clock)
         self._vitals: DeviceVitals | None = None
@@ -192,14 +191,13 @@ class Meter:
                           window=config.window, hand_over=self._hand_over,
                           first_step=self._begin_run, loader_done=self._console_line_out)
         self._context = self._loop.context
+        self._in_job: RunInJob | None = None
         if self._ledger is not None:
-            self._ledger.start()
-            if self._ledger.progress_map is not None:
-                self._loop.step_closed = self._ledger.progress_map.step
-            self._pipeline.steps_written = self._written
-            if config.checkpoints:
-                self._checkpoints = CheckpointPatches(self._ledger)
-                self._checkpoints.install()
+            self._in_job = RunInJob(
+                self._ledger, recorder=recorder, loop=self._loop,
+                checkpoints=CheckpointPatches(self._ledger) if config.checkpoints else None,
+                log_once=self._log_once)
+            self._in_job.open()
         # a run never finished still gets its windows out; never waits on a user sink
         self._exit_hook = _at_exit_of(self)
         atexit.register(self._exit_hook)
@@ -336,10 +334,10 @@ class Meter:
             self._summaries.first_ceilings()  # after the loop, before the summary
             summary = self._summaries.build(final=True, end_s=end_s)
             summary = self._summaries.with_profile(summary, self._pipeline.emit)
-            if self._ledger is not None:
+            if self._in_job is not None:
                 # the run's end in the ledger first: the job's goodput counts this run whole
-                self._end_ledger(*self._end, release=False)
-                summary = self._summaries.with_goodput(summary, self._ledger.folder,
+                self._in_job.end(*self._end, release=False)
+                summary = self._summaries.with_goodput(summary, self._in_job.ledger.folder,
                                                        self._meta)
             summary = self._summaries.diagnosed(summary, self._meta)
             self._pipeline.emit(Record("summary", summary.to_dict(),
@@ -347,7 +345,8 @@ class Meter:
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("finishing the run", exc)
         self._close_outputs()
-        self._end_ledger(*self._end)
+        if self._in_job is not None:
+            self._in_job.end(*self._end)
         self._summary = summary if summary is not None else Summary(run_id=self.run_id)
         # rank 0: the job's merged summary, diagnosed with the job's meta
         shown = self._job.finish(
@@ -463,28 +462,8 @@ class Meter:
         # the interpreter ends with the run never finished: an uncaught error, or a script
         # that did not call finish()
         failure = getattr(sys, "last_value", None)
-        self._end_ledger(*(end_of(failure) if failure is not None else self._end))
-
-    def _written(self, record: StepRecord) -> None:
-        """A window's steps are in steps.jsonl: the ledger's progress (writer thread)."""
-        if self._ledger is not None and self._recorder.t0 is not None:
-            self._ledger.progress(record["step"], record["t_s"], self._recorder.t0)
-
-    def _end_ledger(self, status: str, signal_name: str | None, *, release: bool = True) -> None:
-        """The run's end in the job's ledger (once), and, with ``release``, the folder's claim
-        given back (after the summary is written)."""
-        if self._checkpoints is not None:
-            self._checkpoints.remove()
-        if self._ledger is not None:
-            self._loop.step_closed = None  # the map is closed with the ledger
-            last = self._recorder.last_closed
-            try:
-                self._ledger.end(status, signal_name, self._recorder.steps_closed,
-                                 last.end_s if last is not None else None)
-                if release:
-                    release_claim(self._ledger.folder)
-            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-                self._log_once.report("ending the job's ledger", exc)
+        if self._in_job is not None:
+            self._in_job.end(*(end_of(failure) if failure is not None else self._end))
 
     def _log_meta(self, *, finished: bool = False) -> None:
         rec, profile = self._recorder, self._probes.profile
@@ -510,15 +489,6 @@ class Meter:
             self._pipeline.emit(record)
         else:
             self._writer.submit(self._pipeline.emit, record)
-
-
-def end_of(exc: BaseException) -> tuple[str, str | None]:
-    """The ledger's run_end (status, signal) of a run ended by ``exc``."""
-    if isinstance(exc, KeyboardInterrupt):
-        return INTERRUPTED, "SIGINT"
-    if isinstance(exc, SystemExit) and exc.code in (None, 0):
-        return FINISHED, None
-    return FAILED, None
 
 
 def _at_exit_of(meter: Meter) -> Callable[[], None]:

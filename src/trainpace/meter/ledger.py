@@ -2,16 +2,17 @@
 
 - ``run_start`` when the Meter opens (with the OS's start time of the process, from which the
   job's startup is timed), ``first_step`` when the first step begins (its ``unix_s`` is the
-  zero of steps.jsonl's ``t_s``), ``progress`` when a window's steps reach steps.jsonl (the
-  writer thread), ``run_end`` when the run finishes, fails or is interrupted;
+  zero of steps.jsonl's ``t_s``), ``run_end`` when the run finishes, fails or is interrupted;
 - checkpoint saves and loads and evaluations, timed where they happen (:meth:`JobLedger.saving`,
   :meth:`JobLedger.loading`, :meth:`JobLedger.evaluation`): by the patches of
   :mod:`trainpace.meter.checkpoints`, or a framework's hooks;
 - the run's last completed step in a memory map at each step (:class:`ProgressMap`, set by
   the training thread), which the next run of the job turns into a killed run's last
-  ``progress`` event.
+  ``progress`` event. A window's steps reaching steps.jsonl write nothing here: steps.jsonl
+  says the same, and the ledger stays a few records per run (read back whole at each finish).
 
-Only the single process, or rank 0 of a distributed job, writes the ledger.
+Only the single process, or rank 0 of a distributed job, writes the ledger; :class:`RunInJob`
+wires it to the Meter's parts (the loop's steps, the checkpoint patches) and ends it.
 """
 
 from __future__ import annotations
@@ -22,20 +23,30 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainpace.job.events import (
     CHECKPOINT_LOAD,
     CHECKPOINT_SAVE,
     EVALUATION,
+    FAILED,
+    FINISHED,
     FIRST_STEP,
+    INTERRUPTED,
     PROGRESS,
     RUN_END,
     RUN_START,
+    TIMING,
 )
 from trainpace.job.process import job_command, this_process
 from trainpace.meter.log_once import LogOnce
+from trainpace.sinks.folder_claim import release_claim
 from trainpace.sinks.ledger import LedgerWriter, ProgressMap, read_history, read_progress
+
+if TYPE_CHECKING:
+    from trainpace.measure.recorder import StepRecorder
+    from trainpace.meter.checkpoints import CheckpointPatches
+    from trainpace.meter.loop import Loop
 
 
 def checkpoint_path(where: Any) -> str | None:
@@ -116,11 +127,6 @@ class JobLedger:
         """The first step began at ``t0_s`` (the run's clock)."""
         self._writer.write(FIRST_STEP, self.unix(t0_s))
 
-    def progress(self, step: int, t_s: float, t0_s: float) -> None:
-        """The window's steps up to ``step`` (ending at ``t_s`` after ``t0_s``) are written."""
-        end = self.unix(t0_s + t_s)
-        self._writer.write(PROGRESS, end, step=step, step_end_unix_s=end)
-
     @contextmanager
     def saving(self, where: Any, source: str) -> Iterator[None]:
         """Times a checkpoint save; written when it returns."""
@@ -137,9 +143,10 @@ class JobLedger:
         self.loaded(self.unix(start), self.clock() - start, where, source)
 
     def saved(self, unix_s: float, duration_s: float, where: Any, source: str, *,
-              step: int | None = None) -> None:
+              step: int | None = None, timing: str | None = None) -> None:
         """A save to ``where`` began at ``unix_s`` and took ``duration_s``, after ``step``
-        steps (default: the steps done now)."""
+        steps (default: the steps done now); ``timing``: how it was timed, when not exactly
+        (an upper bound)."""
         if self._ended:
             return
         try:
@@ -148,13 +155,15 @@ class JobLedger:
             if path is not None:
                 self._saves[path] = (self.run, step)
             self._writer.write(CHECKPOINT_SAVE, unix_s, duration_s=duration_s, step=step,
-                               path=path, source=source)
+                               path=path, source=source, **_timing(timing))
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("writing a checkpoint save to the job's ledger", exc)
 
-    def loaded(self, unix_s: float, duration_s: float, where: Any, source: str) -> None:
+    def loaded(self, unix_s: float, duration_s: float | None, where: Any, source: str, *,
+               timing: str | None = None) -> None:
         """A load from ``where`` began at ``unix_s`` and took ``duration_s``; it names the
-        save of the job that wrote that path, if one did."""
+        save of the job that wrote that path, if one did. ``duration_s`` None: not timed,
+        ``timing`` says why (``unix_s``: when the load was known to be done)."""
         if self._ended:
             return
         try:
@@ -162,7 +171,8 @@ class JobLedger:
             saved = self._saves.get(path) if path is not None else None
             self._writer.write(CHECKPOINT_LOAD, unix_s, duration_s=duration_s, path=path,
                                saved_by_run=saved[0] if saved else None,
-                               saved_at_step=saved[1] if saved else None, source=source)
+                               saved_at_step=saved[1] if saved else None, source=source,
+                               **_timing(timing))
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("writing a checkpoint load to the job's ledger", exc)
 
@@ -185,3 +195,54 @@ class JobLedger:
         progress_map, self.progress_map = self.progress_map, None
         if progress_map is not None:
             progress_map.close()
+
+
+def _timing(timing: str | None) -> dict[str, str]:
+    """The event's ``timing`` key: only on an event not timed exactly."""
+    return {} if timing is None else {TIMING: timing}
+
+
+def end_of(exc: BaseException) -> tuple[str, str | None]:
+    """The ledger's run_end (status, signal) of a run ended by ``exc``."""
+    if isinstance(exc, KeyboardInterrupt):
+        return INTERRUPTED, "SIGINT"
+    if isinstance(exc, SystemExit) and exc.code in (None, 0):
+        return FINISHED, None
+    return FAILED, None
+
+
+class RunInJob:
+    """A Meter's run in its job's ledger: the events its parts give (the loop's closed steps
+    into the progress map, the checkpoint patches' saves and loads) from :meth:`open` until
+    :meth:`end`. Nothing here raises into the training."""
+
+    def __init__(self, ledger: JobLedger, *, recorder: StepRecorder, loop: Loop,
+                 checkpoints: CheckpointPatches | None, log_once: LogOnce) -> None:
+        self.ledger = ledger
+        self._recorder = recorder
+        self._loop = loop
+        self._checkpoints = checkpoints
+        self._log_once = log_once
+
+    def open(self) -> None:
+        """The run starts: ``run_start``, then each step closed goes to the progress map."""
+        self.ledger.start()
+        if self.ledger.progress_map is not None:
+            self._loop.step_closed = self.ledger.progress_map.step
+        if self._checkpoints is not None:
+            self._checkpoints.install()
+
+    def end(self, status: str, signal_name: str | None, *, release: bool = True) -> None:
+        """The run's end in the job's ledger (once), and, with ``release``, the folder's claim
+        given back (after the summary is written)."""
+        if self._checkpoints is not None:
+            self._checkpoints.remove()
+        self._loop.step_closed = None  # the map is closed with the ledger
+        last = self._recorder.last_closed
+        try:
+            self.ledger.end(status, signal_name, self._recorder.steps_closed,
+                            last.end_s if last is not None else None)
+            if release:
+                release_claim(self.ledger.folder)
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._log_once.report("ending the job's ledger", exc)
