@@ -66,6 +66,15 @@ def test_a_plain_loop_json_on_stdout_the_scripts_output_on_stderr(tmp_path):
     assert meta["loader"]["batch_size"] == 8
     assert json.loads((out / "summary.json").read_text())["steps"]["total"] == 30
     assert "--quiet" not in done.stderr and "step 10 |" not in done.stderr  # --quiet
+    # meta.json keeps trainpace's command, as the job's ledger does (the script's own argv
+    # while it runs is not the job's), so the run is its job's and its time is counted
+    [start] = [json.loads(line) for line in (out / "job.jsonl").read_text().splitlines()
+               if json.loads(line)["event"] == "run_start"]
+    assert meta["argv"][1:] == start["argv"][1:]
+    assert meta["argv"][-2:] == ["--print-every", "10"] and "--json" in meta["argv"]
+    goodput = summary["goodput"]
+    assert goodput["productive_s"] > 0 and goodput["pct"] > 0, goodput
+    assert not any("another job" in note for note in goodput.get("notes") or []), goodput
 
 
 def test_gradient_accumulation_is_inferred_and_evaluation_left_out(tmp_path):

@@ -59,6 +59,7 @@ from trainpace.config import MeterConfig, is_int_at_least
 from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.errors import ConfigError
 from trainpace.job.events import FINISHED
+from trainpace.job.process import redacted_argv
 from trainpace.measure.clock import device_timer_for, resolve_device
 from trainpace.measure.loader import find_dataloader, loader_settings
 from trainpace.measure.recorder import StepRecorder
@@ -126,6 +127,10 @@ class Meter:
         self._clock = clock
         self._log_once = LogOnce()
         self._started_at = dt.datetime.now(dt.timezone.utc)
+        # The command as the Meter was made: under `trainpace run` the script's own sys.argv
+        # replaces it while the script runs, and the job's ledger (and a restart's match)
+        # keep this one.
+        self._argv = redacted_argv(sys.argv)
         # Under torchrun: rank{r}/ in the job's run folder, the window exchange, the merge.
         self._job = JobRank.from_environment(lambda: self._vitals)
         job_folder: Path | None
@@ -469,7 +474,7 @@ class Meter:
         rec, profile = self._recorder, self._probes.profile
         meta = run_meta(
             config=self.config, made_by=self._made_by, run_id=self.run_id,
-            started_at=self._started_at,
+            started_at=self._started_at, argv=self._argv,
             finished=finished, device=self.device, device_name=device_name(self.device),
             clock=rec.timer.name if rec.timer is not None else "host",
             goal=self._goal,

@@ -8,7 +8,6 @@ import datetime as dt
 import os
 import platform
 import socket
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +16,6 @@ import torch
 from trainpace._version import __version__
 from trainpace.config import MeterConfig
 from trainpace.dist.ranks import rank_info
-from trainpace.job.process import redacted_argv
 from trainpace.measure.summarize import Goal
 from trainpace.runlog import META_SCHEMA
 
@@ -37,7 +35,7 @@ MADE_BY = ("meter", "run", "demo", "lightning", "hf")
 
 
 def run_meta(*, config: MeterConfig, made_by: str, run_id: str, started_at: dt.datetime,
-             finished: bool,
+             argv: list[str], finished: bool,
              device: torch.device, device_name: str | None, clock: str,
              goal: Goal | None, loader: dict[str, Any] | None, tokens_counted: str | None,
              vitals: dict[str, Any] | None, profile: dict[str, Any] | None,
@@ -51,7 +49,7 @@ def run_meta(*, config: MeterConfig, made_by: str, run_id: str, started_at: dt.d
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat() if finished else None,
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "argv": redacted_argv(sys.argv),
+        "argv": argv,
         "versions": {
             "python": platform.python_version(),
             "torch": torch.__version__,
