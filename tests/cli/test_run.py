@@ -331,8 +331,10 @@ def test_work_after_the_optimizer_step_is_in_the_step_the_evaluation_outside(tmp
         assert statistics.median(gaps) < tail_s / 2, folder
     summary = json.loads(done.stdout)
     hand = json.loads((tmp_path / "hand" / "summary.json").read_text())
-    # The same loop, the same ways of counting: the machine's load is all that differs.
-    assert summary["steps"] == hand["steps"]
+    # The same loop, the same ways of counting: the machine's load is all that differs (and
+    # with it which steps other processes slowed, and so where auto warm-up ends).
+    assert summary["steps"]["total"] == hand["steps"]["total"] == epochs * steps
+    assert summary["steps"]["warmup_mode"] == hand["steps"]["warmup_mode"]
     ratio = summary["time"]["step_s_median"] / hand["time"]["step_s_median"]
     assert 0.5 < ratio < 2.0, (summary["time"], hand["time"])
 
@@ -415,7 +417,10 @@ def test_two_training_threads_the_first_ones_steps_and_the_other_named(tmp_path)
     threads = findings["run_other_threads"]
     assert threads["evidence"] == {"measured_thread": "learner-a", "other_threads": ["learner-b"]}
     assert "'learner-b'" in threads["title"]
-    assert "other processes" not in json.dumps(summary["diagnosis"])
+    # the other training thread is this process's own work, never "other processes" (which
+    # the diagnosis may name on a busy machine, for the CPU they really took)
+    assert not [f for f in summary["diagnosis"]["findings"]
+                if "other processes" in json.dumps(f) and "learner-b" in json.dumps(f)]
 
 
 def test_output_paths_with_markup_or_unwritable_are_never_the_scripts_problem(tmp_path):
