@@ -71,3 +71,22 @@ def test_mean_known_skips_nones_and_refuses_a_non_finite_mean():
     assert mean_known([None, None]) is None
     assert mean_known([]) is None
     assert mean_known([1.0, float("inf")]) is None
+
+
+def test_binomial_tail_matches_the_exact_sum_and_holds_at_any_size():
+    import math
+
+    from trainpace.stats import binomial_tail
+
+    def exact(n, k, q):
+        return sum(math.comb(n, j) * q**j * (1 - q) ** (n - j) for j in range(k, n + 1))
+
+    for n, k, q in [(10, 3, 0.2), (50, 20, 0.3), (200, 5, 0.01), (300, 150, 0.5),
+                    (100, 2, 0.3), (100, 31, 0.3), (600, 100, 0.2), (7, 7, 0.9)]:
+        assert binomial_tail(n, k, q) == pytest.approx(exact(n, k, q), rel=1e-9, abs=1e-15)
+    assert binomial_tail(100, 0, 0.3) == 1.0 and binomial_tail(100, 101, 0.3) == 0.0
+    assert binomial_tail(5, 2, 0.0) == 0.0 and binomial_tail(5, 2, 1.0) == 1.0
+    # far past a float's exact coefficients: the tails on either side of the mean
+    assert binomial_tail(50_000, 30_000, 0.3) == 0.0  # 7,000 above the mean of 15,000
+    assert binomial_tail(50_000, 100, 0.3) == 1.0
+    assert binomial_tail(50_000, 15_000, 0.3) == pytest.approx(0.5017, abs=1e-3)

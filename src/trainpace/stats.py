@@ -185,3 +185,38 @@ def mean_known(values: Iterable[float | None]) -> float | None:
         return None
     mean = sum(known) / len(known)
     return mean if math.isfinite(mean) else None
+
+
+def binomial_tail(n: int, k_min: int, q: float) -> float:
+    """P(X >= k_min) for X ~ Binomial(n, q), in floats at any ``n``.
+
+    Exact integer binomial coefficients overflow a float past about 1,000 trials (and cost
+    time in big integers long before). The tail is summed from the term nearest the mode
+    outward: above the mode the upper tail itself, below it one less the lower tail. The
+    first term is taken in logs, the others by the ratio of neighbouring terms, until they
+    no longer change the sum (a first term that underflows is a tail too small to count).
+    """
+    if k_min <= 0:
+        return 1.0
+    if k_min > n or q <= 0.0:
+        return 0.0
+    if q >= 1.0:
+        return 1.0
+    upper = k_min > n * q
+    k = k_min if upper else k_min - 1
+
+    term = math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                    + k * math.log(q) + (n - k) * math.log1p(-q))
+    odds = q / (1.0 - q)
+    total = 0.0
+    while 0 <= k <= n:
+        total += term
+        if term <= total * 1e-17:  # moving away from the mode: the terms only shrink
+            break
+        if upper:
+            term *= (n - k) / (k + 1) * odds
+            k += 1
+        else:
+            term *= k / ((n - k + 1) * odds)
+            k -= 1
+    return min(1.0, total) if upper else max(0.0, 1.0 - total)

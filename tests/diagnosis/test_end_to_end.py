@@ -119,12 +119,13 @@ def run_steps(out, step, steps=30):
 
 
 def assert_limit(summary, expected):
-    """The expected bottleneck — unless other processes held this run back (a shared machine:
-    its CPU threads starved, or steps stalled once or now and then), which the diagnosis must
-    then say instead. The roofline's own figures are checked by the callers either way."""
+    """The expected bottleneck — unless steps stalled once or now and then for a cause in the
+    loop (host overhead), which the diagnosis must then say instead. Other processes taking
+    the CPU (a shared machine) are the machine's and name no bottleneck: the expected one
+    stands. The roofline's own figures are checked by the callers either way."""
     held_back = [f for f in summary.diagnosis.findings
-                 if f.id in ("cpu_contention", "periodic_stall", "stalls")
-                 and f.severity != "info"]
+                 if f.id in ("periodic_stall", "stalls") and f.severity != "info"
+                 and f.evidence.get("cause") != "cpu_contention"]
     seen = [(f.id, f.severity, f.title) for f in summary.diagnosis.findings]
     assert summary.diagnosis.bottleneck == ("host_overhead" if held_back else expected), seen
 

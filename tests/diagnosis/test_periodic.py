@@ -96,3 +96,15 @@ def test_slow_steps_scattered_by_noise_are_no_period():
     real = {14: 8.2, 27: 12.4, 28: 0.6, 37: 8.5, 38: 0.25, 47: 8.3, 48: 0.23, 59: 16.5, 60: 83.4}
     assert not period_search._stands_out(real, [14, 37, 47, 59], 11, 1, 6, 60)
     assert periodic(sorted(real), first=6, last=60, extra=real) is None
+
+
+def test_a_long_noisy_run_is_searched_in_floats():
+    # 100,000 steps: a slow step every 20 (a save; one in ten places missed) and scattered
+    # noise. The chance that noise fills that many of the lattice's 5,000 places is a binomial
+    # tail whose exact integer terms do not fit a float (this raised OverflowError)
+    rng = random.Random(3)
+    saves = [s for i, s in enumerate(range(20, 100_001, 20)) if i % 10 != 9]
+    noise = rng.sample(range(1, 100_001), 400)
+    extra = dict.fromkeys(saves, 1.0) | {s: 0.9 for s in noise if s % 20}
+    period, on = periodic(sorted(extra), last=100_000, extra=extra)
+    assert period == 20 and set(saves) <= set(on)  # a missed place may hold a noisy step

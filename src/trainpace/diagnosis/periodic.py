@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from trainpace.diagnosis.thresholds import Thresholds
-from trainpace.stats import median
+from trainpace.stats import binomial_tail, median
 
 PERIOD_COVERAGE = 0.8  # a period holds when the slow steps fill 80% of its places in the run
 PERIOD_CANDIDATES = 12  # the most frequent gaps tried as periods (bounds the work on noisy runs)
@@ -121,6 +120,4 @@ def _stands_out(spikes: Mapping[int, float], on: list[int], period: int, toleran
     places = len(range(min(on) - (min(on) - first) // period * period, last + 1, period))
     density = min(1.0, len(starts) / max(1, last - first + 1))
     q = 1.0 - (1.0 - density) ** (2 * tolerance + 1)
-    tail = sum(math.comb(places, k) * q**k * (1.0 - q) ** (places - k)
-               for k in range(min(len(on), places), places + 1))
-    return tail <= PERIOD_CHANCE
+    return binomial_tail(places, min(len(on), places), q) <= PERIOD_CHANCE
