@@ -322,8 +322,12 @@ def test_work_after_the_optimizer_step_is_in_the_step_the_evaluation_outside(tmp
         assert statistics.median(gaps) < tail_s / 2, folder
     summary = json.loads(done.stdout)
     hand = json.loads((tmp_path / "hand" / "summary.json").read_text())
-    # The same loop, the same ways of counting: the machine's load is all that differs.
-    assert summary["steps"] == hand["steps"]
+    # The same loop, the same ways of counting: the machine's load is all that differs (and
+    # with it the steps other processes slowed, which the two runs saw at different times).
+    def counted(steps):
+        return {k: v for k, v in steps.items() if k != "slowed_by_others"}
+
+    assert counted(summary["steps"]) == counted(hand["steps"])
     ratio = summary["time"]["step_s_median"] / hand["time"]["step_s_median"]
     assert 0.5 < ratio < 2.0, (summary["time"], hand["time"])
 
