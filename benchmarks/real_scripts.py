@@ -24,10 +24,17 @@ Figures per run:
 - ``steps``: the steps after the first, as the script's own timer saw them (the time from
   the end of its first step to the end of its last): what watching costs each step;
 - ``first step``: the first step, which pays trainpace's FLOP count (once per run);
-- ``start+end``: the wall time outside the training loop (imports, building the model and
-  the data, and at the end trainpace's summary, diagnosis and report), less the bare run's;
+- ``start``: the wall time from the process's start to its training loop's (imports,
+  building the model and the data; trainpace's imports and its Meter), less the bare run's;
+- ``end``: from the loop's end to the process's exit (trainpace's ``finish()``: summary,
+  diagnosis, run folder, report; the interpreter's exit), less the bare run's;
 - ``threads`` (a figure under the table): the CPU of trainpace's threads (sampler, writer)
   as a share of one core, over the process's wall time.
+
+Before the rounds each variant of each script runs once untimed, so that every timed run
+finds what an installed trainpace has: its bytecode compiled (the child processes may write
+``__pycache__``, as ``pip install`` does; ``PYTHONDONTWRITEBYTECODE`` is dropped for them), the
+device's ceilings cached, the files in the page cache.
 
     python benchmarks/real_scripts.py             # 5 rounds (about 5 minutes on a quiet machine)
     python benchmarks/real_scripts.py --quick     # 2 rounds of shorter scripts
@@ -85,21 +92,29 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+# As installed: bytecode written once and read after (pip compiles it at install).
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def run_once(script: Script, variant: str, steps: int) -> dict[str, float]:
     """One process of ``script`` as ``variant``: its wall, CPU and step figures."""
     with tempfile.TemporaryDirectory(prefix="trainpace-real-") as tmp:
         folder = Path(tmp)
         cpu_before = children_cpu_s()
+        start_epoch_s = time.time()
         start = time.perf_counter()
         subprocess.run(command(script, variant, steps, folder), check=True, cwd=folder,
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+                       stderr=subprocess.DEVNULL, env=CHILD_ENV)
         wall_s = time.perf_counter() - start
+        exit_epoch_s = time.time()
         cpu_s = children_cpu_s() - cpu_before
         timing = json.loads((folder / "timing.json").read_text())
     ends = timing["ends_s"]
     return {"wall_s": wall_s, "cpu_s": cpu_s, "steps_s": ends[-1] - ends[0],
-            "first_step_s": ends[0], "steps": len(ends) - 1, "outside_loop_s": wall_s - timing["loop_s"],
+            "first_step_s": ends[0], "steps": len(ends) - 1,
+            "start_s": timing["loop_start_epoch_s"] - start_epoch_s,
+            "end_s": exit_epoch_s - timing["loop_end_epoch_s"],
             "trainpace_threads_cpu_s": sum(
                 cpu_s for name, cpu_s in timing["threads_cpu_s"].items()
                 if name.startswith("trainpace"))}
@@ -109,6 +124,9 @@ def measure(scripts: tuple[Script, ...], rounds: int, quick: bool
             ) -> dict[str, list[dict[str, dict[str, float]]]]:
     """Per script, per round: each variant's figures."""
     out: dict[str, list[dict[str, dict[str, float]]]] = {s.name: [] for s in scripts}
+    for script in scripts:  # untimed: bytecode, ceilings and page cache as installed
+        for variant in VARIANTS:
+            run_once(script, variant, 2)
     for r in range(rounds):
         for i, script in enumerate(scripts):
             steps = script.steps // 2 if quick else script.steps
@@ -140,8 +158,9 @@ def table(measured: dict[str, list[dict[str, dict[str, float]]]]) -> list[dict[s
                     f"{s['median']:.3f}× ({s['low']:.3f}–{s['high']:.3f})")
             extra = [r[variant]["first_step_s"] - r["bare"]["first_step_s"] for r in rounds]
             row["first step +ms"] = round(1e3 * statistics.median(extra), 1)
-            outside = [r[variant]["outside_loop_s"] - r["bare"]["outside_loop_s"] for r in rounds]
-            row["start+end +s"] = round(statistics.median(outside), 2)
+            for part in ("start", "end"):
+                extra_s = [r[variant][f"{part}_s"] - r["bare"][f"{part}_s"] for r in rounds]
+                row[f"{part} +s"] = round(statistics.median(extra_s), 2)
             row["bare step ms"] = round(1e3 * bare_step_s, 1)
             rows.append(row)
     return rows
@@ -152,10 +171,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 rounds of shorter scripts")
     parser.add_argument("--rounds", type=int, help="rounds (default 5, --quick 2)")
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON object")
+    parser.add_argument("--only", choices=[s.name for s in SCRIPT_SET], action="append",
+                        help="run only this script (repeatable); the result is not written")
     args = parser.parse_args()
     rounds = args.rounds or (2 if args.quick else 5)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    measured = measure(SCRIPT_SET, rounds, args.quick)
+    scripts = tuple(s for s in SCRIPT_SET if not args.only or s.name in args.only)
+    measured = measure(scripts, rounds, args.quick)
     rows = table(measured)
     figures: dict[str, Any] = {"rounds": rounds}
     for name, per_round in measured.items():
@@ -164,8 +186,9 @@ def main() -> None:
                      for r in per_round]
             figures[f"{name} {variant}: trainpace's threads, % of one core"] = round(
                 100 * statistics.median(share), 2)
-    write_result("real_scripts", quick=args.quick, rows=rows, figures=figures,
-                 load_before=load_before)
+    if not args.only:
+        write_result("real_scripts", quick=args.quick, rows=rows, figures=figures,
+                     load_before=load_before)
     if args.json:
         print(json.dumps({"rows": rows, "raw": measured}))
         return

@@ -4,8 +4,10 @@ Each script is a plain training loop. Run bare (``python mnist.py``) it imports 
 trainpace; ``--meter`` wraps its loader and steps in a Meter, as the getting-started page
 shows; under ``trainpace run -- mnist.py`` it is the bare script, patched from outside.
 ``--timing FILE`` makes it write when each step ended (``perf_counter``, from the start of its
-training loop, after the model and the data are built) and the process CPU time of the loop,
-for the benchmark to tell the first step (trainpace counts its FLOPs) from the others.
+training loop, after the model and the data are built), the process CPU time of the loop, and
+when the loop began and ended on the wall clock (``time.time``, which the benchmark reads too),
+for the benchmark to tell the first step (trainpace counts its FLOPs) from the others, and the
+process's start (imports, the Meter) from its end (``finish()``, the report, the exit).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Watch:
 
             self.meter = trainpace.Meter(out=args.meter, console=False, report=False)
         self._ends_s: list[float] = []
+        self._start_epoch_s = time.time()  # the benchmark's clock across processes
         self._start_s = time.perf_counter()
         self._start_cpu_s = time.process_time()
 
@@ -65,7 +68,8 @@ class Watch:
         if self._args.timing:
             Path(self._args.timing).write_text(json.dumps(
                 {"loop_s": loop_s, "loop_cpu_s": loop_cpu_s, "ends_s": self._ends_s,
-                 "threads_cpu_s": threads}))
+                 "threads_cpu_s": threads, "loop_start_epoch_s": self._start_epoch_s,
+                 "loop_end_epoch_s": self._start_epoch_s + loop_s}))
 
 
 def thread_cpu_s() -> dict[str, float]:

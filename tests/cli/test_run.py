@@ -493,22 +493,34 @@ def test_sigterm_ends_the_script_after_the_report(tmp_path, where):
     assert json.loads((out / "meta.json").read_text())["finished_at"] is not None
 
 
-@pytest.mark.slow
-def test_a_script_without_an_optimizer_is_counted_for_a_bounded_time_only(tmp_path):
-    """The FLOP counter, switched on at the first forward, would stay on for the whole run
-    (no optimizer step ends the step): it stops after its CPU budget, on its own."""
-    done = trainpace_run("--quiet", "--json", "--out", tmp_path / "hand", "no_optimizer.py")
+# The FLOPs of no_optimizer.py's one step (batch 16): Linear(8, 8) and Linear(8, 1) forward
+# (2 * 16 * 8 * 8 + 2 * 16 * 8), backward: both weights' gradients, and the gradient into the
+# first layer's output (the input needs none).
+NO_OPTIMIZER_FLOPS = (2 * 16 * 8 * 8 + 2 * 16 * 8) + (2 * 16 * 8 * 8 + 2 * 16 * 8 + 2 * 16 * 8)
+
+
+def test_a_script_without_an_optimizer_is_paced_by_backward_and_counted_once(tmp_path):
+    """Weights updated by hand: no optimizer step would ever end the first step, and the FLOP
+    counter switched on at its start would stay on; each backward() ends a step instead."""
+    done = trainpace_run("--quiet", "--json", "--warmup", "5", "--out", tmp_path / "hand",
+                         "no_optimizer.py", "30")
     assert done.returncode == 0, done.stderr
-    (line,) = [line for line in done.stderr.splitlines() if line.startswith("script: ")]
-    match = re.fullmatch(r"script: iterations (\d+) counting off at (\d+|None) modes (\d+)",
-                         line)
-    assert match, line
-    iterations, off_at, modes = (None if g == "None" else int(g) for g in match.groups())
-    assert off_at is not None and modes == 0, line
-    assert iterations == off_at + 20
+    assert "script: iterations 30 counting off at 1 modes 0" in done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["steps"]["total"] == 30
+    assert summary["flops"]["per_step"] == NO_OPTIMIZER_FLOPS
     meta = json.loads((tmp_path / "hand" / "meta.json").read_text())
-    assert "counting stopped" in meta["vitals"]["flop_count"]["error"]
-    assert meta["vitals"]["flop_count"]["ops_cpu_s"] > 5.0  # the budget it ran out of
+    assert meta["vitals"]["flop_count"]["counted"] is True
+    assert meta["vitals"]["flop_count"]["error"] is None
+    ids = [f["id"] for f in summary["diagnosis"]["findings"]]
+    assert "run_paced_by_backward" in ids and "run_no_optimizer_step" not in ids
+
+
+def test_with_an_optimizer_several_backward_calls_are_one_step_without_a_dataloader(tmp_path):
+    done = trainpace_run("--quiet", "--json", "--out", tmp_path / "acc",
+                         "accumulate_no_loader.py")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["steps"]["total"] == 10  # the optimizer's steps, not 40
 
 
 @pytest.fixture

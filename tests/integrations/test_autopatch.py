@@ -63,8 +63,8 @@ def by_hand(tmp_path, clock, *, steps, accumulate=1, **kwargs):
 
 def patched(tmp_path, clock, *, steps, accumulate=1, name="patched", **kwargs):
     meter = quiet_meter(tmp_path, name, clock, **kwargs)
-    model, optimizer = model_and_optimizer()
     with AutoPatch(meter) as patch:
+        model, optimizer = model_and_optimizer()
         loader = DataLoader(Timed(clock, steps * accumulate * BATCH), batch_size=BATCH)
         for i, (x, y) in enumerate(loader):
             clock.advance(COMPUTE_S)
@@ -119,8 +119,8 @@ def test_the_flops_of_the_first_step_are_counted_as_the_meter_counts_them(tmp_pa
 
 def test_a_loader_iterated_under_no_grad_is_evaluation_and_not_metered(tmp_path, clock):
     meter = quiet_meter(tmp_path, "eval", clock)
-    model, optimizer = model_and_optimizer()
     with AutoPatch(meter) as patch:
+        model, optimizer = model_and_optimizer()
         for _ in range(2):
             for x, y in DataLoader(Timed(clock, 6 * BATCH), batch_size=BATCH):
                 torch.nn.functional.mse_loss(model(x), y).backward()
@@ -140,9 +140,9 @@ def test_several_optimizers_the_first_to_step_marks_the_steps(tmp_path, clock):
     meter = quiet_meter(tmp_path, "gan", clock)
     torch.manual_seed(0)
     generator, critic = torch.nn.Linear(2, 4), torch.nn.Linear(4, 1)
-    opt_g = torch.optim.Adam(generator.parameters())
-    opt_d = torch.optim.SGD(critic.parameters(), lr=0.01)
     with AutoPatch(meter) as patch:
+        opt_g = torch.optim.Adam(generator.parameters())
+        opt_d = torch.optim.SGD(critic.parameters(), lr=0.01)
         for (real,) in DataLoader(torch.utils.data.TensorDataset(torch.randn(40, 4)), batch_size=4):
             fake = generator(torch.randn(4, 2))
             (critic(fake.detach()).mean() - critic(real).mean()).backward()
@@ -162,9 +162,9 @@ def test_several_optimizers_the_first_to_step_marks_the_steps(tmp_path, clock):
 
 def test_a_second_training_loop_with_its_own_optimizer_is_metered_too(tmp_path, clock):
     meter = quiet_meter(tmp_path, "two", clock)
-    model, sgd = model_and_optimizer()
-    adam = torch.optim.Adam(model.parameters())
     with AutoPatch(meter) as patch:
+        model, sgd = model_and_optimizer()
+        adam = torch.optim.Adam(model.parameters())
         for optimizer in (sgd, adam):  # a loop, then a fine-tuning loop with another optimizer
             for x, y in DataLoader(Timed(clock, 8 * BATCH), batch_size=BATCH):
                 clock.advance(COMPUTE_S)
@@ -186,9 +186,9 @@ def test_a_second_training_loop_with_its_own_optimizer_is_metered_too(tmp_path, 
 def test_no_dataloader_gets_step_times_and_the_given_samples_per_step(tmp_path, clock):
     samples, tokens = AutoPatch.counters(32, 640)
     meter = quiet_meter(tmp_path, "counts", clock, samples=samples, tokens=tokens)
-    model, optimizer = model_and_optimizer()
     x, y = torch.randn(80, 4), torch.randn(80, 1)
     with AutoPatch(meter, samples=samples, tokens=tokens) as patch:
+        model, optimizer = model_and_optimizer()
         for i in range(0, 80, 8):
             clock.advance(0.005)
             torch.nn.functional.mse_loss(model(x[i:i + 8]), y[i:i + 8]).backward()
@@ -210,12 +210,68 @@ def test_no_dataloader_gets_step_times_and_the_given_samples_per_step(tmp_path, 
 def test_without_dataloader_nor_counts_the_report_says_what_it_could_not_see(tmp_path, clock):
     meter = quiet_meter(tmp_path, "blind", clock)
     with AutoPatch(meter) as patch:
-        torch.randn(3, requires_grad=True).sum().backward()  # no optimizer ever steps
+        model, _optimizer = model_and_optimizer()  # made, never stepped: nothing ends a step
+        model(torch.ones(2, 4)).sum().backward()
     meter.finish()
     ids = [f.id for f in patch.blind_spots()]
     assert ids == ["run_no_optimizer_step", "run_no_dataloader"]
     assert patch.blind_spots()[0].evidence == {"optimizer_steps": 0, "backward_calls": 1,
                                                "dataloaders_iterated": 0}
+
+
+def by_hand_update(model):
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.01 * p.grad
+            p.grad = None
+
+
+def test_without_an_optimizer_each_backward_ends_a_step(tmp_path, clock):
+    meter = quiet_meter(tmp_path, "by-hand", clock)
+    torch.manual_seed(0)
+    with AutoPatch(meter) as patch:
+        model = torch.nn.Linear(4, 1)  # made while installed: no optimizer is
+        for _ in range(6):
+            clock.advance(0.004)  # before the forward: in the step's cycle (not the first's)
+            model(torch.ones(2, 4)).sum().backward()
+            clock.advance(0.001)  # the update by hand: in the next step's cycle
+            by_hand_update(model)
+    summary = meter.finish()
+    assert summary.steps.total == 6
+    # the first step opened at its forward; each other is a whole iteration
+    assert [r["step_s"] for r in steps_of(meter.path)] == pytest.approx([0.0] + [0.005] * 5)
+    assert [f.id for f in patch.blind_spots()] == ["run_paced_by_backward", "run_no_dataloader"]
+    assert patch.blind_spots()[0].evidence == {"optimizers_made": 0, "backward_calls": 6,
+                                               "dataloaders_iterated": 0}
+
+
+def test_without_an_optimizer_the_backward_calls_on_one_batch_are_its_step(tmp_path, clock):
+    meter = quiet_meter(tmp_path, "by-hand-loader", clock)
+    torch.manual_seed(0)
+    with AutoPatch(meter):
+        model = torch.nn.Linear(4, 1)
+        for x, y in DataLoader(Timed(clock, 5 * BATCH), batch_size=BATCH):
+            clock.advance(COMPUTE_S)
+            for _ in range(2):  # two losses, two backward() calls: one step
+                torch.nn.functional.mse_loss(model(x), y).backward()
+            by_hand_update(model)
+    summary = meter.finish()
+    assert summary.steps.total == 5
+    assert {r["samples"] for r in steps_of(meter.path)} == {BATCH}
+    assert summary.time.step_s_median == pytest.approx(BATCH * WAIT_S + COMPUTE_S)
+
+
+def test_once_an_optimizer_is_made_backward_ends_no_step(tmp_path, clock):
+    meter = quiet_meter(tmp_path, "accumulated", clock)
+    with AutoPatch(meter) as patch:
+        model, optimizer = model_and_optimizer()
+        for i in range(12):
+            model(torch.ones(2, 4)).sum().backward()
+            if (i + 1) % 3 == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    assert meter.finish().steps.total == 4
+    assert patch.optimizers_made == 1
 
 
 def test_the_loss_is_the_tensor_passed_to_backward_kept_as_a_tensor(tmp_path, clock):
@@ -236,6 +292,7 @@ def test_the_loss_is_the_tensor_passed_to_backward_kept_as_a_tensor(tmp_path, cl
 
 def test_remove_undoes_every_patch(tmp_path, clock):
     iter_before, backward_before = DataLoader.__iter__, torch.autograd.backward
+    optimizer_init_before = torch.optim.Optimizer.__init__
     meter = quiet_meter(tmp_path, "undo", clock)
     model, optimizer = model_and_optimizer()
     patch = AutoPatch(meter)
@@ -244,6 +301,7 @@ def test_remove_undoes_every_patch(tmp_path, clock):
     patch.remove()
     assert DataLoader.__iter__ is iter_before
     assert torch.autograd.backward is backward_before
+    assert torch.optim.Optimizer.__init__ is optimizer_init_before
     model(torch.ones(1, 4)).sum().backward()
     optimizer.step()
     assert meter.finish().steps.total == 0
@@ -252,8 +310,8 @@ def test_remove_undoes_every_patch(tmp_path, clock):
 
 def test_a_step_left_open_at_the_end_is_not_counted(tmp_path, clock):
     meter = quiet_meter(tmp_path, "open", clock)
-    model, optimizer = model_and_optimizer()
     with AutoPatch(meter):
+        model, optimizer = model_and_optimizer()
         for _ in range(3):
             model(torch.ones(1, 4)).sum().backward()
             optimizer.step()
@@ -264,8 +322,8 @@ def test_a_step_left_open_at_the_end_is_not_counted(tmp_path, clock):
 def test_profile_steps_record_a_trace_of_the_patched_steps(tmp_path, clock):
     meter = trainpace.Meter(tmp_path / "profiled", console=False, report=False,
                             count_flops=False, window=4, profile_steps=(3, 5))
-    model, optimizer = model_and_optimizer()
     with AutoPatch(meter):
+        model, optimizer = model_and_optimizer()
         for (x,) in DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)), batch_size=8):
             model(x).pow(2).mean().backward()
             optimizer.step()

@@ -76,8 +76,8 @@ STEP_S = BATCH * WAIT_S + COMPUTE_S + TAIL_S
 def test_the_time_after_the_optimizer_step_is_the_steps_evaluation_between_epochs_outside(
         tmp_path, clock):
     meter = meter_for(tmp_path, "epochs", clock)
-    model, optimizer = model_and_optimizer()
     with AutoPatch(meter):
+        model, optimizer = model_and_optimizer()
         loader = DataLoader(Timed(clock, 6 * BATCH), batch_size=BATCH)
         for _ in range(3):
             train(clock, model, optimizer, loader)
@@ -96,8 +96,8 @@ def test_the_time_after_the_optimizer_step_is_the_steps_evaluation_between_epoch
 
 def test_an_evaluation_on_its_own_loader_between_steps_is_outside(tmp_path, clock):
     meter = meter_for(tmp_path, "between", clock)
-    model, optimizer = model_and_optimizer()
     with AutoPatch(meter):
+        model, optimizer = model_and_optimizer()
         train(clock, model, optimizer, DataLoader(Timed(clock, 12 * BATCH), batch_size=BATCH),
               eval_every=4)
     meter.finish()
@@ -122,8 +122,8 @@ def test_the_same_figures_as_the_meter_in_the_loop_with_the_tail_inside_the_step
             clock.advance(TAIL_S)
     by_hand = hand.finish()
     auto = meter_for(tmp_path, "auto", clock)
-    model, optimizer = model_and_optimizer()
     with AutoPatch(auto):
+        model, optimizer = model_and_optimizer()
         train(clock, model, optimizer, DataLoader(Timed(clock, 10 * BATCH), batch_size=BATCH))
     patched = auto.finish()
     keys = ("step", "step_s", "wait_s", "samples", "micro_batches", "loss", "outside_s")
@@ -140,8 +140,8 @@ def test_the_same_figures_as_the_meter_in_the_loop_with_the_tail_inside_the_step
 
 def test_breaking_out_of_the_loop_closes_the_last_step_there(tmp_path, clock):
     meter = meter_for(tmp_path, "break", clock)
-    model, optimizer = model_and_optimizer()
     with AutoPatch(meter):
+        model, optimizer = model_and_optimizer()
         for i, (x, y) in enumerate(DataLoader(Timed(clock, 20 * BATCH), batch_size=BATCH)):
             clock.advance(COMPUTE_S)
             torch.nn.functional.mse_loss(model(x), y).backward()
@@ -159,9 +159,9 @@ def test_a_second_optimizer_after_the_first_is_inside_the_step(tmp_path, clock):
     meter = meter_for(tmp_path, "gan", clock)
     torch.manual_seed(0)
     generator, critic = torch.nn.Linear(2, 4), torch.nn.Linear(4, 1)
-    opt_g = torch.optim.Adam(generator.parameters())
-    opt_d = torch.optim.SGD(critic.parameters(), lr=0.01)
     with AutoPatch(meter):
+        opt_g = torch.optim.Adam(generator.parameters())
+        opt_d = torch.optim.SGD(critic.parameters(), lr=0.01)
         for (real,) in DataLoader(torch.utils.data.TensorDataset(torch.randn(40, 4)),
                                   batch_size=4):
             fake = generator(torch.randn(4, 2))

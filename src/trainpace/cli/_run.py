@@ -195,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
 
             print_error_json("run", str(exc), code)
         return code
+    _import_run_path()
     from trainpace.integrations.autopatch import AutoPatch
 
     stem = Path(target.name).stem if target.path is not None else target.name
@@ -207,6 +208,32 @@ def run(args: argparse.Namespace) -> int:
         if saved_stdout is not None:
             os.dup2(saved_stdout, 1)
             os.close(saved_stdout)
+
+
+def _import_run_path() -> None:
+    """Import what the run needs before the script starts, after torch (which the script
+    would import anyway), with torch's objects left out of the garbage collections.
+
+    Each full collection that trainpace's imports set off would walk every object torch
+    made (about 180,000): 40% of these imports' CPU time, 0.06-0.1 s per run. Objects made
+    before ``gc.freeze()`` are not walked until ``gc.unfreeze()``, which follows at once: the
+    script runs with the collector as Python left it (skipped if something froze objects
+    before us, whose freeze is not ours to undo).
+    """
+    import gc
+
+    import torch  # noqa: F401 - first, so that its objects are the ones frozen
+
+    freezing = gc.get_freeze_count() == 0
+    if freezing:
+        gc.freeze()
+    try:
+        import trainpace.integrations.autopatch
+        import trainpace.meter.facade
+        import trainpace.report.live  # noqa: F401
+    finally:
+        if freezing:
+            gc.unfreeze()
 
 
 def _check_html(html: str | None) -> None:

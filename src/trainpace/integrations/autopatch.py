@@ -16,7 +16,13 @@ PyTorch calls anyway, so the figures are the Meter's own:
   that ever stepped, until another one steps twice without it (a second training loop with
   its own optimizer), which then paces. The batches pulled in between are the step's
   micro-batches, so gradient accumulation is inferred. With several optimizers stepping in
-  turn (a GAN) the others step inside;
+  turn (a GAN) the others step inside. A script that makes no ``torch.optim`` optimizer
+  while installed (``Optimizer.__init__`` is patched to count them) and steps none is paced
+  by ``backward()`` instead: each one ends a step (with a metered DataLoader, all the
+  backward() calls on one batch are its step). Once an optimizer exists, backward() ends
+  nothing, so several backward() calls per optimizer step (accumulation) stay one step.
+  Either way a step ends, so what trainpace does on the first step only (the FLOP count)
+  ends with it;
 - **the end of a step**: what the loop does after ``optimizer.step()`` (``zero_grad()``, a
   print, a scheduler step) is part of training, so a step that ended is closed only when the
   loop goes on: right before the next ``next()`` on a metered iterator (the next batch, or the
@@ -118,6 +124,7 @@ class AutoPatch:
         self._forward_handle: Any = None
         self._original_iter: Callable[[Any], Iterator[Any]] | None = None
         self._original_backward: Callable[..., Any] | None = None
+        self._original_optimizer_init: Callable[..., Any] | None = None
         self._faults: set[str] = set()
         self._entering = False
         # What was seen, for the report's "what trainpace run could not see".
@@ -129,6 +136,7 @@ class AutoPatch:
         self.loaders_metered = 0
         self.loaders_skipped = 0  # iterated under no_grad: taken for evaluation
         self.backward_calls = 0
+        self.optimizers_made = 0  # torch.optim optimizers constructed while installed
         self.trained = False  # a step was opened (the script got as far as training)
         # The steps are one thread's: the first to open one. The hooks are process-wide, so a
         # second training thread (its own model and optimizer) would open and end steps in
@@ -169,6 +177,14 @@ class AutoPatch:
             return scaled
 
         GradScaler.scale = scale  # type: ignore[method-assign,assignment]
+        original_init = _optimizer.Optimizer.__init__
+        self._original_optimizer_init = original_init
+
+        def __init__(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - the patched dunder
+            patch.optimizers_made += 1
+            original_init(optimizer, *args, **kwargs)
+
+        _optimizer.Optimizer.__init__ = __init__  # type: ignore[method-assign,assignment]
         self._handles = [
             _optimizer.register_optimizer_step_pre_hook(self._pre_step),
             _optimizer.register_optimizer_step_post_hook(self._post_step),
@@ -193,6 +209,9 @@ class AutoPatch:
         if self._original_scale is not None:
             GradScaler.scale = self._original_scale  # type: ignore[method-assign]
             self._original_scale = None
+        if self._original_optimizer_init is not None:
+            _optimizer.Optimizer.__init__ = self._original_optimizer_init  # type: ignore[method-assign]
+            self._original_optimizer_init = None
         self._scaled = None
         for handle in self._handles:
             handle.remove()
@@ -343,7 +362,10 @@ class AutoPatch:
                     self.meter.observe(loss=loss)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._fault("keeping the loss", exc)
-        return original(tensors, *args, **kwargs)
+        done = original(tensors, *args, **kwargs)
+        if not (self.optimizers_made or self.optimizers) and self._context is not None:
+            self._step_done()  # no optimizer will end the step: its backward() does
+        return done
 
     def _remember_scaled(self, scaled: torch.Tensor, outputs: Any) -> None:
         try:
@@ -390,6 +412,10 @@ class AutoPatch:
         if self._steps_without_pacer:  # (a GAN's other optimizer stepped): its count restarts
             self._steps_without_pacer.clear()
         self.optimizer_steps += 1
+        self._step_done()
+
+    def _step_done(self) -> None:
+        """The step's pacing call (its optimizer step, or backward()) returned."""
         if self.loaders_metered and self._context is not None:
             self._ended = True  # closed when the loop goes on (what follows is training)
         else:

@@ -16,6 +16,7 @@ class Seen(Protocol):
     """What the patches counted (:class:`~trainpace.integrations.autopatch.AutoPatch`)."""
 
     optimizer_steps: int
+    optimizers_made: int
     backward_calls: int
     loaders_metered: int
     loaders_skipped: int
@@ -31,16 +32,29 @@ class Seen(Protocol):
 def blind_spots(patch: Seen) -> list[Finding]:
     """What ``patch`` could not see, and why (empty: all seen)."""
     out: list[Finding] = []
-    if patch.optimizer_steps == 0:
+    if patch.optimizer_steps == 0 and patch.backward_calls and not patch.optimizers_made:
+        out.append(Finding(
+            id="run_paced_by_backward", severity="info",
+            title="No torch.optim optimizer was made (the weights are updated another "
+                  "way): each backward() marks the end of a step",
+            evidence={"optimizers_made": 0, "backward_calls": patch.backward_calls,
+                      "dataloaders_iterated": patch.loaders_metered},
+            advice=["with a DataLoader, the backward() calls on one batch are one step; "
+                    "without one, a step that calls backward() several times is counted "
+                    "as several: trainpace.Meter in the loop (with meter.step(): ...) "
+                    "marks the steps where they are"],
+        ))
+    elif patch.optimizer_steps == 0:
         out.append(Finding(
             id="run_no_optimizer_step", severity="warning",
             title="No optimizer step was seen: there are no step boundaries, so no step "
                   "times, throughput or data wait",
             evidence={"optimizer_steps": 0, "backward_calls": patch.backward_calls,
                       "dataloaders_iterated": patch.loaders_metered},
-            advice=["trainpace run marks a step at each torch.optim optimizer's step(); a "
-                    "script that updates its weights another way can use trainpace.Meter "
-                    "in its loop (with meter.step(): ...)"],
+            advice=["trainpace run marks a step at each torch.optim optimizer's step() "
+                    "(at each backward() when the script makes no optimizer); a script "
+                    "that trains another way can use trainpace.Meter in its loop (with "
+                    "meter.step(): ...)"],
         ))
     if patch.loaders_metered == 0:
         # the counts may be given (--samples-per-step); the data wait never is: with no

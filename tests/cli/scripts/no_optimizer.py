@@ -1,19 +1,20 @@
-"""Updates its weights by hand (no torch.optim): no optimizer step ever ends a step.
+"""Updates its weights by hand (no torch.optim): each backward() ends a step under run.
 
-Trains until no dispatch mode (trainpace's FLOP counter) is left on, then 20 more
-iterations; gives up after 60 s of its own CPU time.
+Prints the first iteration after which no dispatch mode (trainpace's FLOP counter) was on.
 """
 
-import time
+import sys
 
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
+ITERATIONS = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+
+torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
 x, y = torch.randn(16, 8), torch.randn(16, 1)
-iteration, off_at = 0, None
-while time.thread_time() < 60:
-    iteration += 1
+off_at = None
+for iteration in range(1, ITERATIONS + 1):
     loss = torch.nn.functional.mse_loss(model(x), y)
     loss.backward()
     with torch.no_grad():
@@ -22,7 +23,5 @@ while time.thread_time() < 60:
             p.grad = None
     if off_at is None and not _get_current_dispatch_mode_stack():
         off_at = iteration
-    if off_at is not None and iteration == off_at + 20:
-        break
 modes = _get_current_dispatch_mode_stack()
-print(f"script: iterations {iteration} counting off at {off_at} modes {len(modes)}", flush=True)
+print(f"script: iterations {ITERATIONS} counting off at {off_at} modes {len(modes)}", flush=True)
