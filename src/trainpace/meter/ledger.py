@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainpace.job.events import (
     CHECKPOINT_LOAD,
@@ -45,7 +45,6 @@ from trainpace.sinks.ledger import LedgerWriter, ProgressMap, read_history, read
 
 if TYPE_CHECKING:
     from trainpace.measure.recorder import StepRecorder
-    from trainpace.meter.checkpoints import CheckpointPatches
     from trainpace.meter.loop import Loop
 
 
@@ -211,13 +210,22 @@ def end_of(exc: BaseException) -> tuple[str, str | None]:
     return FAILED, None
 
 
+class Patches(Protocol):
+    """What the run in its job does with the checkpoint patches
+    (:class:`~trainpace.meter.checkpoints.CheckpointPatches`, which imports this module)."""
+
+    def install(self) -> None: ...
+
+    def remove(self) -> None: ...
+
+
 class RunInJob:
     """A Meter's run in its job's ledger: the events its parts give (the loop's closed steps
     into the progress map, the checkpoint patches' saves and loads) from :meth:`open` until
     :meth:`end`. Nothing here raises into the training."""
 
     def __init__(self, ledger: JobLedger, *, recorder: StepRecorder, loop: Loop,
-                 checkpoints: CheckpointPatches | None, log_once: LogOnce) -> None:
+                 checkpoints: Patches | None, log_once: LogOnce) -> None:
         self.ledger = ledger
         self._recorder = recorder
         self._loop = loop
