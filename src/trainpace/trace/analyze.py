@@ -1,14 +1,15 @@
-"""Analyze traces: one rank per trace file, one after the other, then across ranks.
+"""Analyze traces: one rank per trace file, then across ranks.
 
-A library call starts no process: ``trainpace analyze`` reads several large ranks in a pool
-of its own (``cli/_analyze.py``) with :func:`analyze_trace_file` and :func:`combine_ranks`."""
+A library call starts no process of its own: the ranks are read one after the other, or in
+an executor the caller passes (``trainpace analyze`` passes a pool of processes for several
+large ranks, ``cli/_analyze.py``)."""
 
 from __future__ import annotations
 
 import os
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -25,6 +26,9 @@ from trainpace.trace.load import TraceColumns, read_trace, trace_files
 from trainpace.trace.memory import available_memory, check_memory
 from trainpace.trace.prepare import Prepared, prepare
 from trainpace.trace.runmeta import find_run_meta
+
+if TYPE_CHECKING:  # concurrent.futures imports logging (8 ms), which a trace's analysis never uses
+    from concurrent.futures import Executor
 
 
 def _declared_rank(meta: dict[str, Any]) -> int | None:
@@ -197,8 +201,14 @@ def analyze_traces(
     *,
     gap_threshold_us: float = GAP_THRESHOLD_US,
     top: int = TOP_KERNELS,
+    executor: Executor | None = None,
 ) -> TraceAnalysis:
-    """Analyze profiler traces (files, or folders of them), one per rank, in this process.
+    """Analyze profiler traces (files, or folders of them), one per rank.
+
+    The ranks are read one after the other in this process, or each in ``executor`` when
+    given (a ``concurrent.futures.ProcessPoolExecutor`` spreads large ranks over the cores;
+    the caller chooses its processes and their start method, and owns them). The figures are
+    the same either way.
 
     A trace inside a trainpace run folder (``<run>/profile/``) is read with the run's
     ``meta.json``, so the findings know its DataLoader settings and CPU count.
@@ -213,8 +223,13 @@ def analyze_traces(
     free = available_memory()
     for file in files:
         check_memory(file, free)
-    return combine_ranks([analyze_trace_file(file, gap_threshold_us=gap_threshold_us, top=top,
-                                             check=False) for file in files], files)
+    options: dict[str, Any] = {"gap_threshold_us": gap_threshold_us, "top": top, "check": False}
+    if executor is None or len(files) < 2:
+        analyses = [analyze_trace_file(file, **options) for file in files]
+    else:
+        futures = [executor.submit(analyze_trace_file, file, **options) for file in files]
+        analyses = [future.result() for future in futures]
+    return combine_ranks(analyses, files)
 
 
 def combine_ranks(analyses: Sequence[RankAnalysis], files: Sequence[str]) -> TraceAnalysis:
