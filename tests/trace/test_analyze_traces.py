@@ -131,7 +131,7 @@ class _Recording(Executor):
         self.files: list[str] = []
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
-        self.files.append(Path(args[0]).name)
+        self.files.append(Path(args[0]).name)  # map() submits one call per file
         future: Future[Any] = Future()
         future.set_result(fn(*args, **kwargs))
         return future

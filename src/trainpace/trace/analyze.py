@@ -6,6 +6,7 @@ large ranks, ``cli/_analyze.py``)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -118,13 +119,10 @@ def analyze_columns(
     )
 
 
-def analyze_trace_file(path: str, *, gap_threshold_us: float = GAP_THRESHOLD_US,
-                       top: int = TOP_KERNELS, check: bool = True) -> RankAnalysis:
-    """Analyze one rank's trace file; its rank is the one it declares, else -1 (numbered by
-    :func:`combine_ranks`). ``check``: refuse first a file that would not fit in the memory
-    available (a caller that checked all its files before reading any passes False)."""
-    if check:
-        check_memory(path, available_memory())
+def _analyze_file(path: str, *, gap_threshold_us: float, top: int) -> RankAnalysis:
+    """Analyze one rank's trace file (its memory checked already); its rank is the one it
+    declares, else -1 (numbered by :func:`_combine_ranks`). A module-level function: an
+    executor of processes pickles it by name."""
     cols = read_trace(path)
     rank = _declared_rank(cols.meta)
     return analyze_columns(cols, rank=-1 if rank is None else rank,
@@ -223,18 +221,17 @@ def analyze_traces(
     free = available_memory()
     for file in files:
         check_memory(file, free)
-    options: dict[str, Any] = {"gap_threshold_us": gap_threshold_us, "top": top, "check": False}
+    read = functools.partial(_analyze_file, gap_threshold_us=gap_threshold_us, top=top)
     if executor is None or len(files) < 2:
-        analyses = [analyze_trace_file(file, **options) for file in files]
+        analyses = [read(file) for file in files]
     else:
-        futures = [executor.submit(analyze_trace_file, file, **options) for file in files]
-        analyses = [future.result() for future in futures]
-    return combine_ranks(analyses, files)
+        analyses = list(executor.map(read, files))
+    return _combine_ranks(analyses, files)
 
 
-def combine_ranks(analyses: Sequence[RankAnalysis], files: Sequence[str]) -> TraceAnalysis:
-    """The ranks of one job (one :func:`analyze_trace_file` per file of ``files``, in their
-    order) numbered, compared, and summarized with the run's meta.json where there is one."""
+def _combine_ranks(analyses: Sequence[RankAnalysis], files: Sequence[str]) -> TraceAnalysis:
+    """The ranks of one job (one :func:`_analyze_file` per file of ``files``, in their order)
+    numbered, compared, and summarized with the run's meta.json where there is one."""
     notes: list[str] = []
     ranks = _assign_ranks(list(analyses), notes)
     cross = cross_rank(ranks)
@@ -248,5 +245,4 @@ def combine_ranks(analyses: Sequence[RankAnalysis], files: Sequence[str]) -> Tra
                          notes=notes, run_meta=meta_path if not problem else None)
 
 
-__all__ = ["analyze_columns", "analyze_trace_file", "analyze_traces", "combine_ranks",
-           "cross_rank"]
+__all__ = ["analyze_columns", "analyze_traces", "cross_rank"]
