@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 from collections.abc import Callable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from tracekit import HANDMADE, SAMPLED, handmade
 
@@ -104,8 +107,8 @@ def test_duplicate_ranks_fall_back_to_file_order(write_trace: WriteTrace) -> Non
 
 
 def test_the_library_call_starts_no_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A process pool is the command's speed trick (cli/_analyze.py), never the library's:
-    a library call changes nothing of its caller's process (issue 22)."""
+    """The library call never starts a process of its own: a pool is the caller's, passed in
+    (issue 22); a library call changes nothing of its caller's process."""
     import concurrent.futures
     import inspect
     import os
@@ -116,8 +119,42 @@ def test_the_library_call_starts_no_process(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", refused)
     monkeypatch.setattr(os, "fork", refused)
     assert "workers" not in inspect.signature(analyze_traces).parameters
+    assert inspect.signature(analyze_traces).parameters["executor"].default is None
     analysis = analyze_traces(SAMPLED)
     assert [(r.rank, r.idle_us) for r in analysis.ranks] == [(0, 321378.0), (1, 328671.0)]
+
+
+class _Recording(Executor):
+    """An executor that runs each call at once and records the files it was given."""
+
+    def __init__(self) -> None:
+        self.files: list[str] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.files.append(Path(args[0]).name)  # map() submits one call per file
+        future: Future[Any] = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+def test_the_ranks_go_to_the_executor_the_caller_passes() -> None:
+    """Each rank is read in the caller's executor, with the figures of the serial reading."""
+    serial = analyze_traces(SAMPLED)
+    executor = _Recording()
+    analysis = analyze_traces(SAMPLED, executor=executor)
+    assert executor.files == [p.name for p in SAMPLED]
+    assert orjson.dumps(analysis.to_dict()) == orjson.dumps(serial.to_dict())
+    one = _Recording()
+    analyze_traces(SAMPLED[:1], executor=one)
+    assert one.files == []  # one rank: nothing to share out, read here
+
+
+@pytest.mark.slow
+def test_ranks_read_in_a_process_pool_give_the_serial_figures() -> None:
+    serial = analyze_traces(SAMPLED)
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pooled = analyze_traces(SAMPLED, executor=pool)
+    assert orjson.dumps(pooled.to_dict()) == orjson.dumps(serial.to_dict())
 
 
 def test_bad_trace_error_names_the_file(write_trace: WriteTrace) -> None:

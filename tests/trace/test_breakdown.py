@@ -3,6 +3,8 @@ computed answers and against the two tools' own figures on real GPU traces."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,6 +70,34 @@ def test_real_traces_match_hta_to_the_microsecond(path: Path, idle: float, compu
     assert (t.idle_us, t.compute_us, t.non_compute_us) == (idle, compute, non_compute)
     assert bd.temporal_pcts(t) == pcts
     assert t.overlap_pct == overlap
+
+
+def _idle_by_hand(path: Path) -> float:
+    """HTA's idle time worked out from the trace's events in plain Python: the device events
+    launched by host events that start before the last ProfilerStep, their union swept in
+    start order; idle is the window (first start to last end) less that union."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "cat" in e]
+    device = [e for e in events if e["cat"].lower() in ("kernel", "gpu_memcpy", "gpu_memset")]
+    host = [e for e in events if e["cat"].lower() not in ("kernel", "gpu_memcpy", "gpu_memset")]
+    last_step = max(e["ts"] for e in host if e["name"].startswith("ProfilerStep#"))
+    launched = {e["args"]["correlation"] for e in host
+                if e["ts"] < last_step and "correlation" in e.get("args", {})}
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in device
+                   if e["args"].get("correlation") in launched)
+    busy, (start, end) = 0.0, spans[0]
+    for s, e in spans[1:]:
+        if s > end:
+            busy, start = busy + end - start, s
+        end = max(end, e)
+    busy += end - start
+    return max(e for _, e in spans) - spans[0][0] - busy
+
+
+@pytest.mark.parametrize("path", SAMPLED, ids=["sampled_rank0", "sampled_rank1"])
+def test_idle_time_is_what_the_events_say(path: Path) -> None:
+    """The idle time, worked out by hand from the events (no HTA figure involved)."""
+    assert _temporal(path).idle_us == _idle_by_hand(path)
 
 
 def _steps(path: Path) -> bd.StepsBreakdown:

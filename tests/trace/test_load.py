@@ -240,23 +240,12 @@ def _error(path: Path, **kwargs: object) -> str:
     return message
 
 
-@pytest.fixture(params=["inline", "thread"])
-def gunzip_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a gzip test with the decompression inline and in its thread (large files)."""
-    from trainpace.trace import source
-
-    monkeypatch.setattr(source, "_THREAD_MIN_BYTES", 1 << 40 if request.param == "inline" else 0)
-    return str(request.param)
-
-
-@pytest.mark.usefixtures("gunzip_path")
 def test_truncated_gzip(write_trace: WriteTrace) -> None:
     data = gzip.compress(HANDMADE.read_bytes())
     message = _error(write_trace(data[: len(data) // 2], "cut.json.gz"))
     assert "damaged or truncated" in message
 
 
-@pytest.mark.usefixtures("gunzip_path")
 def test_corrupted_gzip(write_trace: WriteTrace) -> None:
     data = bytearray(gzip.compress(HANDMADE.read_bytes()))
     data[len(data) // 2] ^= 0xFF
@@ -372,7 +361,6 @@ def test_absurd_times_are_malformed_and_skipped(write_trace: WriteTrace) -> None
                             "malformed: ts or dur negative, infinite or out of range": 4}
 
 
-@pytest.mark.usefixtures("gunzip_path")
 def test_a_fifo_is_read_once(tmp_path: Path) -> None:
     import os
     import threading
@@ -396,7 +384,6 @@ def test_a_fifo_is_read_once(tmp_path: Path) -> None:
     assert result and _names(result[0]) == _names(load_trace(HANDMADE))
 
 
-@pytest.mark.usefixtures("gunzip_path")
 def test_gzip_in_several_members_and_zero_padding(write_trace: WriteTrace) -> None:
     # gzip allows members back to back and zero bytes after the last (gzip.open reads both)
     data = HANDMADE.read_bytes()

@@ -1,9 +1,10 @@
 """``trainpace analyze TRACE...``: breakdowns and findings from PyTorch profiler traces.
 
-Several large ranks are read in a pool of processes: the command owns its process, the
-library call (:func:`trainpace.trace.analyze_traces`) starts none. Measured with 4 ranks of
-90 MB of JSON each: 86% of the command's CPU time is the reading of the ranks, which the
-pool spreads over the cores (see docs/guides/traces.md).
+Several large ranks are read in a pool of processes the command starts (it owns its process,
+so the pool forks) and hands to the library call (:func:`trainpace.trace.analyze_traces`),
+which starts none of its own. Measured with 4 ranks of 90 MB of JSON each: most of the
+command's CPU time is the reading of the ranks, which the pool spreads over the cores (see
+docs/guides/traces.md).
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import argparse
 import os
 import sys
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainpace.cli._args import number
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 PARALLEL_MIN_BYTES = 32 << 20  # of JSON in all: below it, ranks are read one after the other
 
@@ -65,7 +69,7 @@ def _analyze(paths: list[str], *, gap_threshold_us: float, top: int,
     """The library's analysis; its ranks read in parallel processes when there are several
     and enough data to pay for the processes' start."""
     from trainpace.trace import analyze_traces
-    from trainpace.trace.analyze import check_options, combine_ranks
+    from trainpace.trace.analyze import check_options
     from trainpace.trace.load import trace_files
 
     check_options(gap_threshold_us, top)
@@ -73,44 +77,37 @@ def _analyze(paths: list[str], *, gap_threshold_us: float, top: int,
     processes = _processes(files, workers)
     if processes <= 1:
         return analyze_traces(files, gap_threshold_us=gap_threshold_us, top=top)
-    return combine_ranks(_in_pool(files, processes, gap_threshold_us, top), files)
+    with warnings.catch_warnings(), _pool(processes) as pool:  # forks as the ranks go in
+        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+        return analyze_traces(files, gap_threshold_us=gap_threshold_us, top=top,
+                              executor=pool)
 
 
 def _processes(files: list[str], workers: int | None) -> int:
     """Processes to use: one per file, within the CPUs and the memory available; by default
     one in all when the traces are small (starting processes would cost more than it saves).
-    Every file is checked against the memory first. Each file's size is read from its
-    metadata (a FIFO's is unknown: it is not opened here)."""
-    from trainpace.trace.memory import available_memory, check_memory, json_bytes, memory_needed
+    Each file's size is read from its metadata (a FIFO's is unknown: it is not opened here);
+    the library refuses a file too large for the memory before reading any."""
+    from trainpace.trace.memory import available_memory, json_bytes, memory_needed
 
-    free = available_memory()
     sizes = {f: json_bytes(f) for f in files}
-    for f, size in sizes.items():
-        check_memory(f, free, size=size)
     if len(files) < 2 or (workers is None
                           and sum(size or 0 for size in sizes.values()) < PARALLEL_MIN_BYTES):
         return 1
     limit = workers if workers is not None else (os.cpu_count() or 1)
+    free = available_memory()
     if free is not None:
         need = max(memory_needed(f, size=size) for f, size in sizes.items())
         limit = min(limit, max(1, int(free // need)))
     return max(1, min(limit, len(files)))
 
 
-def _in_pool(files: list[str], processes: int, gap_threshold_us: float, top: int) -> list[Any]:
+def _pool(processes: int) -> ProcessPoolExecutor:
     # imported here: a process pool's modules cost as much as analyzing a small trace
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from trainpace.trace.analyze import analyze_trace_file
-
     # fork: the worker only reads files and numpy arrays, and needs no re-import of __main__;
     # spawn only where fork does not exist.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-        with ProcessPoolExecutor(processes,
-                                 mp_context=multiprocessing.get_context(method)) as pool:
-            futures = [pool.submit(analyze_trace_file, f, gap_threshold_us=gap_threshold_us,
-                                   top=top, check=False) for f in files]
-            return [future.result() for future in futures]
+    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(method))

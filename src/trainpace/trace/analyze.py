@@ -1,14 +1,16 @@
-"""Analyze traces: one rank per trace file, one after the other, then across ranks.
+"""Analyze traces: one rank per trace file, then across ranks.
 
-A library call starts no process: ``trainpace analyze`` reads several large ranks in a pool
-of its own (``cli/_analyze.py``) with :func:`analyze_trace_file` and :func:`combine_ranks`."""
+A library call starts no process of its own: the ranks are read one after the other, or in
+an executor the caller passes (``trainpace analyze`` passes a pool of processes for several
+large ranks, ``cli/_analyze.py``)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -25,6 +27,9 @@ from trainpace.trace.load import TraceColumns, read_trace, trace_files
 from trainpace.trace.memory import available_memory, check_memory
 from trainpace.trace.prepare import Prepared, prepare
 from trainpace.trace.runmeta import find_run_meta
+
+if TYPE_CHECKING:  # concurrent.futures imports logging (8 ms), which a trace's analysis never uses
+    from concurrent.futures import Executor
 
 
 def _declared_rank(meta: dict[str, Any]) -> int | None:
@@ -114,13 +119,10 @@ def analyze_columns(
     )
 
 
-def analyze_trace_file(path: str, *, gap_threshold_us: float = GAP_THRESHOLD_US,
-                       top: int = TOP_KERNELS, check: bool = True) -> RankAnalysis:
-    """Analyze one rank's trace file; its rank is the one it declares, else -1 (numbered by
-    :func:`combine_ranks`). ``check``: refuse first a file that would not fit in the memory
-    available (a caller that checked all its files before reading any passes False)."""
-    if check:
-        check_memory(path, available_memory())
+def _analyze_file(path: str, *, gap_threshold_us: float, top: int) -> RankAnalysis:
+    """Analyze one rank's trace file (its memory checked already); its rank is the one it
+    declares, else -1 (numbered by :func:`_combine_ranks`). A module-level function: an
+    executor of processes pickles it by name."""
     cols = read_trace(path)
     rank = _declared_rank(cols.meta)
     return analyze_columns(cols, rank=-1 if rank is None else rank,
@@ -197,8 +199,14 @@ def analyze_traces(
     *,
     gap_threshold_us: float = GAP_THRESHOLD_US,
     top: int = TOP_KERNELS,
+    executor: Executor | None = None,
 ) -> TraceAnalysis:
-    """Analyze profiler traces (files, or folders of them), one per rank, in this process.
+    """Analyze profiler traces (files, or folders of them), one per rank.
+
+    The ranks are read one after the other in this process, or each in ``executor`` when
+    given (a ``concurrent.futures.ProcessPoolExecutor`` spreads large ranks over the cores;
+    the caller chooses its processes and their start method, and owns them). The figures are
+    the same either way.
 
     A trace inside a trainpace run folder (``<run>/profile/``) is read with the run's
     ``meta.json``, so the findings know its DataLoader settings and CPU count.
@@ -213,13 +221,17 @@ def analyze_traces(
     free = available_memory()
     for file in files:
         check_memory(file, free)
-    return combine_ranks([analyze_trace_file(file, gap_threshold_us=gap_threshold_us, top=top,
-                                             check=False) for file in files], files)
+    read = functools.partial(_analyze_file, gap_threshold_us=gap_threshold_us, top=top)
+    if executor is None or len(files) < 2:
+        analyses = [read(file) for file in files]
+    else:
+        analyses = list(executor.map(read, files))
+    return _combine_ranks(analyses, files)
 
 
-def combine_ranks(analyses: Sequence[RankAnalysis], files: Sequence[str]) -> TraceAnalysis:
-    """The ranks of one job (one :func:`analyze_trace_file` per file of ``files``, in their
-    order) numbered, compared, and summarized with the run's meta.json where there is one."""
+def _combine_ranks(analyses: Sequence[RankAnalysis], files: Sequence[str]) -> TraceAnalysis:
+    """The ranks of one job (one :func:`_analyze_file` per file of ``files``, in their order)
+    numbered, compared, and summarized with the run's meta.json where there is one."""
     notes: list[str] = []
     ranks = _assign_ranks(list(analyses), notes)
     cross = cross_rank(ranks)
@@ -233,5 +245,4 @@ def combine_ranks(analyses: Sequence[RankAnalysis], files: Sequence[str]) -> Tra
                          notes=notes, run_meta=meta_path if not problem else None)
 
 
-__all__ = ["analyze_columns", "analyze_trace_file", "analyze_traces", "combine_ranks",
-           "cross_rank"]
+__all__ = ["analyze_columns", "analyze_traces", "cross_rank"]

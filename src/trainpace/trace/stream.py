@@ -1,8 +1,8 @@
 """The bytes of a trace file, cut into pieces of whole events and decoded.
 
-The file is streamed: gzip is decompressed in blocks (in a thread beside the parse,
-:mod:`.source`), the ``traceEvents`` array is cut at
-event boundaries into pieces of about 128 KB, and each piece is decoded and handed to a sink,
+The file is streamed in one pass: gzip is decompressed in blocks as the parse needs them
+(:mod:`.source`), the ``traceEvents`` array is cut at event boundaries into pieces of about
+128 KB, and each piece is decoded and handed to a sink,
 then dropped. Cutting is safe without a JSON tokenizer: a piece ends at a ``}`` followed by
 ``,`` or ``]``. If that ``}`` was inside a string or a nested object, the piece does not parse
 *and* the parse fails at its very end; a failure anywhere else is damage in the file, reported
