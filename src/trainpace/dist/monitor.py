@@ -30,7 +30,9 @@ from trainpace.dist.tree import (
     node_ranks,
     node_record,
 )
-from trainpace.runlog import Record
+from trainpace.errors import RunFolderError
+from trainpace.measure.summarize import summary_for_run
+from trainpace.runlog import Record, read_run
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)
@@ -281,13 +283,34 @@ class RankMonitor:
         meta = merged_meta(merged_of, info=self.info, run_id=self.run_id,
                            started_unix=self.started_unix, done=done,
                            exchange_error=self._broken)
-        merged = merged_summary(merged_of, summary or Summary(run_id=self.run_id), done=done)
+        merged = merged_summary(merged_of, summary or Summary(run_id=self.run_id), done=done,
+                                rank_summaries=self._rank_summaries(summary, done=done))
         if diagnose is not None:
             merged = diagnose(merged, meta)
         if self.publish is not None:  # the summary first: a finished meta means a final summary
             self.publish(Record("summary", summary_dict(merged, merged_of, done=done)))
             self.publish(Record("meta", meta))
         return merged
+
+    def _rank_summaries(self, own: Summary | None, *, done: bool) -> dict[int, Summary]:
+        """The ranks' own summaries, from their folders: the slowest rank's (the job's step
+        times), and at the end of a flat job every rank's (their ``ranks[]`` step medians).
+        A folder this host cannot read (another node's) is left out. Rank 0's own at the end
+        is ``own``, complete in memory."""
+        merger, run = self.merger, self.run
+        out: dict[int, Summary] = {0: own} if own is not None else {}
+        if merger is None or run is None:
+            return out
+        slowest = merger.slowest_rank()
+        wanted = ({slowest} if slowest is not None else set())
+        if done and self.nodes is None:
+            wanted |= set(range(self.info.world_size))
+        for rank in sorted(wanted - set(out)):
+            try:
+                out[rank] = summary_for_run(read_run(rank_folder(run, rank)))
+            except (RunFolderError, OSError, ValueError) as exc:
+                logger.debug("trainpace: rank %d's folder is not readable here (%s)", rank, exc)
+        return out
 
     def _stop(self, where: str, exc: BaseException) -> None:
         self._broken = f"{where}: {type(exc).__name__}: {exc}"
