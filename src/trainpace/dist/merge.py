@@ -246,6 +246,11 @@ class Merger:
                 break  # windows are scored in order
             self._score(self._pending.pop(window))
 
+    @property
+    def pending(self) -> bool:
+        """Whether a window waits for a rank's record before it can be scored."""
+        return bool(self._pending)
+
     def flush(self) -> None:
         """Score every window still pending (the end of the run: nobody else is coming)."""
         for window in sorted(self._pending):

@@ -223,6 +223,11 @@ class TreeMerger:
             return None
         return max(nodes, key=lambda r: (r["slowest_s"], -r["slowest_rank"]))["slowest_rank"]
 
+    @property
+    def pending(self) -> bool:
+        """Whether a window waits for a node's record before it can be scored."""
+        return bool(self._pending)
+
     def throughput(self) -> dict[str, float | None]:
         nodes = [r for r in self.latest.values() if r["slowest_s"] > 0]
         if not nodes:
