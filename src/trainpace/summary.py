@@ -83,6 +83,9 @@ class Time:
 
     wall_s: float | None = None
     measured_s: float | None = None
+    # Over the measured steps. A distributed job's (the merged summary) are the slowest
+    # rank's steps: the median, p90 and mean of that rank's own step times (the rank with the
+    # most measured seconds, the one global throughput divides by).
     step_s_median: float | None = None
     step_s_p90: float | None = None
     time_to_target_s: float | None = None

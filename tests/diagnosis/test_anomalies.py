@@ -4,7 +4,7 @@ import pytest
 
 from diagnosis.helpers import ctx, host_rows, only, records
 from trainpace.diagnosis import anomalies
-from trainpace.summary import Steps, Summary
+from trainpace.summary import RankEntry, Steps, Summary
 
 # ---- step-time anomalies -------------------------------------------------------------------
 
@@ -183,10 +183,44 @@ def test_a_period_of_one_epoch_with_workers_restarting_names_them():
         "the period is the epoch (8 batches) and the DataLoader's 2 workers restart every "
         "epoch (persistent_workers=False): the extra 220 ms is their start-up and first "
         "batches — `DataLoader(persistent_workers=True)` keeps them")
-    # persistent workers: not a restart
+    # persistent workers: not a restart, still the epoch (never "not the epoch")
     loader["persistent_workers"] = True
     v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta={"loader": loader})))
+    assert v.finding.evidence["cause"] == "epoch_boundary"
+    assert v.finding.advice[0].startswith(
+        "the period is the epoch (8 batches): the extra 220 ms comes once per epoch, not in "
+        "the data wait — the loop's own work at each epoch's start or end")
+    assert "not the epoch" not in v.finding.advice[0]
+
+
+def test_a_period_other_than_the_epoch_says_so():
+    step_s = [0.62 if i % 8 == 1 else 0.4 for i in range(1, 81)]
+    loader = {"num_workers": 0, "length": 32}
+    v = only(anomalies.step_outliers(ctx(steps=records(step_s), meta={"loader": loader})))
     assert v.finding.evidence["cause"] == "unknown"
+    assert "not in the data wait, not the epoch (32 batches)" in v.finding.advice[0]
+
+
+def test_under_ddp_a_rank_waiting_more_than_rank_0_is_not_cleared_by_rank_0s_steps():
+    # rank 0's steps (the ones a job's diagnosis reads) stall every 32 steps at the
+    # all-reduce, outside its data wait; rank 1, the straggler, waits 12% of its time
+    step_s = [0.064 if i % 32 == 1 else 0.024 for i in range(1, 161)]
+    job = Summary(world_size=2, ranks=[RankEntry(rank=0, wait_pct=0.5),
+                                       RankEntry(rank=1, wait_pct=12.0)])
+    loader = {"num_workers": 0, "length": 32}
+    v = only(anomalies.step_outliers(ctx(summary=job, steps=records(step_s),
+                                         meta={"loader": loader})))
+    advice = v.finding.advice[0]
+    assert v.finding.evidence["cause"] == "epoch_boundary"
+    assert "not in the data wait" not in advice
+    assert ("not in rank 0's data wait (the steps read here), but rank 1 waits 12% of its "
+            "time for data and every rank waits for it at the gradient all-reduce") in advice
+    # ranks that wait alike: rank 0's steps speak for the job
+    even = Summary(world_size=2, ranks=[RankEntry(rank=0, wait_pct=0.5),
+                                        RankEntry(rank=1, wait_pct=0.9)])
+    v = only(anomalies.step_outliers(ctx(summary=even, steps=records(step_s),
+                                         meta={"loader": loader})))
+    assert "not in the data wait" in v.finding.advice[0]
 
 
 def test_stalls_while_others_took_the_cpu_name_no_bottleneck():
@@ -198,3 +232,25 @@ def test_stalls_while_others_took_the_cpu_name_no_bottleneck():
     assert v.finding.evidence["cause"] == "cpu_contention"
     assert v.bottleneck is None
     assert "other processes took the CPU" in v.finding.advice[0]
+
+
+def test_a_busy_cpu_with_no_share_of_this_process_is_not_called_free_of_contention():
+    # the machine 100% busy, this process's share unknown (no core count): "no contention"
+    # would contradict the reading; the advice says what cannot be told
+    steps = records([0.1] * 15 + [0.5] + [0.1] * 14)
+    system = host_rows(3.5, 100.0, 98.0, 0.4, every_s=0.1)
+    v = only(anomalies.step_outliers(ctx(steps=steps, system=system)))
+    advice = v.finding.advice[0]
+    assert v.finding.evidence["cause"] == "unknown"
+    assert "no contention" not in advice
+    assert ("the machine's CPU was 100% busy: whether other processes took it is not known"
+            in advice)
+    # this process kept it busy: the others' share is under the contention threshold
+    v = only(anomalies.step_outliers(ctx(steps=steps, system=system, meta={"cpu_count": 1})))
+    assert ("the machine's CPU was 100% busy, this process had 98% of it: other processes had "
+            "2%, under the 30% that counts as contention") in v.finding.advice[0]
+    # idle cores
+    quiet = host_rows(3.5, 40.0, 70.0, 0.4, every_s=0.1)
+    v = only(anomalies.step_outliers(ctx(steps=steps, system=quiet, meta={"cpu_count": 2})))
+    assert "40% busy, this process had 35% of it: cores were idle, no contention" in (
+        v.finding.advice[0])

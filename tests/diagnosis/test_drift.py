@@ -91,8 +91,8 @@ def test_a_small_drift_on_a_quiet_machine_without_memory_growth_names_no_leak():
     assert v.finding.evidence["cause"] == "unknown"
     assert v.finding.advice[0] == (
         "the recorded signs do not tell the cause: the data wait did not grow (0 µs of 15 ms); "
-        "in the last quarter the machine's CPU was 50% busy, this process had 50% of it: no "
-        "more contention than in the first; this process's memory 0.41 GB (from 0.41); the "
+        "in the last quarter the machine's CPU was 50% busy, this process had 50% of it: "
+        "cores were idle, no contention; this process's memory 0.41 GB (from 0.41); the "
         "work per step changed +0% — a profiler trace of early and late steps "
         "(Meter(profile_steps=START:STOP)) shows where the time went")
 

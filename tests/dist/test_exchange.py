@@ -1,6 +1,7 @@
 """The exchange and the monitor over an in-memory store: posts, reads, gaps, faults."""
 
 import logging
+import threading
 
 import pytest
 
@@ -203,3 +204,31 @@ def test_a_window_is_one_trip_to_the_stores_thread_at_every_rank(monkeypatch):
     # multi_set, check (a first read), multi_get of last/*, multi_get of the records
     assert store.calls == 4
     assert {r: s.last_window for r, s in m0.merger.ranks.items()} == {0: 1, 1: 1}
+
+
+def test_rank_0_merges_a_window_as_soon_as_the_last_rank_posts_it_not_at_its_next():
+    # rank 0 posts window 1 before rank 1 does: the window must come out when rank 1's record
+    # arrives, without rank 0 reaching its next boundary (its writer is idle meanwhile)
+    store = MemoryStore()
+    m0 = RankMonitor(RankInfo(rank=0, world_size=2), run_id="job", timeout_s=5.0,
+                     connect=lambda i, t: store)
+    m1 = RankMonitor(RankInfo(rank=1, world_size=2), run_id="job", timeout_s=5.0,
+                     connect=lambda i, t: store)
+    merged = threading.Event()
+    windows = []
+
+    def scored(records):
+        windows.append(sorted((r["rank"], r["window"]) for r in records.values()))
+        merged.set()
+
+    m0.merger.on_scored = scored
+    steps = [{"step": i, "step_s": 0.1, "wait_s": 0.0, "samples": 8, "tokens": None}
+             for i in range(1, 6)]
+    m0.window({"warmup_steps": 0}, steps)
+    assert windows == []  # rank 1's record is not there yet
+    m1.window({"warmup_steps": 0}, steps)
+    assert merged.wait(timeout=30.0), "the window waited for rank 0's next boundary"
+    assert windows == [[(0, 1), (1, 1)]]
+    m1.finish(Summary())
+    assert m0.finish(Summary(run_id="job")) is not None
+    assert not [t for t in threading.enumerate() if t.name == "trainpace-dist-poll"]

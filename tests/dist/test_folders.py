@@ -60,3 +60,23 @@ def test_a_rank_that_ended_early_and_a_rank_not_gathered(tmp_path):
 
 def test_a_folder_without_rank_folders_is_not_distributed(tmp_path):
     assert read_distributed(tmp_path) is None
+
+
+def test_the_jobs_step_times_are_the_slowest_ranks_own_steps(tmp_path):
+    # Rank 1 holds the job's time. Its window medians (windows of 2: 0.1, 0.3, 0.5, 0.5) have
+    # a median of 0.4; its steps' median is 0.5: the job's step median is the steps'.
+    run = tmp_path / "run"
+    write_rank(run, 0, [0.1] * 8, [0.0] * 8)
+    write_rank(run, 1, [0.1, 0.1, 0.1, 0.5, 0.5, 0.5, 0.5, 0.5], [0.0] * 8)
+    merged = read_distributed(run)
+    assert merged is not None
+    time = merged.summary.time
+    assert time.step_s_median == pytest.approx(0.5)
+    assert time.step_s_mean == pytest.approx(2.8 / 8)
+    assert time.measured_s == pytest.approx(2.8)
+    assert time.step_s_p90 == pytest.approx(0.5)
+    assert [r.step_s_median for r in merged.summary.ranks] == [pytest.approx(0.1),
+                                                                pytest.approx(0.5)]
+    # the steady span is one rank's notion: none of it in the job's summary
+    assert merged.summary.throughput.steady_samples_per_s is None
+    assert merged.summary.steps.slowed_by_others is None

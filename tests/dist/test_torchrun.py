@@ -80,6 +80,19 @@ def test_two_ranks_one_slowed_by_its_data_is_the_straggler(tmp_path, capsys):
     assert findings(again)["straggler"]["evidence"]["rank"] == 1
 
 
+def test_the_jobs_window_reaches_rank_0s_dashboards_before_its_next_boundary(tmp_path):
+    # Rank 0 stops two steps after each window's last step until the job's window is shown:
+    # were the other rank's record read only at rank 0's next boundary, it would never come
+    # (rank 0 holds that boundary back) and the wait would run out.
+    out = tmp_path / "run"
+    done = torchrun("--standalone", "--nproc-per-node=2",
+                    env={"OUT": str(out), "STEPS": "16", "AWAIT_JOB_WINDOWS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads((out / "job_windows.json").read_text())
+    assert seen["awaited"] == [[5, True], [10, True]]
+    assert seen["shown"][:2] == [5, 10]
+
+
 def test_a_rank_slow_in_compute_is_seen_through_the_comm_hook(tmp_path):
     out = tmp_path / "run"
     done = torchrun("--standalone", "--nproc-per-node=2",

@@ -6,11 +6,15 @@ KILL_RANK and KILL_STEP (that rank SIGKILLs itself after that step), STEP_SLEEP_
 rank sleeps that long between steps), WATCH_DDP=1 (time the gradient exchange),
 IGNORE_SIGTERM=1 (the launcher's stop after a failed worker does not cut the loop short),
 HANG_RANK and HANG_STEP (that rank hangs after that step), COMPUTE_RANK and COMPUTE_S
-(that rank's forward takes COMPUTE_S longer), WITH_METER=1 (the loop inside ``with meter:``).
+(that rank's forward takes COMPUTE_S longer), WITH_METER=1 (the loop inside ``with meter:``),
+AWAIT_JOB_WINDOWS=1 (rank 0, two steps after each window's last step, waits up to 10 s, between
+steps, for the job's window to reach its dashboards; what came when: OUT/job_windows.json).
 """
 
+import json
 import os
 import signal
+import threading
 import time
 
 import torch
@@ -52,8 +56,39 @@ def batches():
         yield x, y
 
 
-meter = trainpace.Meter(env["OUT"], window=int(env.get("WINDOW", "5")), warmup=2, console=False,
-                        report=rank == 0, count_flops=False, sample_interval_s=0.05)
+window = int(env.get("WINDOW", "5"))
+await_windows = env.get("AWAIT_JOB_WINDOWS") == "1" and rank == 0
+
+
+class JobWindows:
+    """A dashboard at rank 0: the last step of each job window it was given."""
+
+    shows_job = True
+    reads_steps = False
+
+    def __init__(self):
+        self.last_steps = []
+        self.came = threading.Condition()
+
+    def log(self, record):
+        if record.kind == "window" and record.data["window"].get("ranks"):
+            with self.came:
+                self.last_steps.append(int(record.data["window"]["last_step"]))
+                self.came.notify_all()
+
+    def close(self):
+        pass
+
+    def wait_for(self, last_step, timeout_s):
+        with self.came:
+            return self.came.wait_for(lambda: last_step in self.last_steps, timeout_s)
+
+
+job_windows = JobWindows() if await_windows else None
+meter = trainpace.Meter(env["OUT"], window=window, warmup=2, console=False,
+                        report=rank == 0, count_flops=False, sample_interval_s=0.05,
+                        sinks=[job_windows] if job_windows is not None else ())
+awaited = []  # (window's last step, came before rank 0's step after it)
 if ddp and env.get("WATCH_DDP") == "1":
     from trainpace.dist import watch_ddp
 
@@ -70,6 +105,9 @@ def train():
             optimizer.step()
             optimizer.zero_grad()
         time.sleep(step_sleep_s)
+        if job_windows is not None and step > window and step % window == 2:
+            # rank 0 goes no further (no boundary of its own) until the job's window is out
+            awaited.append((step - 2, job_windows.wait_for(step - 2, 10.0)))
         if rank == kill_rank and step == kill_step:
             os.kill(os.getpid(), signal.SIGKILL)
         if rank == hang_rank and step == hang_step:
@@ -82,5 +120,8 @@ if env.get("WITH_METER") == "1":
 else:
     train()
     meter.finish()
+if job_windows is not None:
+    with open(os.path.join(env["OUT"], "job_windows.json"), "w") as f:
+        json.dump({"awaited": awaited, "shown": job_windows.last_steps}, f)
 if ddp:
     dist.destroy_process_group()

@@ -22,6 +22,11 @@ from trainpace.stats import median
 from trainpace.summary import Bottleneck
 from trainpace.units import format_duration as duration
 
+# A rank "waits clearly more" than rank 0 for its data: twice its share, and a percentage
+# point more (two ranks' shares of a few tenths of a percent differ by noise alone).
+RANK_WAIT_RATIO = 2.0
+RANK_WAIT_MORE_PP = 1.0
+
 
 def too_few_steps(ctx: Context, need: int, what: str) -> Outcome | None:
     """A skip outcome when there are no step records or fewer measured steps than ``need``."""
@@ -91,7 +96,7 @@ def _outliers(ctx: Context, chosen: list[int], period: int | None) -> Verdict:
         else:
             cause = "unknown"
             evidence["cause"] = cause
-            measured = (f"{signs.text()}: no contention" if signs is not None
+            measured = (signs.uncontended_text(t) if signs is not None
                         else "no host readings (system.jsonl) for them")
             if signs is not None and signs.memory_used_pct_max is not None:
                 measured += f", memory {signs.memory_used_pct_max:.0f}% used at most"
@@ -150,7 +155,15 @@ def _periodic_cause(ctx: Context, period: int, in_loader: bool, each: str, gain:
             f"the extra {each} each time is in the data wait: the loader runs dry every "
             f"{period} steps — {why} or a prefetch queue too short for slow batches (raise "
             f"prefetch_factor) — {gain}")
-    checked = ["not in the data wait"]
+    wait = _data_wait_judged(ctx)
+    if isinstance(length, int) and length > 1 and _near(period, length, t):
+        return "epoch_boundary", (
+            f"the period is the epoch ({length} batches): the extra {each} comes once per "
+            f"epoch, {wait} — the loop's own work at each epoch's start or end (a new "
+            "DataLoader iterator and its first batch, DistributedSampler.set_epoch's shuffle, "
+            "epoch-end hooks: logging, validation or a checkpoint each epoch) — move it out "
+            f"of the steps or make it cheaper — {gain}")
+    checked = [wait]
     if window is not None:
         checked.append(f"not trainpace's window ({window} steps)")
     if isinstance(length, int) and length > 0:
@@ -162,6 +175,37 @@ def _periodic_cause(ctx: Context, period: int, in_loader: bool, each: str, gain:
         + ", ".join(checked) + f"): it is {where}; look in the loop for work every {period} "
         "steps — a checkpoint save (torch.distributed.checkpoint.async_save saves "
         f"asynchronously), a logging sync or an evaluation — {gain}")
+
+
+def _data_wait_judged(ctx: Context) -> str:
+    """"not in the data wait", as far as the steps diagnosed can tell. A job's diagnosis reads
+    one rank's steps (rank 0's): a rank that waits for its data longer holds every rank at the
+    gradient all-reduce, so rank 0's own wait does not clear the data wait of the job."""
+    waiting = _rank_waiting_more(ctx)
+    if waiting is None:
+        return "not in the data wait"
+    rank, wait_pct = waiting
+    return (f"not in rank 0's data wait (the steps read here), but rank {rank} waits "
+            f"{wait_pct:.0f}% of its time for data and every rank waits for it at the "
+            f"gradient all-reduce: its rank{rank}/steps.jsonl shows whether its wait is what "
+            "recurs")
+
+
+def _rank_waiting_more(ctx: Context) -> tuple[int, float] | None:
+    """(rank, wait %) of the job's rank that waits most for data, when it waits clearly more
+    than rank 0, whose steps a job's diagnosis reads; None for one process."""
+    ranks = ctx.summary.ranks
+    if ctx.summary.world_size <= 1 or len(ranks) < 2:
+        return None
+    own = next((r.wait_pct for r in ranks if r.rank == 0), None) or 0.0
+    known = [r for r in ranks if r.wait_pct is not None]
+    if not known:
+        return None
+    most = max(known, key=lambda r: (r.wait_pct or 0.0, -r.rank))
+    wait_pct = most.wait_pct or 0.0
+    if most.rank == 0 or wait_pct < max(RANK_WAIT_RATIO * own, own + RANK_WAIT_MORE_PP):
+        return None
+    return most.rank, wait_pct
 
 
 def step_outliers(ctx: Context) -> Outcome:

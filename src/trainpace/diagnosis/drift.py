@@ -73,7 +73,11 @@ def _drift_cause(ctx: Context, head: np.ndarray, tail: np.ndarray, drift_pct: fl
     seen = [f"the data wait did not grow ({duration(max(wait_growth_s, 0.0))} of "
             f"{duration(step_growth_s)})"]
     if after is not None:
-        seen.append(f"in the last quarter {after.text()}: no more contention than in the first")
+        # contended alone, not against the first quarter: then "no more than before" is
+        # what cleared it; else the readings' own reason, in words that agree with them
+        seen.append(f"in the last quarter {after.text()}: no more contention than in the first"
+                    if after.contended(ctx.t) else
+                    f"in the last quarter {after.uncontended_text(ctx.t)}")
         if rss_after is not None:
             seen.append(f"this process's memory {rss_after:.2f} GB"
                         + (f" (from {rss_before:.2f})" if rss_before is not None else ""))

@@ -49,6 +49,20 @@ class HostSigns:
         less_mine = share is not None and base_share is not None and share <= 0.7 * base_share
         return more_others or less_mine
 
+    def uncontended_text(self, t: Thresholds) -> str:
+        """Why these readings are not contention (:meth:`contended` said no), in words that
+        agree with it: a CPU with idle cores, one kept busy by this process, or readings that
+        cannot tell whose work kept it busy."""
+        if self.system_cpu_pct is None:
+            return "no host CPU reading: contention not measured"
+        if self.system_cpu_pct < t.cpu_contention_system_pct:
+            return f"{self.text()}: cores were idle, no contention"
+        if self.others_pct is None:
+            return (f"{self.text()}: whether other processes took it is not known (no share "
+                    "of this process in the machine's cores)")
+        return (f"{self.text()}: other processes had {self.others_pct:.0f}%, under the "
+                f"{t.cpu_others_pct:.0f}% that counts as contention")
+
     def text(self) -> str:
         """``the machine's CPU was 100% busy, this process had 48% of it``."""
         if self.system_cpu_pct is None:

@@ -231,7 +231,7 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
     meta["finished_at"] = (top.meta.get("finished_at") if top is not None else None) or max(
         (str(r.meta.get("finished_at")) for r in runs.values() if r.meta.get("finished_at")),
         default=None)
-    summary = merged_summary(merger, base, done=True)
+    summary = merged_summary(merger, base, done=True, rank_summaries=summaries)
     return DistributedRun(folder, summary, meta, runs[furthest].series, runs[furthest].system,
                           notes, sorted(runs), merger)
 

@@ -1,7 +1,10 @@
 """The merged run: a ``trainpace.summary/1`` of all ranks, and the run folder's meta.
 
-The figures that add up across ranks are merged (throughput, data wait); the others are
-rank 0's (device kind and name, FLOPs per step) or a median over ranks (step time). Each
+The figures that add up across ranks are merged (throughput, data wait); the job's step
+times are the slowest rank's (the one that holds the job's time, as in global throughput),
+from that rank's own steps: its step median, p90 and mean, never a median of window medians
+or of other ranks' medians. The figures no merge defines (the steady span's rates) are
+``None``, never rank 0's; the rest are rank 0's (device kind and name, FLOPs per step). Each
 ``ranks[]`` entry carries the contract's keys and, as extensions, the rank's place (local
 rank, node), its device and host signs, its scores and whether it ran to the end. The
 top-level ``dist`` key (an extension) says how the merge was made and which ranks are missing.
@@ -12,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from trainpace.dist.ranks import RankInfo, rank_folder
 from trainpace.runlog import META_SCHEMA
-from trainpace.stats import median
-from trainpace.summary import Communication, RankEntry, Summary
+from trainpace.summary import Communication, RankEntry, Summary, Time
 
 RANK_EXTRAS = ("local_rank", "node", "windows", "last_step", "final", "pre_collective_pct",
                "communication_pct", "util_pct", "temperature_c", "throttle_pct",
@@ -34,6 +37,8 @@ class Merged(Protocol):
 
     def rank_dicts(self) -> list[dict[str, Any]]: ...
 
+    def slowest_rank(self) -> int | None: ...
+
     def throughput(self) -> dict[str, float | None]: ...
 
     def wait_pct(self) -> float | None: ...
@@ -47,8 +52,17 @@ class Merged(Protocol):
     def state(self, *, done: bool) -> dict[str, Any]: ...
 
 
-def merged_summary(merger: Merged, base: Summary, *, done: bool) -> Summary:
-    """``base`` (rank 0's own summary) with the figures of every rank merged in."""
+def merged_summary(merger: Merged, base: Summary, *, done: bool,
+                   rank_summaries: Mapping[int, Summary] | None = None) -> Summary:
+    """``base`` (rank 0's own summary) with the figures of every rank merged in.
+
+    ``rank_summaries``: ranks' own summaries (from their steps), by rank; the slowest rank's
+    gives the job's step times (``None`` when it is not among them), and each one present
+    gives its ``ranks[]`` entry's step median.
+    """
+    own = rank_summaries or {}
+    slowest_rank = merger.slowest_rank()
+    slowest = own.get(slowest_rank) if slowest_rank is not None else None
     states = merger.rank_dicts()
     rates = merger.throughput()
     wait_s_per_step = merger.wait_s_per_step()
@@ -59,19 +73,30 @@ def merged_summary(merger: Merged, base: Summary, *, done: bool) -> Summary:
         # time in it is waiting for a slower rank (the straggler rule's business).
         communication = Communication(share_pct=min(comm), overlap_pct=None,
                                       source="ddp_comm_hook (least-waiting rank)")
-    medians = [s["step_s_median"] for s in states if s["step_s_median"] is not None]
+    job_time = slowest.time if slowest is not None else Time()
+
+    def rank_median(state: Mapping[str, Any]) -> float | None:
+        summary = own.get(state["rank"])
+        return summary.time.step_s_median if summary is not None else state["step_s_median"]
+
     return dataclasses.replace(
         base,
         world_size=merger.world_size,
+        # the steady span is a rank's (its steps without those slowed by other processes):
+        # the job has none of its own to show
+        steps=dataclasses.replace(base.steps, slowed_by_others=None),
         throughput=dataclasses.replace(base.throughput, samples_per_s=rates["samples_per_s"],
                                        tokens_per_s=rates["tokens_per_s"],
-                                       steps_per_s=rates["steps_per_s"]),
-        time=dataclasses.replace(base.time, step_s_median=median(medians)
-                                 if medians else base.time.step_s_median),
+                                       steps_per_s=rates["steps_per_s"],
+                                       steady_samples_per_s=None, steady_tokens_per_s=None),
+        time=dataclasses.replace(base.time, measured_s=job_time.measured_s,
+                                 step_s_median=job_time.step_s_median,
+                                 step_s_p90=job_time.step_s_p90,
+                                 step_s_mean=job_time.step_s_mean),
         data=dataclasses.replace(base.data, wait_pct=merger.wait_pct(),
                                  wait_s_per_step=wait_s_per_step),
         ranks=[RankEntry(rank=s["rank"], host=s["host"], samples_per_s=s["samples_per_s"],
-                         step_s_median=s["step_s_median"], wait_pct=s["wait_pct"])
+                         step_s_median=rank_median(s), wait_pct=s["wait_pct"])
                for s in states],
         communication=communication,
     )

@@ -246,6 +246,11 @@ class Merger:
                 break  # windows are scored in order
             self._score(self._pending.pop(window))
 
+    @property
+    def pending(self) -> bool:
+        """Whether a window waits for a rank's record before it can be scored."""
+        return bool(self._pending)
+
     def flush(self) -> None:
         """Score every window still pending (the end of the run: nobody else is coming)."""
         for window in sorted(self._pending):
@@ -286,12 +291,21 @@ class Merger:
 
     # -- the merged figures -------------------------------------------------------------
 
+    def slowest_rank(self) -> int | None:
+        """The rank that holds the job's time: the most measured seconds (ties: the lowest
+        rank); its steps are the job's step times."""
+        states = [s for s in self.ranks.values() if s.measured_s > 0]
+        if not states:
+            return None
+        return max(states, key=lambda s: (s.measured_s, -s.rank)).rank
+
     def throughput(self) -> dict[str, float | None]:
         """Global samples/s and tokens/s: Σ samples over ranks / max measured seconds."""
         states = [s for s in self.ranks.values() if s.measured_s > 0]
-        if not states:
+        slowest_rank = self.slowest_rank()
+        if slowest_rank is None:
             return {"samples_per_s": None, "tokens_per_s": None, "steps_per_s": None}
-        slowest = max(states, key=lambda s: (s.measured_s, -s.rank))  # ties: the lowest rank
+        slowest = self.ranks[slowest_rank]
         tokens = [s.tokens for s in states]
         return {
             "samples_per_s": sum(s.samples for s in states) / slowest.measured_s,

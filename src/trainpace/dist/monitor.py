@@ -5,6 +5,13 @@ The Meter calls :meth:`RankMonitor.window` on its writer thread at every window 
 record; rank 0 merges them and hands the merged run's ``meta`` and ``summary`` records to
 ``publish`` (the Meter's sink for the run folder's top level). Nothing here runs on the
 training thread except :meth:`run_folder`, once, at construction.
+
+Rank 0 reads the other ranks' records in the trip that posts its own; a rank whose writer
+posts a moment later would then be merged only at rank 0's next boundary, one window late.
+So while a window waits for a rank, rank 0's :class:`_Poller` thread reads the store again
+(every few milliseconds at first, less and less often without news) and merges the window as
+soon as its last record is there. No step waits on it: it runs beside the writer thread, the
+two serialised by one lock, and only rank 0 has one.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +38,9 @@ from trainpace.dist.tree import (
     node_ranks,
     node_record,
 )
-from trainpace.runlog import Record
+from trainpace.errors import RunFolderError
+from trainpace.measure.summarize import summary_for_run
+from trainpace.runlog import Record, read_run
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)
@@ -46,6 +56,11 @@ POLL_S = 0.1
 # every rank's), so it is kept rare (a millisecond's publication: every half second).
 PUBLISH_BUDGET = 0.002
 YIELD_EVERY = 256  # records merged between two yields of the GIL
+# Rank 0's reads while a window waits for a rank: the first soon after its own post (the
+# others' writers post within milliseconds of it), then twice as far apart each time nothing
+# new came, up to POLL_MAX_S (a rank that is gone costs a read a second, not a busy loop).
+POLL_FIRST_S = 0.005
+POLL_MAX_S = 1.0
 
 
 def timeout_from_env(env: Mapping[str, str] | None = None) -> float:
@@ -107,6 +122,9 @@ class RankMonitor:
         self._published_s = -float("inf")
         self._publish_cost_s = 0.0
         self.run: Path | None = None  # the job's run folder, once run_folder() has agreed it
+        # rank 0: the writer thread's window() and the poller's reads take turns on the merge
+        self._lock = threading.Lock()
+        self._poller = _Poller(self._poll) if self.merger is not None else None
 
     @property
     def broken(self) -> str | None:
@@ -143,6 +161,28 @@ class RankMonitor:
     def window(self, figures: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
                *, final: bool = False) -> None:
         """Post this window's record; at rank 0, merge what has come and publish it."""
+        with self._lock:
+            self._window(figures, records, final=final)
+        if self._poller is not None and not final and self._broken is None and (
+                self.merger is not None and self.merger.pending):
+            self._poller.wake()  # a rank's record is still to come: read again soon
+
+    def _poll(self) -> bool:
+        """Rank 0, beside the writer: read the records that came since, merge them; whether
+        a window still waits for a rank (then the poller reads again later)."""
+        with self._lock:
+            merger = self.merger
+            if merger is None or self._broken is not None or not merger.pending:
+                return False
+            try:
+                self._merge(merger, self._collect())
+            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+                self._stop("reading the other ranks' windows", exc)
+                return False
+            return merger.pending
+
+    def _window(self, figures: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
+                *, final: bool) -> None:
         if self._broken is not None:
             return
         try:
@@ -183,6 +223,8 @@ class RankMonitor:
                ) -> Summary | None:
         """Post the last window; at rank 0, wait (bounded) for every rank's, publish the
         merged summary (diagnosed by ``diagnose`` when given) and return it. Never raises."""
+        if self._poller is not None:
+            self._poller.stop()  # from here on this thread reads until every rank is in
         if not self._final_sent:
             self.window({}, [], final=True)
         if self.node_merger is not None and self.nodes is not None:
@@ -281,7 +323,8 @@ class RankMonitor:
         meta = merged_meta(merged_of, info=self.info, run_id=self.run_id,
                            started_unix=self.started_unix, done=done,
                            exchange_error=self._broken)
-        merged = merged_summary(merged_of, summary or Summary(run_id=self.run_id), done=done)
+        merged = merged_summary(merged_of, summary or Summary(run_id=self.run_id), done=done,
+                                rank_summaries=self._rank_summaries(summary, done=done))
         if diagnose is not None:
             merged = diagnose(merged, meta)
         if self.publish is not None:  # the summary first: a finished meta means a final summary
@@ -289,10 +332,72 @@ class RankMonitor:
             self.publish(Record("meta", meta))
         return merged
 
+    def _rank_summaries(self, own: Summary | None, *, done: bool) -> dict[int, Summary]:
+        """The ranks' own summaries, from their folders: the slowest rank's (the job's step
+        times), and at the end of a flat job every rank's (their ``ranks[]`` step medians).
+        A folder this host cannot read (another node's) is left out. Rank 0's own at the end
+        is ``own``, complete in memory."""
+        merger, run = self.merger, self.run
+        out: dict[int, Summary] = {0: own} if own is not None else {}
+        if merger is None or run is None:
+            return out
+        slowest = merger.slowest_rank()
+        wanted = ({slowest} if slowest is not None else set())
+        if done and self.nodes is None:
+            wanted |= set(range(self.info.world_size))
+        for rank in sorted(wanted - set(out)):
+            try:
+                out[rank] = summary_for_run(read_run(rank_folder(run, rank)))
+            except (RunFolderError, OSError, ValueError) as exc:
+                logger.debug("trainpace: rank %d's folder is not readable here (%s)", rank, exc)
+        return out
+
     def _stop(self, where: str, exc: BaseException) -> None:
         self._broken = f"{where}: {type(exc).__name__}: {exc}"
         logger.warning("trainpace: %s failed (%s: %s); this rank's own folder is still "
                        "written, the merge goes without it", where, type(exc).__name__, exc)
+
+
+class _Poller:
+    """Rank 0's reads of the store while a window waits for a rank: a daemon thread, started
+    on the first wake, that calls ``poll`` (True: still waiting) at growing intervals until
+    nothing waits, then sleeps until the next wake."""
+
+    def __init__(self, poll: Callable[[], bool]) -> None:
+        self._poll = poll
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def wake(self) -> None:
+        if self._stopping.is_set():
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="trainpace-dist-poll",
+                                            daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            if self._stopping.is_set():
+                return
+            self._wake.clear()
+            interval_s = POLL_FIRST_S
+            # a wake while waiting (a new window) starts the intervals again
+            while not self._stopping.wait(interval_s):
+                if not self._poll():
+                    break
+                interval_s = POLL_FIRST_S if self._wake.is_set() else min(2 * interval_s,
+                                                                         POLL_MAX_S)
+                self._wake.clear()
 
 
 def _plain_run_name(name: str, given: str) -> bool:

@@ -81,7 +81,8 @@ def node_record(merger: Merger, *, node: int, leader: int, seq: int, final: bool
                 t_unix: float) -> NodeRecord:
     """The leader's record of its node: totals now, and the windows scored since last time."""
     states = [s for s in merger.ranks.values() if s.measured_s > 0]
-    slowest = max(states, key=lambda s: (s.measured_s, -s.rank)) if states else None
+    slowest_rank = merger.slowest_rank()
+    slowest = merger.ranks[slowest_rank] if slowest_rank is not None else None
     tokens = [s.tokens for s in states]
     scored = [_compact(w) for w in (merger.scored_log or ())]
     if merger.scored_log is not None:
@@ -214,6 +215,18 @@ class TreeMerger:
             del self.tracked[rank]  # back with the others: no history kept
 
     # -- the merged figures (the flat Merger's, from the nodes' totals) ---------------------
+
+    def slowest_rank(self) -> int | None:
+        """The rank that holds the job's time (the slowest of the nodes' slowest ranks)."""
+        nodes = [r for r in self.latest.values() if r["slowest_s"] > 0]
+        if not nodes:
+            return None
+        return max(nodes, key=lambda r: (r["slowest_s"], -r["slowest_rank"]))["slowest_rank"]
+
+    @property
+    def pending(self) -> bool:
+        """Whether a window waits for a node's record before it can be scored."""
+        return bool(self._pending)
 
     def throughput(self) -> dict[str, float | None]:
         nodes = [r for r in self.latest.values() if r["slowest_s"] > 0]

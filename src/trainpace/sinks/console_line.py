@@ -69,8 +69,22 @@ class ConsoleSink:
         if record.kind != "window":
             return
         stream = self._stream if self._stream is not None else sys.stderr
-        print(self._label + format_window(dict(record.data["window"])), file=stream,
-              flush=True)
+        _write_line(self._label + format_window(dict(record.data["window"])), stream)
 
     def close(self) -> None:
         """Nothing to release (the stream is not ours)."""
+
+
+def _write_line(line: str, stream: TextIO) -> None:
+    """``line`` on a line of its own. A tqdm progress bar (HF Trainer's, Lightning's) keeps its
+    line open with ``\r`` redraws: printed plainly, the window line would continue it. When
+    the loop has tqdm loaded, its ``write`` clears the bars on ``stream``, prints the line and
+    redraws them (tqdm is never imported here: a loop without it has no bar to step around)."""
+    tqdm = sys.modules.get("tqdm")
+    bar = getattr(tqdm, "tqdm", None)
+    if bar is not None and getattr(bar, "_instances", None):  # a bar is being drawn
+        bar.write(line, file=stream)
+        stream.flush()
+        return
+    print(line, file=stream, flush=True)
+
