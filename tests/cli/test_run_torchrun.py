@@ -4,7 +4,6 @@ once by rank 0, and what the survivors report when a rank is killed or stopped."
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import trainpace
+from launched import kill_job
 
 pytestmark = pytest.mark.slow
 
@@ -129,13 +129,14 @@ def test_a_rank_stopped_the_others_time_out_and_report_it(tmp_path):
         while time.monotonic() < deadline and "run folder:" not in errors.read_text():
             time.sleep(0.2)
         text = errors.read_text()
-    finally:
-        os.killpg(job.pid, signal.SIGKILL)
-        os.killpg(job.pid, signal.SIGCONT)
-        job.wait(timeout=30)
+    finally:  # the stopped rank too: it is in a session of its own
+        kill_job(job)
     assert f"run folder: {out} " in text
     stopped_last = steps_of(out / "rank1")[-1]["step"]
-    assert stopped_last in (10, 20)
+    # 24 or 25 steps closed before the stop (the 25th ends at the optimizer's step or at the
+    # next fetch); the writer had them by half windows (of 10), so at most one window is
+    # missing from its folder, however far its writer got
+    assert 14 <= stopped_last <= 25
     merged = json.loads((out / "summary.json").read_text())
     [gone] = merged["dist"]["missing"]
     assert (gone["rank"], gone["last_step"]) == (1, stopped_last)

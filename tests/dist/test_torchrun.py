@@ -1,11 +1,9 @@
 """Real torchrun jobs (gloo on the CPU, a tiny model, few steps): folders, merge, faults."""
 
-import contextlib
 import json
-import re
 import os
+import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import trainpace.cli as cli
+from launched import kill_job
 
 pytestmark = pytest.mark.slow
 
@@ -167,23 +166,6 @@ def test_a_hung_rank_does_not_hang_rank0s_monitoring(tmp_path):
         assert job.poll() is None  # rank 1 still hangs; rank 0 finished without it
     finally:
         kill_job(job)
-
-
-def kill_job(job):
-    """SIGKILL the launcher and every worker it started: torchrun gives each worker a session
-    of its own, out of reach of a killpg of the launcher's group (the hung rank was left)."""
-    import psutil
-
-    try:
-        workers = psutil.Process(job.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        workers = []
-    os.killpg(job.pid, signal.SIGKILL)
-    for worker in workers:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            worker.kill()
-    job.wait(timeout=30)
-    psutil.wait_procs(workers, timeout=30)
 
 
 def test_two_nodes_each_write_their_own_folder_and_merge_through_their_leaders(tmp_path, capsys):
