@@ -2,7 +2,7 @@
 
 Each run injects a known cause (slow samples, a stall every N steps) as time on the Meter's
 manual clock, so the diagnosis is checked against exact figures whatever the machine's load;
-the roofline runs time real work against this CPU's measured ceilings.
+the roofline runs time real work against ceilings pinned above this CPU's.
 """
 
 import pytest
@@ -98,13 +98,20 @@ def test_a_periodic_stall_is_found_with_its_period(tmp_path, clock):
 
 @pytest.fixture
 def cpu_ceilings(tmp_path, monkeypatch):
-    """This CPU's measured ceilings in a private cache: the roofline's peaks (quick: ~1 s)."""
-    from trainpace.devices.ceilings import measure_ceilings, save_ceilings
+    """Ceilings for this CPU in a private cache, pinned where no run of these tests reaches
+    them: 1 TFLOP/s and 100 GB/s, a ridge of 10 FLOP/byte. Measured ones moved with what
+    else ran on the machine while they were taken (a run above them voids them, a ridge
+    measured under load can pass a matmul's intensity): the verdicts would be the load's."""
+    import datetime as dt
+
+    from trainpace.devices.cache import Ceilings, save_ceilings
+    from trainpace.devices.ceilings import cpu_name
 
     monkeypatch.setenv("TRAINPACE_CACHE_DIR", str(tmp_path / "cache"))
-    # quiet by the injected load reading: whether other processes hold the CPU is the machine's
-    return save_ceilings(measure_ceilings("cpu", dtypes=["float32"], quick=True,
-                                          load=lambda: (0.0, 0.0)))
+    return save_ceilings(Ceilings(
+        kind="cpu", name=cpu_name(), threads=torch.get_num_threads(), bandwidth_gb_s=100.0,
+        matmul_tflops={"float32": 1.0}, measured_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+        torch_version=torch.__version__, method={"quick": False, "quiet": True}))
 
 
 def run_steps(out, step, steps=30):
@@ -141,6 +148,7 @@ def test_a_matmul_heavy_step_is_compute(tmp_path, cpu_ceilings):
         opt.zero_grad()
 
     summary = run_steps(tmp_path / "matmul", step)
+    assert summary.flops.peak_tflops == 1.0 and summary.flops.ridge_flop_per_byte == 10.0
     assert summary.flops.roofline == "compute_bound"
     assert summary.flops.intensity_flop_per_byte > summary.flops.ridge_flop_per_byte
     assert_limit(summary, "compute")
