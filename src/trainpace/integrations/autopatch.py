@@ -7,7 +7,10 @@ PyTorch calls anyway, so the figures are the Meter's own:
   DataLoader iterated with gradients enabled goes through ``meter.loader`` (the wait per batch,
   samples and tokens counted from what it yields). A wrapper the script puts around a
   DataLoader iterates it, so it is covered too. A DataLoader iterated under ``torch.no_grad()``
-  or ``torch.inference_mode()`` is taken for evaluation and left alone;
+  or ``torch.inference_mode()`` is taken for evaluation and left alone. A batch fetched and
+  left before any ``backward()`` followed it (``next(iter(loader))`` to read the batch size)
+  is taken back out of the step's counts when a new iterator of the same loader starts; the
+  wait for it stays in the step;
 - **step boundaries**: the optimizer step hooks (``register_optimizer_step_pre_hook`` /
   ``post_hook``, global: every optimizer calls them). A step opens at the first sign of
   training after the previous optimizer step (a batch from a metered DataLoader; before any
