@@ -88,6 +88,17 @@ def test_gradient_accumulation_is_inferred_and_evaluation_left_out(tmp_path):
     assert "script: test loss" in done.stderr
 
 
+def test_a_batch_fetched_to_read_the_batch_size_and_never_trained_on_is_not_counted(tmp_path):
+    out = tmp_path / "peek"
+    done = trainpace_run("--json", "--out", out, "peek_batch_size.py")
+    assert done.returncode == 0, done.stderr
+    rows = steps_of(out)
+    assert len(rows) == 15  # 3 epochs of 5 steps
+    assert [r["samples"] for r in rows] == [8] * 15
+    assert [r["micro_batches"] for r in rows] == [1] * 15
+    assert "script: epoch 2 | batch size 8" in done.stderr
+
+
 def test_without_a_terminal_one_line_per_window_and_the_html_report(tmp_path):
     page = tmp_path / "run.html"
     # steps of 20 ms at least: windows of 10 steps are longer than the 50 ms below which

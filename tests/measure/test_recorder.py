@@ -115,6 +115,28 @@ def test_token_counts_and_the_override(clock):
     assert (record["samples"], record["tokens"], custom.tokens_counted) == (7, 42, "custom")
 
 
+def test_uncount_takes_a_batch_back_out_of_the_open_step_its_wait_stays(clock):
+    rec = StepRecorder(clock=clock)
+    peeked = {"input_ids": torch.zeros(3, 4), "attention_mask": torch.ones(3, 4)}
+    fetch(rec, clock, peeked, 0.01)  # fetched, then left untrained
+    rec.enter(1)
+    rec.uncount(peeked)
+    fetch(rec, clock, {"input_ids": torch.zeros(2, 3),
+                       "attention_mask": torch.tensor([[1, 1, 0], [1, 1, 1]])}, 0.02)
+    rec.exit(None, failed=False)
+    (record,) = take_records(rec)
+    assert (record["samples"], record["tokens"], record["micro_batches"]) == (2, 5, 1)
+    assert record["wait_s"] == pytest.approx(0.03)
+
+    unknown = StepRecorder(clock=clock)
+    fetch(unknown, clock, "text", 0.0)  # a batch that cannot be counted, then taken back
+    unknown.enter(1)
+    unknown.uncount("text")
+    fetch(unknown, clock, torch.zeros(5, 2), 0.0)
+    unknown.exit(None, failed=False)
+    assert take_records(unknown)[0]["samples"] == 5
+
+
 def test_a_failing_counter_does_not_lose_the_step(clock):
     def broken(batch):
         raise RuntimeError("boom")

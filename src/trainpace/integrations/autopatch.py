@@ -7,7 +7,10 @@ PyTorch calls anyway, so the figures are the Meter's own:
   DataLoader iterated with gradients enabled goes through ``meter.loader`` (the wait per batch,
   samples and tokens counted from what it yields). A wrapper the script puts around a
   DataLoader iterates it, so it is covered too. A DataLoader iterated under ``torch.no_grad()``
-  or ``torch.inference_mode()`` is taken for evaluation and left alone;
+  or ``torch.inference_mode()`` is taken for evaluation and left alone. A batch fetched and
+  left before any ``backward()`` followed it (``next(iter(loader))`` to read the batch size)
+  is taken back out of the step's counts when a new iterator of the same loader starts; the
+  wait for it stays in the step;
 - **step boundaries**: the optimizer step hooks (``register_optimizer_step_pre_hook`` /
   ``post_hook``, global: every optimizer calls them). A step opens at the first sign of
   training after the previous optimizer step (a batch from a metered DataLoader; before any
@@ -111,6 +114,11 @@ class AutoPatch:
         self._tokens = tokens
         self._marker = STEP_MARKER if samples is not None or tokens is not None else None
         self._context: Any = None  # the open meter.step() context, or None
+        # The DataLoader whose latest batch was counted into the open step with no backward()
+        # after it, and that batch: when a new iterator of that loader starts, the batch was
+        # left untrained (a peek, as `next(iter(loader))`) and its counts are taken back.
+        self._untrained_from: DataLoader[Any] | None = None
+        self._untrained_batch: Any = None
         # The open step's optimizer step is done: it is closed when the loop goes on.
         self._ended = False
         # (the tensor GradScaler.scale made, the one it was made from): the loss to keep
@@ -213,6 +221,7 @@ class AutoPatch:
             _optimizer.Optimizer.__init__ = self._original_optimizer_init  # type: ignore[method-assign]
             self._original_optimizer_init = None
         self._scaled = None
+        self._untrained_from = self._untrained_batch = None
         for handle in self._handles:
             handle.remove()
         self._handles = []
@@ -243,6 +252,8 @@ class AutoPatch:
             return original(loader)
         if self._ended:  # the loop left its iterator (a new epoch, an evaluation loader)
             self._close()
+        elif self._untrained_from is loader:
+            self._untrain()
         if not torch.is_grad_enabled():
             self.loaders_skipped += 1
             return original(loader)
@@ -263,9 +274,9 @@ class AutoPatch:
         # fetch would; the forward hook (registered and removed once per step, a module call on
         # torch's slow path) is no longer needed.
         self._disarm_forward()
-        return self._opening(iterator)
+        return self._opening(iterator, loader)
 
-    def _opening(self, iterator: Iterator[Any]) -> Iterator[Any]:
+    def _opening(self, iterator: Iterator[Any], loader: DataLoader[Any]) -> Iterator[Any]:
         try:
             while True:
                 if self._ended:  # the loop goes on: the step that ended is closed here
@@ -276,6 +287,7 @@ class AutoPatch:
                     return
                 if self._context is None:
                     self._open()
+                self._untrained_from, self._untrained_batch = loader, batch
                 yield batch
         finally:  # exhausted, or the loop broke out (the iterator is finalized)
             if self._ended:
@@ -313,8 +325,20 @@ class AutoPatch:
         self._context = context
         self.trained = True
 
+    def _untrain(self) -> None:
+        """A new iterator of the loader whose latest batch got no backward(): that batch was
+        fetched and left (``next(iter(loader))`` to read the batch size), so its samples,
+        tokens and micro-batch are taken back out of the open step. The wait for it stays in
+        the step: the loop spent that time, only nobody trained on what it got."""
+        batch, self._untrained_from, self._untrained_batch = self._untrained_batch, None, None
+        if self._context is not None and not self.meter._loop.finished:
+            self._contained("taking back an untrained batch", self.meter._recorder.uncount,
+                            batch)
+
     def _close(self) -> None:
         self._ended = False
+        # The step's batches are its own now, trained on or not (it made its optimizer step).
+        self._untrained_from = self._untrained_batch = None
         context, self._context = self._context, None
         if context is not None:
             try:
@@ -347,6 +371,7 @@ class AutoPatch:
         if self._elsewhere():
             return original(tensors, *args, **kwargs)
         self.backward_calls += 1
+        self._untrained_from = self._untrained_batch = None  # its batches are trained on
         # After the step's optimizer step, a backward() is still its own (a GAN's second
         # network): the step is one whole iteration, as a `with meter.step()` body would be.
         if self._context is None:

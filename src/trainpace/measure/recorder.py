@@ -300,6 +300,20 @@ class StepRecorder:
         if self.timer is not None:
             self._next_start_marker = self.timer.mark()
 
+    def uncount(self, batch: Any) -> None:
+        """Take ``batch``, the last one counted into the open step, back out of its counts
+        (samples, tokens, batches): the loop fetched it and never trained on it. Counted
+        again into a scratch row, so the hot path keeps no per-batch counts for this rare
+        case. Its wait stays in the step (the loop waited for it all the same)."""
+        row, taken = self._cur, StepRow()
+        self._count(taken, batch)
+        row.batches -= taken.batches
+        row.samples -= taken.samples
+        for tokens in taken.tokens:  # minus its count: a device count stays on the device
+            _add_tokens(row, -tokens)
+        if not row.batches:  # no batch of the step left that could not be counted
+            row.samples_unknown = False
+
     @property
     def open_samples(self) -> int:
         """Samples counted so far for the step being recorded."""
