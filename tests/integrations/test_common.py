@@ -3,6 +3,7 @@ progress map counts the step done from its optimizer step, while the step runs o
 fetch."""
 
 import orjson
+import pytest
 import torch
 
 import trainpace
@@ -53,3 +54,31 @@ def test_a_step_that_has_not_stepped_is_not_in_the_progress_map(tmp_path, clock)
     assert progress(folder) == (0, 0.0)  # none yet
     iterations.abandon(RuntimeError("the fit ended inside an accumulation"))
     meter.finish()
+
+
+def test_a_meter_finished_after_an_optimizer_step_leaves_that_step_to_the_next_run(
+        tmp_path, clock, monkeypatch):
+    """A SIGTERM finishes the Meter wherever the loop is: here between step 2's optimizer step
+    and the next fetch. The run's end says the steps it closed (1); the progress map has step
+    2, which the next run writes as the run's last progress, the step the framework did."""
+    folder = tmp_path / "job"
+    meter = trainpace.Meter(folder, clock=clock, console=False, report=False, window=3,
+                            count_flops=False)
+    iterations = Iterations(meter, clock, skip_steps=0)
+    batches = iter(iterations.fetches(meter.loader([torch.ones(2, 1)] * 3)))
+    for step in (1, 2):
+        iterations.user_begins(next(batches))
+        clock.advance(0.25)
+        iterations.user_ends(stepped=True, framework_step=step)
+        clock.advance(0.5)
+    meter.finish()
+    monkeypatch.setenv("TRAINPACE_JOB", "continue")  # the restart: the same job
+    trainpace.Meter(folder, clock=clock, console=False, report=False, count_flops=False,
+                    ).finish()
+    events = [orjson.loads(line) for line in (folder / "job.jsonl").read_bytes().splitlines()]
+    ends = [(e["run"], e["last_step"]) for e in events if e["event"] == "run_end"]
+    assert ends == [(1, 1), (2, 0)]
+    (last,) = [e for e in events if e["event"] == "progress"]
+    assert (last["run"], last["step"]) == (1, 2)
+    # its optimizer step's time, from the first step's start
+    assert last["step_end_unix_s"] - events[1]["unix_s"] == pytest.approx(1.0, abs=1e-6)
