@@ -1,12 +1,15 @@
 """A Lightning fit or an HF Trainer run that knows its own timings (the truth the job ledger is
 checked against): trained, checkpointed, SIGKILLed mid-way, restarted, resumed, finished.
 
-Usage: framework_truth_script.py lightning|hf WORKDIR  (the same command for the run it
-SIGKILLs and for the restart)
+Usage: framework_truth_script.py lightning|hf WORKDIR [fetched|stepped]  (the same command for
+the run it SIGKILLs and for the restart)
 
 It trains STEPS optimizer steps of a tiny model built from code (nothing downloaded), with
 the framework's own checkpoint every SAVE_EVERY steps and its evaluation every EVAL_EVERY; the
-first run (no checkpoint yet) SIGKILLs itself when KILL_AT steps are done; the restart resumes
+first run (no checkpoint yet) SIGKILLs itself when KILL_AT steps are done, after the next
+batch was fetched (``fetched``, the default) or before (``stepped``: right after the optimizer
+step, in the framework's hook after trainpace's, as a kill in the framework's own work after a
+step would land); the restart resumes
 from the framework's last checkpoint and finishes. Each fact it measures itself, with timers
 of its own around the framework's methods, is appended at once to WORKDIR/truth.jsonl: its
 start, the first step's start, each save, load and evaluation (start, duration, the job's
@@ -30,6 +33,7 @@ STEP_S = 0.03  # each step also waits this long (a device's step, as seen by the
 BATCH = 4
 
 framework, workdir = sys.argv[1], sys.argv[2]
+kill_when = sys.argv[3] if len(sys.argv) > 3 else "fetched"
 truth = open(os.path.join(workdir, "truth.jsonl"), "a")  # noqa: SIM115 - kept open
 killed_marker = os.path.join(workdir, "killed")
 
@@ -47,9 +51,9 @@ def timed(fact, call, *args, step=None, **kwargs):
 
 
 class Steps:
-    """The first step's start, and the SIGKILL of the first run: when KILL_AT steps are done
-    and the next step begins (its batch fetched: the framework's work after a step is the
-    step's, and trainpace closes a step at the next fetch)."""
+    """The first step's start, and the SIGKILL of the first run when KILL_AT steps are done:
+    as the next step begins (its batch fetched: trainpace closed the step there), or as the
+    optimizer stepped (trainpace's step still open until the next fetch)."""
 
     def __init__(self):
         self.seen = False
@@ -58,6 +62,14 @@ class Steps:
         if not self.seen:
             self.seen = True
             note(fact="first_step", unix_s=time.time())
+        if kill_when == "fetched":
+            self.kill_at(global_step)
+
+    def stepped(self, global_step):
+        if kill_when == "stepped":
+            self.kill_at(global_step)
+
+    def kill_at(self, global_step):
         if global_step == KILL_AT and not os.path.exists(killed_marker):
             open(killed_marker, "w").close()
             note(fact="killed", steps_done=global_step)
@@ -116,6 +128,10 @@ def lightning():
             note(fact="evaluation", unix_s=self.validation_s,
                  duration_s=time.time() - self.validation_s, step=trainer.global_step)
 
+    class Stepped(pl.Callback):  # after trainpace's callback: its hook has run
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            steps.stepped(trainer.global_step)
+
     data = TensorDataset(torch.randn(STEPS * BATCH, 64), torch.randn(STEPS * BATCH, 1))
     folder = os.path.join(workdir, "ckpts")
     saved = sorted(os.listdir(folder), key=lambda name: int(name[5:-5])) if os.path.isdir(
@@ -129,7 +145,7 @@ def lightning():
         callbacks=[Truth(), Checkpoints(dirpath=folder, filename="{step}", save_top_k=-1,
                                         every_n_train_steps=SAVE_EVERY),
                    TrainpaceCallback(os.path.join(workdir, "job"), window=10, console=False,
-                                     report=False, count_flops=False)])
+                                     report=False, count_flops=False), Stepped()])
     trainer.fit(Model(), DataLoader(data, batch_size=BATCH),
                 DataLoader(data, batch_size=BATCH), ckpt_path=resume)
     return trainer.global_step
@@ -161,6 +177,10 @@ def hf():
         def on_step_begin(self, args, state, control, **kwargs):
             steps.begins(state.global_step)
 
+    class Stepped(transformers.TrainerCallback):  # after trainpace's callback: its hook has run
+        def on_step_end(self, args, state, control, **kwargs):
+            steps.stepped(state.global_step)
+
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
         vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=2))
     model.register_forward_pre_hook(lambda *_: time.sleep(STEP_S) if model.training else None)
@@ -174,7 +194,8 @@ def hf():
     trainer = TruthTrainer(
         model=model, args=args, train_dataset=data, eval_dataset=data[:16],
         callbacks=[Truth(), TrainpaceCallback(os.path.join(workdir, "job"), window=10,
-                                              console=False, report=False, count_flops=False)])
+                                              console=False, report=False, count_flops=False),
+                   Stepped()])
     resume = os.path.isdir(output) and any(name.startswith("checkpoint-")
                                            for name in os.listdir(output))
     trainer.train(resume_from_checkpoint=True if resume else None)

@@ -245,3 +245,29 @@ def test_lost_steps_past_the_save_and_steps_jsonl_begin_at_the_save_end(tmp_path
     c = result.categories
     assert (c.lost_steps, c.lost_progress_s) == (10, pytest.approx(10.0, abs=EXACT))
     _sums_to_wall(result)
+
+
+def test_a_frameworks_step_killed_after_its_optimizer_step_is_a_lost_step(tmp_path: Path) -> None:
+    """Under Lightning or the HF Trainer, the progress map has a step from its optimizer step
+    on, before the step closes at the next fetch: run 1 was killed in step 20's framework work,
+    after its optimizer stepped at T0+33.5, so steps.jsonl ends at step 19 (T0+33) and the
+    ledger's progress is step 20, one beyond it, ended at T0+33.5. Steps 11-20 are lost: 10
+    steps, 9 s of steps 11-19 and the 0.5 s of step 20 up to its optimizer step."""
+    folder = killed_and_restarted(tmp_path / "job")
+    steps_file = folder / ev.RUNS_DIR / "job" / "steps.jsonl"
+    steps_file.write_text("".join(steps_file.read_text().splitlines(keepends=True)[:19]))
+    ledger = folder / ev.LEDGER_FILE
+    ledger.write_text(ledger.read_text().replace(
+        json.dumps(event(ev.PROGRESS, 1, T0 + 34, step=20, step_end_unix_s=T0 + 34)),
+        json.dumps(event(ev.PROGRESS, 1, T0 + 33.5, step=20, step_end_unix_s=T0 + 33.5))))
+    job = read_job(folder)
+    assert job.runs[0].last_step_end_unix_s == T0 + 33.5
+    result = goodput(job)
+    c = result.categories
+    assert (c.lost_steps, c.lost_progress_s) == (10, pytest.approx(9.5, abs=EXACT))
+    _sums_to_wall(result)
+    first = result.runs[0]
+    assert (first.steps, first.kept_steps, first.categories.lost_steps) == (19, 10, 10)
+    assert first.categories.teardown_s == 0.0  # its end is that progress: its last record
+    assert [(b["start_s"], b["end_s"]) for b in first.bands
+            if b["category"] == "lost_progress"] == [(24.0, 33.5)]

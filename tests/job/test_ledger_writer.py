@@ -202,3 +202,19 @@ def test_distributed_checkpoint_imported_after_the_meter_is_timed_too(tmp_path):
     assert done.returncode == 0, done.stderr
     saves = [e for e in events(tmp_path / "job") if e["event"] == "checkpoint_save"]
     assert [(e["source"], e["path"]) for e in saves] == [("dcp", str(tmp_path / "dcp"))]
+
+
+def test_an_optimizer_step_is_done_in_the_progress_map_from_that_moment(tmp_path, clock):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    ledger = JobLedger(folder, run_id="job", world_size=1, steps_done=lambda: 3,
+                       log_once=LogOnce(), clock=clock)
+    ledger.start()
+    clock.advance(1.5)
+    ledger.optimizer_stepped()  # step 4 is open; its optimizer stepped now
+    raw = (folder / PROGRESS_FILE).read_bytes()
+    assert ledger_sink.STEP_LAYOUT.unpack_from(raw) == (4, 1001.5)
+    assert read_progress(folder) == (1, 4, pytest.approx(ledger.unix(1001.5)))
+    ledger.end("finished", None, 4, 1002.0)
+    ledger.optimizer_stepped()  # after the end (the map closed): nothing, and no error
+    assert read_progress(folder) == (1, 4, pytest.approx(ledger.unix(1001.5)))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainpace.meter import Meter
+    from trainpace.meter.ledger import JobLedger
 
 _METERED = "_trainpace_metered"  # the instance's MeteredLoader
 _ITERATIONS = "_trainpace_iterations"  # the instance's Iterations (told of every fetch)
@@ -126,7 +127,9 @@ class Iterations:
     whatever the framework does per iteration after the user's hooks (its logging, a
     collective before each batch, ...) is inside the step, as it is inside the wall time of the
     training. Only :meth:`interrupt` (an evaluation, a checkpoint save, the end of training)
-    closes a finished step early, so that what follows is outside the steps.
+    closes a finished step early, so that what follows is outside the steps. The job's progress
+    map counts a step done from its optimizer step on (a kill before the next fetch loses no
+    step the framework did), while its time runs on to the fetch.
 
     The time inside the user's hooks and inside the loader is timed on the same clock, so the
     rest of each iteration is measured, not guessed: the framework's own work per step
@@ -143,6 +146,8 @@ class Iterations:
         self._user_s = 0.0  # inside the user's hooks, this iteration
         self._fetch_s = 0.0  # inside the loader, this iteration
         self._skip = skip_steps
+        # the job's ledger (None: none, or not this rank's): told of each optimizer step
+        self._ledger: JobLedger | None = getattr(meter, "_ledger", None)
         self.closed = 0  # steps closed
         self.framework_s = 0.0  # past the skipped steps: the framework's own work
         self.iteration_s = 0.0  # past the skipped steps: the iterations, in all
@@ -186,6 +191,8 @@ class Iterations:
         if stepped and self._step is not None:
             self._stepped = True
             self.framework_steps[self.closed + 1] = framework_step
+            if self._ledger is not None:  # done for a kill from now, though still open
+                self._ledger.optimizer_stepped()
 
     def interrupt(self) -> None:
         """Non-training work begins (evaluation, a checkpoint save, the end): a finished

@@ -7,7 +7,8 @@
   :meth:`JobLedger.loading`, :meth:`JobLedger.evaluation`): by the patches of
   :mod:`trainpace.meter.checkpoints`, or a framework's hooks;
 - the run's last completed step in a memory map at each step (:class:`ProgressMap`, set by
-  the training thread), which the next run of the job turns into a killed run's last
+  the training thread; under a framework, as soon as the optimizer stepped:
+  :meth:`JobLedger.optimizer_stepped`), which the next run of the job turns into a killed run's last
   ``progress`` event. A window's steps reaching steps.jsonl write nothing here: steps.jsonl
   says the same, and the ledger stays a few records per run (read back whole at each finish).
 
@@ -117,6 +118,19 @@ class JobLedger:
         self._writer.write(RUN_START, now, run_id=self.run_id, pid=me.pid, host=me.host,
                            argv=job_command(sys.argv if self._argv is None else self._argv),
                            world_size=self._world_size, process_start_unix_s=process_start)
+
+    def optimizer_stepped(self) -> None:
+        """The open step's optimizer stepped now, before the step closes (a framework's step
+        runs on to its next batch fetch): the progress map counts it done from this moment,
+        so that a kill before the close loses no step the framework did. The step's close
+        writes it again, with the step's own end."""
+        progress_map = self.progress_map
+        if progress_map is None:
+            return
+        try:
+            progress_map.step(self._steps_done() + 1, self.clock())
+        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
+            self._log_once.report("keeping the job's progress", exc)
 
     def unix(self, clock_s: float) -> float:
         """A time on the run's clock as Unix seconds."""
