@@ -22,6 +22,12 @@ optimizer step, whose "first step" never ends) stops counting on its own, at the
 module call, and its FLOPs are unknown. The CPU time of the ops themselves, not wall time:
 other processes taking the CPU, and what the loop does between ops (compiling a model,
 loading data), do not use up the budget.
+
+The first op under counting in a process also pays a one-time import of ``torch._dynamo``
+(about 1 CPU-s, ~830 modules with sympy): PyTorch wraps every dispatch mode's
+``__torch_dispatch__`` (ours and FlopCounterMode's) in ``torch._disable_dynamo``, which imports
+it on first call. A script that builds a ``torch.optim`` optimizer has imported it already,
+before its loop; one that updates its weights by hand has not, and its first step carries it.
 """
 
 from __future__ import annotations
