@@ -5,42 +5,19 @@ import json
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from clocked_loop import BATCH, WAIT_S, Timed, model_and_optimizer
+from torch.utils.data import DataLoader
 
 import trainpace
 from trainpace.integrations.autopatch import AutoPatch
 
-BATCH = 4
-WAIT_S = 0.001  # per sample, in the dataset: the step's data wait
 COMPUTE_S = 0.006  # per micro-batch, in the loop body
-
-
-class Timed(Dataset):
-    """Samples that cost WAIT_S each on the manual clock."""
-
-    def __init__(self, clock, n):
-        self.clock, self.n = clock, n
-        torch.manual_seed(0)
-        self.x, self.y = torch.randn(n, 4), torch.randn(n, 1)
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        self.clock.advance(WAIT_S)
-        return self.x[i], self.y[i]
 
 
 def quiet_meter(tmp_path, name, clock, **kwargs):
     kwargs.setdefault("count_flops", False)
     return trainpace.Meter(tmp_path / name, console=False, report=False, clock=clock, window=5,
                            warmup=2, **kwargs)
-
-
-def model_and_optimizer():
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    return model, torch.optim.SGD(model.parameters(), lr=0.05)
 
 
 def by_hand(tmp_path, clock, *, steps, accumulate=1, **kwargs):

@@ -6,49 +6,17 @@ between steps on its own loader, is outside the steps; the loss kept is the one 
 ``GradScaler.scale``.
 """
 
-import json
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from clocked_loop import BATCH, WAIT_S, Timed, meter_for, model_and_optimizer, rows_of
+from torch.utils.data import DataLoader
 
-import trainpace
 from trainpace.integrations.autopatch import AutoPatch
 
-BATCH = 4
-WAIT_S = 0.001  # per sample, in the dataset
 COMPUTE_S = 0.006  # forward and backward
 TAIL_S = 0.004  # after optimizer.step(): zero_grad(), a print
 EVAL_S = 0.25  # one evaluation
-
-
-class Timed(Dataset):
-    def __init__(self, clock, n, wait_s=WAIT_S):
-        self.clock, self.n, self.wait_s = clock, n, wait_s
-        torch.manual_seed(0)
-        self.x, self.y = torch.randn(n, 4), torch.randn(n, 1)
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        self.clock.advance(self.wait_s)
-        return self.x[i], self.y[i]
-
-
-def meter_for(tmp_path, name, clock):
-    return trainpace.Meter(tmp_path / name, console=False, report=False, clock=clock, window=5,
-                           warmup=2, count_flops=False)
-
-
-def model_and_optimizer():
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    return model, torch.optim.SGD(model.parameters(), lr=0.05)
-
-
-def rows_of(meter):
-    return [json.loads(line) for line in (meter.path / "steps.jsonl").read_text().splitlines()]
 
 
 def evaluate(model, clock):

@@ -2,54 +2,22 @@
 size, as pytorch/examples' DDP tutorial does at each epoch's start) is not counted; its wait
 stays in the step. In-process, on a manual clock, so the truth is exact."""
 
-import json
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from clocked_loop import BATCH, WAIT_S, Timed, meter_for, model_and_optimizer, rows_of
+from torch.utils.data import DataLoader
 
-import trainpace
 from trainpace.integrations.autopatch import AutoPatch
 
-BATCH = 4
 BATCHES = 6  # per epoch
-WAIT_S = 0.001  # per sample, in the dataset
 COMPUTE_S = 0.006  # forward and backward, per micro-batch
 TAIL_S = 0.004  # after optimizer.step()
 FETCH_S = BATCH * WAIT_S  # one batch's wait
 
 
-class Timed(Dataset):
-    def __init__(self, clock, n):
-        self.clock, self.n = clock, n
-        torch.manual_seed(0)
-        self.x, self.y = torch.randn(n, 4), torch.randn(n, 1)
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        self.clock.advance(WAIT_S)
-        return self.x[i], self.y[i]
-
-
 def loader_of(clock, batches=BATCHES):
     return DataLoader(Timed(clock, batches * BATCH), batch_size=BATCH)
-
-
-def meter_for(tmp_path, name, clock):
-    return trainpace.Meter(tmp_path / name, console=False, report=False, clock=clock, window=5,
-                           warmup=2, count_flops=False)
-
-
-def model_and_optimizer():
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    return model, torch.optim.SGD(model.parameters(), lr=0.05)
-
-
-def rows_of(meter):
-    return [json.loads(line) for line in (meter.path / "steps.jsonl").read_text().splitlines()]
 
 
 def backward(clock, model, x, y):
