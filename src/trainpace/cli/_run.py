@@ -290,7 +290,7 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
         if saved_stdout is not None:  # --json: the one object says why there is no summary
             print_error_to(saved_stdout, said, code)
         return code
-    meter._term.uninstall()  # `run` owns its process's signals (below), not the Meter
+    meter._leave_signals()  # `run` owns its process's signals (below), not the Meter
     patch = AutoPatch(meter, samples=samples, tokens=tokens)
     main_pid = os.getpid()
     terminated = threading.Event()
@@ -354,7 +354,7 @@ def _metered(args: argparse.Namespace, target: Any, out: Path, samples: Any, tok
             handler.setStream(stream)
     # From here on a SIGTERM (torchrun stopping the job after another rank failed) or Ctrl-C
     # waits for the report, at most END_AFTER_SIGNAL_S.
-    guard = EndingGuard(hurry=meter._job.hurry, main_pid=main_pid)
+    guard = EndingGuard(hurry=meter._hurry, main_pid=main_pid)
     if terminated.is_set() and not isinstance(failure, _Terminated):
         # Swallowed, or another error raised while unwinding from it: Python without
         # trainpace would have died of the signal, silently.
