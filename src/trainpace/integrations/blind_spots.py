@@ -32,7 +32,7 @@ class Seen:
 
 
 def blind_spots(seen: Seen) -> list[Finding]:
-    """What the patches that counted ``seen`` could not see, and why (empty: all seen)."""
+    """What the patches could not see, and why (empty: all seen)."""
     out: list[Finding] = []
     if seen.optimizer_steps == 0 and seen.backward_calls and not seen.optimizers_made:
         out.append(Finding(
