@@ -89,7 +89,7 @@ class AutoPatch:
         self._loaders = LoaderPatch(self._steps)
         self._scaler = ScalerPatch(self._steps)
         self._optimizers = OptimizerPatch(self._steps)
-        self._backward = BackwardPatch(self._steps, self._scaler, self._optimizers)
+        self._backward = BackwardPatch(self._steps, self._scaler)
         self._checkpoints: CheckpointPatches | None = None
 
     @staticmethod

@@ -1,5 +1,5 @@
-"""``torch.autograd.backward``, replaced: its scalar tensor is the step's loss, and without an
-optimizer each call ends a step."""
+"""``torch.autograd.backward``, replaced: its scalar tensor is the step's loss, and while no
+optimizer exists (none made while installed, none stepped) each call ends a step."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 import torch
 import torch.autograd
 
-from trainpace.integrations.autopatch.optimizers import OptimizerPatch
 from trainpace.integrations.autopatch.scaler import ScalerPatch
 from trainpace.integrations.autopatch.steps import Steps
 
@@ -19,10 +18,9 @@ class BackwardPatch:
     to ``meter.observe``; ``Tensor.backward`` calls ``torch.autograd.backward``, so both are
     seen."""
 
-    def __init__(self, steps: Steps, scaler: ScalerPatch, optimizers: OptimizerPatch) -> None:
+    def __init__(self, steps: Steps, scaler: ScalerPatch) -> None:
         self._steps = steps
         self._scaler = scaler
-        self._optimizers = optimizers
         self._original_backward: Callable[..., Any] | None = None
 
     def install(self) -> None:
@@ -41,8 +39,9 @@ class BackwardPatch:
         steps = self._steps
         if steps.elsewhere():
             return original(tensors, *args, **kwargs)
-        steps.seen.backward_calls += 1
-        steps.trained_on()
+        seen = steps.seen
+        seen.backward_calls += 1
+        steps.untrained_from = steps.untrained_batch = None  # its batches are trained on
         # After the step's optimizer step, a backward() is still its own (a GAN's second
         # network): the step is one whole iteration, as a `with meter.step()` body would be.
         if steps.context is None:
@@ -50,10 +49,12 @@ class BackwardPatch:
         if type(tensors) is torch.Tensor or isinstance(tensors, torch.Tensor):
             try:
                 if tensors.numel() == 1:  # a loss; a vector-Jacobian product is not one
-                    steps.meter.observe(loss=self._scaler.unscaled(tensors))
+                    scaler = self._scaler
+                    loss = tensors if scaler.scaled is None else scaler.unscaled(tensors)
+                    steps.meter.observe(loss=loss)
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 steps.fault("keeping the loss", exc)
         done = original(tensors, *args, **kwargs)
-        if not self._optimizers.any and steps.context is not None:
+        if not (seen.optimizers_made or seen.optimizers) and steps.context is not None:
             steps.done()  # no optimizer will end the step: its backward() does
         return done

@@ -70,14 +70,16 @@ class LoaderPatch:
         steps = self._steps
         try:
             while True:
-                steps.go_on()  # the step that ended is closed right before the next fetch
+                if steps.ended:  # the loop goes on: the step that ended is closed here
+                    steps.close()
                 try:
                     batch = next(iterator)
                 except StopIteration:
                     return
                 if steps.context is None:
                     steps.open()
-                steps.fetched(loader, batch)
+                steps.untrained_from, steps.untrained_batch = loader, batch  # no backward() yet
                 yield batch
         finally:  # exhausted, or the loop broke out (the iterator is finalized)
-            steps.go_on()
+            if steps.ended:
+                steps.close()

@@ -53,12 +53,6 @@ class OptimizerPatch:
         self._pacer_optimizer = None
 
     @property
-    def any(self) -> bool:
-        """Whether an optimizer was made while installed, or stepped: once one exists,
-        backward() ends no step."""
-        return bool(self._seen.optimizers_made or self._seen.optimizers)
-
-    @property
     def pacer(self) -> str | None:
         """Class name of the optimizer whose ``step()`` marks the steps (None before one)."""
         return self._seen.optimizers.get(self._pacer) if self._pacer is not None else None

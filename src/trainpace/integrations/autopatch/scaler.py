@@ -20,8 +20,8 @@ class ScalerPatch:
         self._steps = steps
         self._original_scale: Callable[..., Any] | None = None
         # (the tensor GradScaler.scale made, the one it was made from): the loss to keep
-        # when the former reaches backward().
-        self._scaled: tuple[weakref.ref[torch.Tensor], torch.Tensor] | None = None
+        # when the former reaches backward(). None until a GradScaler scales.
+        self.scaled: tuple[weakref.ref[torch.Tensor], torch.Tensor] | None = None
 
     def install(self) -> None:
         original_scale = GradScaler.scale
@@ -40,13 +40,13 @@ class ScalerPatch:
         if self._original_scale is not None:
             GradScaler.scale = self._original_scale  # type: ignore[method-assign]
             self._original_scale = None
-        self._scaled = None
+        self.scaled = None
 
     def unscaled(self, loss: torch.Tensor) -> torch.Tensor:
         """``loss`` as it was before ``GradScaler.scale`` (itself when it was not scaled)."""
-        scaled = self._scaled
+        scaled = self.scaled
         if scaled is not None and scaled[0]() is loss:
-            self._scaled = None
+            self.scaled = None
             return scaled[1]
         return loss
 
@@ -54,6 +54,6 @@ class ScalerPatch:
         try:
             if isinstance(outputs, torch.Tensor):
                 # Detached: nothing of the graph is kept should backward() never come.
-                self._scaled = (weakref.ref(scaled), outputs.detach())
+                self.scaled = (weakref.ref(scaled), outputs.detach())
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._steps.fault("keeping the loss before scaling", exc)

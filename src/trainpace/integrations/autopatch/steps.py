@@ -69,10 +69,11 @@ class Steps:
         # the loop goes on (the next fetch), and no forward opens one.
         self.loader_metered = False
         # The DataLoader whose latest batch was counted into the open step with no backward()
-        # after it, and that batch: when a new iterator of that loader starts, the batch was
-        # left untrained (a peek, as `next(iter(loader))`) and its counts are taken back.
-        self._untrained_from: Any = None
-        self._untrained_batch: Any = None
+        # after it, and that batch (set and cleared by the patches, on the hot path): when a
+        # new iterator of that loader starts, the batch was left untrained (a peek, as
+        # `next(iter(loader))`) and its counts are taken back.
+        self.untrained_from: Any = None
+        self.untrained_batch: Any = None
         # The steps are one thread's: the first to open one. The hooks are process-wide, so a
         # second training thread (its own model and optimizer) would open and end steps in
         # this one's; its work is left alone, and the report names it.
@@ -119,15 +120,10 @@ class Steps:
         else:
             self.close()
 
-    def go_on(self) -> None:
-        """The loop goes on (a fetch, a new iterator, a break): a step that ended is closed."""
-        if self.ended:
-            self.close()
-
     def close(self) -> None:
         self.ended = False
         # The step's batches are its own now, trained on or not (it made its optimizer step).
-        self._untrained_from = self._untrained_batch = None
+        self.untrained_from = self.untrained_batch = None
         context, self.context = self.context, None
         if context is not None:
             try:
@@ -150,7 +146,7 @@ class Steps:
     def end(self) -> None:
         """The patches are removed: a step that ended is closed; one left open (the script
         ended inside it) is closed as failed, so it is not counted."""
-        self._untrained_from = self._untrained_batch = None
+        self.untrained_from = self.untrained_batch = None
         if self.ended:  # its optimizer step was done: a whole step
             self.close()
         elif self.context is not None:
@@ -161,14 +157,6 @@ class Steps:
 
     # -- the batch not trained on yet ---------------------------------------------------------
 
-    def fetched(self, loader: Any, batch: Any) -> None:
-        """``batch`` of ``loader`` was counted into the open step; no backward() on it yet."""
-        self._untrained_from, self._untrained_batch = loader, batch
-
-    def trained_on(self) -> None:
-        """A backward(): the step's batches are trained on."""
-        self._untrained_from = self._untrained_batch = None
-
     def new_iterator(self, loader: Any) -> None:
         """A new iterator of ``loader`` starts: the loop left the one before (a step that
         ended is closed), or peeked at a batch of it (that batch got no backward(): it was
@@ -177,8 +165,8 @@ class Steps:
         the step: the loop spent that time, only nobody trained on what it got)."""
         if self.ended:
             self.close()
-        elif self._untrained_from is loader:
-            batch, self._untrained_from, self._untrained_batch = self._untrained_batch, None, None
+        elif self.untrained_from is loader:
+            batch, self.untrained_from, self.untrained_batch = self.untrained_batch, None, None
             if self.context is not None:
                 self.contained("taking back an untrained batch", self.meter._take_back, batch)
 
