@@ -377,13 +377,13 @@ class Meter:
             self._end = end_of(exc)
         self.finish()
 
+    # -- for the front-ends that drive a Meter (``trainpace run``, the integrations); not
+    # the loop's API, so not public: what they need, named, instead of the parts inside
+
     def _end_as(self, status: str, signal_name: str | None = None) -> None:
         """How the run ended, for the job's ledger, when it did not finish: said by whoever
         ends it (``trainpace run``, a signal handler) before :meth:`finish`."""
         self._end = (status, signal_name)
-
-    # -- for the front-ends that drive a Meter (``trainpace run``, the integrations); not
-    # the loop's API, so not public: what they need, named, instead of the parts inside
 
     @property
     def _job_ledger(self) -> JobLedger | None:
