@@ -80,8 +80,8 @@ def test_the_same_loop_by_hand_and_patched_gives_the_same_figures(tmp_path, cloc
     for a, b in zip(rows_hand, rows_auto, strict=True):
         assert {k: b[k] for k in KEYS} == pytest.approx({k: a[k] for k in KEYS})
         assert b["micro_batches"] == accumulate
-    assert patch.optimizer_steps == 12
-    assert patch.loaders_metered == 1
+    assert patch.seen.optimizer_steps == 12
+    assert patch.seen.loaders_metered == 1
     assert patch.blind_spots() == []
 
 
@@ -110,7 +110,7 @@ def test_a_loader_iterated_under_no_grad_is_evaluation_and_not_metered(tmp_path,
     rows = steps_of(meter.path)
     assert [r["micro_batches"] for r in rows] == [1] * 12
     assert [r["samples"] for r in rows] == [BATCH] * 12
-    assert (patch.loaders_metered, patch.loaders_skipped) == (2, 2)
+    assert (patch.seen.loaders_metered, patch.seen.loaders_skipped) == (2, 2)
 
 
 def test_several_optimizers_the_first_to_step_marks_the_steps(tmp_path, clock):
@@ -132,7 +132,7 @@ def test_several_optimizers_the_first_to_step_marks_the_steps(tmp_path, clock):
     summary = meter.finish()
     assert summary.steps.total == 10
     assert patch.pacer == "SGD"
-    assert patch.optimizers and list(patch.optimizers.values()) == ["SGD", "Adam"]
+    assert patch.seen.optimizers and list(patch.seen.optimizers.values()) == ["SGD", "Adam"]
     (finding,) = [f for f in patch.blind_spots() if f.id == "run_several_optimizers"]
     assert finding.evidence == {"optimizers": ["SGD", "Adam"], "steps_marked_by": "SGD"}
 
@@ -154,7 +154,7 @@ def test_a_second_training_loop_with_its_own_optimizer_is_metered_too(tmp_path, 
     assert [r["micro_batches"] for r in rows] == [1] * 8 + [2] + [1] * 6
     assert summary.steps.total == 15
     assert summary.time.outside_steps_s == pytest.approx(0.0, abs=1e-9)
-    assert patch.pacers == ["SGD", "Adam"]
+    assert patch.seen.pacers == ["SGD", "Adam"]
     (finding,) = [f for f in patch.blind_spots() if f.id == "run_several_optimizers"]
     assert finding.evidence == {"optimizers": ["SGD", "Adam"], "steps_marked_by": ["SGD", "Adam"]}
     assert "SGD then Adam" in finding.title
@@ -248,7 +248,7 @@ def test_once_an_optimizer_is_made_backward_ends_no_step(tmp_path, clock):
                 optimizer.step()
                 optimizer.zero_grad()
     assert meter.finish().steps.total == 4
-    assert patch.optimizers_made == 1
+    assert patch.seen.optimizers_made == 1
 
 
 def test_the_loss_is_the_tensor_passed_to_backward_kept_as_a_tensor(tmp_path, clock):
@@ -282,7 +282,7 @@ def test_remove_undoes_every_patch(tmp_path, clock):
     model(torch.ones(1, 4)).sum().backward()
     optimizer.step()
     assert meter.finish().steps.total == 0
-    assert patch.optimizer_steps == 0
+    assert patch.seen.optimizer_steps == 0
 
 
 def test_a_step_left_open_at_the_end_is_not_counted(tmp_path, clock):

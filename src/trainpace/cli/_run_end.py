@@ -42,7 +42,7 @@ def report_run(args: argparse.Namespace, target: Any, meter: Any, patch: Any,
     sys.stdout.flush()
     meter._end_as(*ledger_end(failure))
     summary = _finished(meter, patch)
-    ledger = meter._ledger
+    ledger = meter._job_ledger
     if not patch.trained and _failed(failure) and (ledger is None or ledger.run == 1):
         # (a restart that failed so is kept: its time is the job's)
         _discard(meter.path)

@@ -46,6 +46,62 @@ class RunEnding:
 
 
 
+class TermDuringScript:
+    """While the script runs: SIGTERM is raised in it as :class:`_Terminated`, so that it
+    unwinds and the report is made; a script that swallows it and trains on is ended by a
+    watchdog after TERM_GRACE_S (its outcome noted, the run ended, SIGTERM died of)."""
+
+    def __init__(self, ending: RunEnding, outcome: list[BaseException | None], *,
+                 main_pid: int) -> None:
+        self._ending = ending
+        self._outcome = outcome
+        self._main_pid = main_pid
+        self.terminated = threading.Event()  # a SIGTERM came
+        self._script_done = threading.Event()
+        self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def script_done(self) -> None:
+        """The script returned or unwound: the watchdog has nothing to end."""
+        self._script_done.set()
+
+    def restore(self) -> None:
+        """The handler from before, unless a SIGTERM came (the default one is left: the
+        process dies of it)."""
+        if not self.terminated.is_set():
+            previous = self._previous
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+    def _watchdog(self) -> None:
+        # The script swallowed the SIGTERM exception and trains on: end it from here.
+        if not self._script_done.wait(TERM_GRACE_S):
+            self._outcome.append(_Terminated())
+            self._ending()
+            die_of(signal.SIGTERM)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._main_pid:  # a forked DataLoader worker: die as it would have
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends us at once
+        self.terminated.set()
+        # Python without trainpace would be dead by now, silently. The DataLoader workers,
+        # sent the same SIGTERM by a scheduler, are dying: PyTorch's SIGCHLD handler would
+        # raise for each in the finalizer that joins them, which prints "Exception ignored".
+        if hasattr(signal, "SIGCHLD"):
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sys.unraisablehook = lambda unraisable: None
+        # Likewise multiprocessing's own threads (the resource sharer of the workers' file
+        # descriptors) fail as the workers die: silent too, as the process would have been.
+        threading.excepthook = lambda args: None
+        threading.Thread(target=self._watchdog, name="trainpace-sigterm", daemon=True).start()
+        if raising_is_safe(frame):
+            raise _Terminated
+        # Else the watchdog ends the run: an exception raised in a finalizer or inside
+        # multiprocessing (DataLoader workers shutting down) is printed, not raised.
+
+
+
 class EndingGuard:
     """While the report is made (after the script): SIGTERM and SIGINT are noted, not
     raised into it; the end hurries, and is cut at END_AFTER_SIGNAL_S by the signal's own
@@ -116,11 +172,6 @@ def die_of(sig: signal.Signals) -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(sig, signal.SIG_DFL)  # (the SIGTERM watchdog finds it so already)
     os.kill(os.getpid(), sig)
-
-
-
-def restore_sigterm(previous: Any) -> None:
-    signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 

@@ -147,7 +147,7 @@ class Iterations:
         self._fetch_s = 0.0  # inside the loader, this iteration
         self._skip = skip_steps
         # the job's ledger (None: none, or not this rank's): told of each optimizer step
-        self._ledger: JobLedger | None = getattr(meter, "_ledger", None)
+        self._ledger: JobLedger | None = meter._job_ledger
         self.closed = 0  # steps closed
         self.framework_s = 0.0  # past the skipped steps: the framework's own work
         self.iteration_s = 0.0  # past the skipped steps: the iterations, in all

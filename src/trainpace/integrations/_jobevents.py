@@ -35,7 +35,7 @@ class FrameworkEvents:
 
     def attach(self, meter: Any) -> None:
         """The Meter opened: what was timed before it goes into its ledger now."""
-        self._ledger = getattr(meter, "_ledger", None)
+        self._ledger = meter._job_ledger
         self._attached = True
         pending, self._pending = self._pending, []
         if self._ledger is not None:

@@ -377,10 +377,36 @@ class Meter:
             self._end = end_of(exc)
         self.finish()
 
+    # -- for the front-ends that drive a Meter (``trainpace run``, the integrations); not
+    # the loop's API, so not public: what they need, named, instead of the parts inside
+
     def _end_as(self, status: str, signal_name: str | None = None) -> None:
         """How the run ended, for the job's ledger, when it did not finish: said by whoever
         ends it (``trainpace run``, a signal handler) before :meth:`finish`."""
         self._end = (status, signal_name)
+
+    @property
+    def _job_ledger(self) -> JobLedger | None:
+        """The ledger of the job this run is in (None: no run folder, or not rank 0), where a
+        front-end times the job's events (checkpoint saves and loads, evaluations, steps)."""
+        return self._ledger
+
+    def _take_back(self, batch: Any) -> None:
+        """``batch``, the latest counted into the open step, was fetched and never trained on
+        (``trainpace run`` saw ``next(iter(loader))``): its samples, tokens and micro-batch
+        leave the step's counts; the wait for it stays. Nothing after :meth:`finish`."""
+        if not self._loop.finished:
+            self._recorder.uncount(batch)
+
+    def _leave_signals(self) -> None:
+        """The front-end owns the process's signals (``trainpace run``): the Meter's SIGTERM
+        handler goes, and the front-end ends the run itself."""
+        self._term.uninstall()
+
+    def _hurry(self) -> None:
+        """The process is being stopped while the run ends: rank 0 of a job waits for the
+        other ranks' last windows TERM_WAIT_S at most."""
+        self._job.hurry()
 
     # -- the training thread's side -------------------------------------------------------
 
