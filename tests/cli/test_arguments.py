@@ -46,6 +46,14 @@ def test_a_usage_error_is_one_line_with_the_fix(argv, line, capsys):
     (["analyze", "t", "--gap-us", "0"], "argument --gap-us: must be > 0, got 0"),
     (["compare", "a", "b", "--price-per-hour", "nan"],
      "argument --price-per-hour: must be a finite number (a price per device-hour), got 'nan'"),
+    (["run", "--target-loss", "nan", "--", "t.py"],
+     "argument --target-loss: must be a finite number, got 'nan'"),
+    (["run", "--rated-power-w", "inf", "--", "t.py"],
+     "argument --rated-power-w: must be a finite number, got 'inf'"),
+    (["run", "--grid-g-per-kwh", "nan", "--", "t.py"],
+     "argument --grid-g-per-kwh: must be a finite number, got 'nan'"),
+    (["run", "--price-per-hour", "nan", "--", "t.py"],
+     "argument --price-per-hour: must be a finite number (a price per device-hour), got 'nan'"),
 ])
 def test_numbers_that_are_not_finite_are_refused(argv, said, capsys):
     assert said in _usage_error(argv, capsys)

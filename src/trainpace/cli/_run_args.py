@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any, NoReturn
 
+from trainpace.cli._args import number
+
 # Output flags passed through to the Meter keyword of the same name: (flag, add_argument
 # settings).
 SINK_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -22,12 +24,14 @@ SINK_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--prometheus-host", {"metavar": "HOST",
                            "help": "the exporter's address (default 127.0.0.1)"}),
     # what the run costs (the Meter keywords of the same names)
-    ("--price-per-hour", {"type": float, "metavar": "P", "help": "price of one device-hour: "
-                          "the run's cost, per million samples and tokens, and to the target"}),
-    ("--grid-g-per-kwh", {"type": float, "metavar": "G",
+    ("--price-per-hour", {"type": number(float, what="a price per device-hour"),
+                          "metavar": "P", "help": "price of one device-hour: the run's cost, "
+                          "per million samples and tokens, and to the target"}),
+    ("--grid-g-per-kwh", {"type": number(float), "metavar": "G",
                           "help": "grid carbon intensity (gCO2/kWh) for the CO2 figure"}),
-    ("--rated-power-w", {"type": float, "metavar": "W", "help": "a device's rated power, for "
-                         "an energy estimate where nothing measured it"}),
+    ("--rated-power-w", {"type": number(float), "metavar": "W",
+                         "help": "a device's rated power, for an energy estimate where "
+                         "nothing measured it"}),
 )
 
 
@@ -73,13 +77,6 @@ def _steps_range(text: str) -> tuple[int, int]:
     return first, last
 
 
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The verb's flags; everything after the script (or -m MODULE) is the script's."""
     parser.add_argument("--out", metavar="DIR",
@@ -98,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="steps per window: the live view's refresh (default: 100)")
     parser.add_argument("--warmup", type=_warmup, default="auto", metavar="N|auto",
                         help="steps left out of the steady figures (default: auto)")
-    parser.add_argument("--target-loss", type=_number, metavar="X",
+    parser.add_argument("--target-loss", type=number(float), metavar="X",
                         help="time the run to the smoothed loss reaching X (and show an ETA)")
     parser.add_argument("--profile", type=_steps_range, metavar="START:STOP",
                         help="record and analyze a profiler trace of steps START..STOP")
