@@ -22,8 +22,9 @@ from trainpace.dist.folders import MIN_WINDOWS, read_distributed
 from trainpace.dist.job_summary import rank_summary, summary_dict
 from trainpace.dist.job_window import OWN_FIGURES, job_window
 from trainpace.dist.merge import Merger, WindowRecord
-from trainpace.dist.monitor import RankMonitor, vitals_signs
+from trainpace.dist.monitor import RankMonitor
 from trainpace.dist.ranks import RankInfo, rank_info
+from trainpace.dist.signs import vitals_signs
 from trainpace.errors import ConfigError
 from trainpace.meter.outputs import shows_job
 from trainpace.runlog import Record
