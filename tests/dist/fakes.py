@@ -43,6 +43,6 @@ def record(rank, window, *, steps=10, measured_s=1.0, wait_s=0.0, samples=160, t
             "step_s_median": measured_s / steps if steps else None, "wait_s": wait_s,
             "pre_s": pre_s, "comm_s": comm_s, "t_unix": t_unix, "util_pct": None,
             "temperature_c": None, "throttle_pct": None, "process_cpu_pct": None,
-            "system_cpu_pct": None, "final": final}
+            "system_cpu_pct": None, "cpu_count": None, "final": final}
     base.update(signs)
     return base

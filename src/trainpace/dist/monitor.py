@@ -50,7 +50,10 @@ class RankMonitor:
         unix_clock: Callable[[], float] = time.time,
         signs: Callable[[Sequence[Mapping[str, Any]]], Mapping[str, Any]] | None = None,
         flat_max_ranks: int | None = None,
+        cpu_count: int | None = None,
     ) -> None:
+        """``cpu_count``: the CPUs this rank may run on, carried in its window records (the
+        job's meta lists each host's)."""
         self.info = info
         self.run_id = run_id
         self.publish = publish
@@ -69,6 +72,7 @@ class RankMonitor:
             self.merger = (TreeMerger(info.world_size, self.nodes) if self.nodes
                            else Merger(info.world_size))
         self.signs = signs
+        self.cpu_count = cpu_count
         self.collectives: CollectiveTimer | None = None  # dist.comm.watch_ddp sets it
         self._unix = unix_clock
         self._posted = 0
@@ -132,7 +136,7 @@ class RankMonitor:
             record = window_record(
                 rank=info.rank, local_rank=info.local_rank, node=info.node, host=info.host,
                 window=self._posted, steps=records, warmup=int(figures.get("warmup_steps") or 0),
-                t_unix=self._unix(), figures=signs, final=final)
+                t_unix=self._unix(), figures=signs, cpu_count=self.cpu_count, final=final)
             if self.collectives is not None:
                 # the hook's per-iteration means, over the window's measured steps
                 pre_s, comm_s, n = self.collectives.take()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from trainpace.dist.ranks import RankInfo, rank_folder
 from trainpace.dist.tree import TreeMerger
 from trainpace.errors import RunFolderError
 from trainpace.measure.summarize import summary_for_run
-from trainpace.runlog import Record, read_run
+from trainpace.runlog import Record, RunData, read_json, read_run
+from trainpace.series import StepSeries
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)
@@ -28,7 +30,21 @@ logger = logging.getLogger(__name__)
 # every rank's), so it is kept rare (a millisecond's publication: every half second).
 PUBLISH_BUDGET = 0.002
 
-Diagnose = Callable[[Summary, Mapping[str, Any]], Summary]
+
+
+@dataclass(frozen=True)
+class JobSteps:
+    """What the job's diagnosis reads beside its summary: the steps and sampler rows of the
+    rank whose steps stand for the job (``Merger.steps_rank``), read from its folder."""
+
+    rank: int
+    series: StepSeries
+    system: list[dict[str, Any]]
+
+
+Diagnose = Callable[[Summary, Mapping[str, Any], JobSteps | None], Summary]
+"""(the merged summary, the job's meta, the job's steps; None: this process's own) -> the
+summary diagnosed."""
 Publish = Callable[[Record], None]
 
 
@@ -70,35 +86,58 @@ class Publication:
                 logger.warning("trainpace: reading the nodes' rank entries failed (%s: %s)",
                                type(exc).__name__, exc)
         merged_of: Merged = merger
+        summaries, steps = self._rank_summaries(summary, run=run, flat=nodes is None, done=done)
+        steps_rank = merger.steps_rank()
+        rank_meta = (steps.meta if steps is not None
+                     else _rank_meta(run, steps_rank if steps_rank is not None else 0))
         meta = merged_meta(merged_of, info=self.info, run_id=run_id,
-                           started_unix=self.started_unix, done=done, exchange_error=broken)
-        merged = merged_summary(
-            merged_of, summary or Summary(run_id=run_id), done=done,
-            rank_summaries=self._rank_summaries(summary, run=run, flat=nodes is None,
-                                                done=done))
+                           started_unix=self.started_unix, done=done, exchange_error=broken,
+                           rank_meta=rank_meta)
+        merged = merged_summary(merged_of, summary or Summary(run_id=run_id), done=done,
+                                rank_summaries=summaries)
         if diagnose is not None:
-            merged = diagnose(merged, meta)
+            if steps is None and steps_rank not in (None, 0):
+                meta["dist"]["steps_rank"] = 0  # its folder is another node's: rank 0's read
+            merged = diagnose(merged, meta, None if steps is None else JobSteps(
+                rank=steps_rank or 0, series=steps.series, system=steps.system))
         if publish is not None:  # the summary first: a finished meta means a final summary
             publish(Record("summary", summary_dict(merged, merged_of, done=done)))
             publish(Record("meta", meta))
         return merged
 
     def _rank_summaries(self, own: Summary | None, *, run: Path | None, flat: bool,
-                        done: bool) -> dict[int, Summary]:
-        """The ranks' own summaries, from their folders: the slowest rank's (the job's step
-        times), and at the end of a flat job every rank's (their ``ranks[]`` step medians).
-        A folder this host cannot read (another node's) is left out. Rank 0's own at the end
-        is ``own``, complete in memory."""
+                        done: bool) -> tuple[dict[int, Summary], RunData | None]:
+        """The ranks' own summaries, from their folders: the one of the rank whose steps stand
+        for the job (its step times), and at the end of a flat job every rank's (their
+        ``ranks[]`` step medians); and that rank's folder as read (None: rank 0's own, or not
+        readable here). A folder this host cannot read (another node's) is left out. Rank 0's
+        own at the end is ``own``, complete in memory."""
         out: dict[int, Summary] = {0: own} if own is not None else {}
+        steps_rank = self.merger.steps_rank()
+        steps: RunData | None = None
         if run is None:
-            return out
-        slowest = self.merger.slowest_rank()
-        wanted = ({slowest} if slowest is not None else set())
+            return out, None
+        wanted = ({steps_rank} if steps_rank is not None else set())
         if done and flat:
             wanted |= set(range(self.info.world_size))
         for rank in sorted(wanted - set(out)):
             try:
-                out[rank] = summary_for_run(read_run(rank_folder(run, rank)))
+                folder = read_run(rank_folder(run, rank))
+                out[rank] = summary_for_run(folder)
             except (RunFolderError, OSError, ValueError) as exc:
                 logger.debug("trainpace: rank %d's folder is not readable here (%s)", rank, exc)
-        return out
+                continue
+            if rank == steps_rank:
+                steps = folder
+        return out, steps
+
+
+def _rank_meta(run: Path | None, rank: int) -> dict[str, Any] | None:
+    """A rank's meta.json, when its folder is readable here."""
+    if run is None:
+        return None
+    try:
+        meta = read_json(rank_folder(run, rank) / "meta.json")
+    except (RunFolderError, OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
