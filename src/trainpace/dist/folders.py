@@ -168,8 +168,9 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
     """The merged run of a folder holding ``rank{r}/`` folders; None when it holds none.
 
     A rank whose ``summary.json`` is behind its steps (it died after writing it) is rebuilt
-    from its steps; the figures of the job come from the rank that got furthest, and a note
-    names each rank that ended early and its last step. Rank numbers and world sizes beyond
+    from its steps; the job's step counts come from the rank that got furthest, its step
+    times and the steps its diagnosis reads from the rank whose steps stand for the job
+    (``Merger.steps_rank``), and a note names each rank that ended early and its last step. Rank numbers and world sizes beyond
     :data:`MAX_WORLD_SIZE` are damage, left out by name: the work is bounded by the folders
     on disk, never by a number written in one.
     """
