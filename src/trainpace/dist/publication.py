@@ -88,8 +88,9 @@ class Publication:
         merged_of: Merged = merger
         summaries, steps = self._rank_summaries(summary, run=run, flat=nodes is None, done=done)
         steps_rank = merger.steps_rank()
+        # every rank runs the same script: rank 0's setup where that rank's folder is elsewhere
         rank_meta = (steps.meta if steps is not None
-                     else _rank_meta(run, steps_rank if steps_rank is not None else 0))
+                     else _rank_meta(run, steps_rank or 0) or _rank_meta(run, 0))
         meta = merged_meta(merged_of, info=self.info, run_id=run_id,
                            started_unix=self.started_unix, done=done, exchange_error=broken,
                            rank_meta=rank_meta)
