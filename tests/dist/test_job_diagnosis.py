@@ -168,3 +168,22 @@ def test_a_cpu_jobs_cost_is_per_host_and_a_gpu_jobs_per_device():
     merged, own, ranks, states = cost_job("cuda", ["a", "b"], 300.0)
     blind = job_cost(merged, own, {0: ranks[0]}, states)
     assert blind.power_w_mean is None and "another node" in blind.energy_missing
+
+
+def test_a_two_level_jobs_end_reads_the_step_medians_of_rank_0s_node(tmp_path):
+    store = MemoryStore()
+    mons = [RankMonitor(RankInfo(rank=r, world_size=4, local_rank=r % 2, local_world_size=2,
+                                 node=r // 2, host=f"h{r // 2}"), run_id="job", timeout_s=1.0,
+                        connect=lambda i, t: store, flat_max_ranks=2) for r in range(4)]
+    for monitor in mons:
+        monitor.run_folder(tmp_path / "run", lambda p: p)
+    # rank 1's folder is on rank 0's node; ranks 2 and 3 wrote theirs on node 1
+    rank1_step_s = [0.1, 0.1, 0.1, 0.4]
+    write_rank(tmp_path / "run", 1, rank1_step_s, [0.0] * 4, world=4)
+    for r in (3, 1, 2, 0):
+        mons[r].window({"warmup_steps": 0}, _records(rank1_step_s, [0.0] * 4))
+    for r in (3, 1, 2):
+        mons[r].finish(Summary())
+    merged = mons[0].finish(Summary(run_id="job", time=Time(step_s_median=0.25)))
+    assert merged is not None
+    assert [e.step_s_median for e in merged.ranks] == [0.25, pytest.approx(0.1), None, None]

@@ -86,7 +86,7 @@ class Publication:
                 logger.warning("trainpace: reading the nodes' rank entries failed (%s: %s)",
                                type(exc).__name__, exc)
         merged_of: Merged = merger
-        summaries, steps = self._rank_summaries(summary, run=run, flat=nodes is None, done=done)
+        summaries, steps = self._rank_summaries(summary, run=run, nodes=nodes, done=done)
         steps_rank = merger.steps_rank()
         # every rank runs the same script: rank 0's setup where that rank's folder is elsewhere
         rank_meta = (steps.meta if steps is not None
@@ -106,21 +106,22 @@ class Publication:
             publish(Record("meta", meta))
         return merged
 
-    def _rank_summaries(self, own: Summary | None, *, run: Path | None, flat: bool,
+    def _rank_summaries(self, own: Summary | None, *, run: Path | None,
+                        nodes: Mapping[int, Any] | None,
                         done: bool) -> tuple[dict[int, Summary], RunData | None]:
         """The ranks' own summaries, from their folders: the one of the rank whose steps stand
-        for the job (its step times), and at the end of a flat job every rank's (their
-        ``ranks[]`` step medians); and that rank's folder as read (None: rank 0's own, or not
-        readable here). A folder this host cannot read (another node's) is left out. Rank 0's
-        own at the end is ``own``, complete in memory."""
+        for the job (its step times), and at the end every rank's of a flat job, or of rank
+        0's node in a two-level one (their ``ranks[]`` step medians); and that rank's folder as
+        read (None: rank 0's own, or not readable here). A folder this host cannot read
+        (another node's) is left out. Rank 0's own at the end is ``own``, complete in memory."""
         out: dict[int, Summary] = {0: own} if own is not None else {}
         steps_rank = self.merger.steps_rank()
         steps: RunData | None = None
         if run is None:
             return out, None
         wanted = ({steps_rank} if steps_rank is not None else set())
-        if done and flat:
-            wanted |= set(range(self.info.world_size))
+        if done:
+            wanted |= set(range(self.info.world_size) if nodes is None else nodes.get(0, ()))
         for rank in sorted(wanted - set(out)):
             try:
                 folder = read_run(rank_folder(run, rank))
