@@ -71,7 +71,7 @@ def merged_summary(merger: Merged, base: Summary, *, done: bool,
     """
     own = rank_summaries or {}
     steps_rank = merger.steps_rank()
-    slowest = own.get(steps_rank) if steps_rank is not None else None
+    shown = own.get(steps_rank) if steps_rank is not None else None
     states = merger.rank_dicts()
     rates = merger.throughput()
     wait_s_per_step = merger.wait_s_per_step()
@@ -82,7 +82,7 @@ def merged_summary(merger: Merged, base: Summary, *, done: bool,
         # time in it is waiting for a slower rank (the straggler rule's business).
         communication = Communication(share_pct=min(comm), overlap_pct=None,
                                       source="ddp_comm_hook (least-waiting rank)")
-    job_time = slowest.time if slowest is not None else Time()
+    job_time = shown.time if shown is not None else Time()
 
     def rank_median(state: Mapping[str, Any]) -> float | None:
         summary = own.get(state["rank"])
@@ -104,7 +104,7 @@ def merged_summary(merger: Merged, base: Summary, *, done: bool,
                                  step_s_mean=job_time.step_s_mean),
         data=dataclasses.replace(base.data, wait_pct=merger.wait_pct(),
                                  wait_s_per_step=wait_s_per_step),
-        host=slowest.host if slowest is not None else base.host,
+        host=shown.host if shown is not None else base.host,
         ranks=[RankEntry(rank=s["rank"], host=s["host"], samples_per_s=s["samples_per_s"],
                          step_s_median=rank_median(s), wait_pct=s["wait_pct"])
                for s in states],
@@ -132,10 +132,11 @@ def job_cost(merged: Summary, own_cost: Cost, rank_summaries: Mapping[int, Summa
                     for s in states}
         energy = EnergyReading(power_w_mean=sum(per_unit.values()),
                                source=costs[states[0]["rank"]].energy_source)
+    elif own_cost.energy_source is None:  # rank 0 measured none: why, as it said
+        energy = EnergyReading(missing=own_cost.energy_missing)
     else:
-        energy = EnergyReading(missing=own_cost.energy_missing if not costs or
-                               own_cost.energy_source is None else "not every rank's measured "
-                               "power is at hand (another node's folder)")
+        energy = EnergyReading(missing="not every rank's measured power is at hand (another "
+                                       "node's folder)")
     return cost_of(merged, price_per_hour=price, grid_g_per_kwh=grid, energy=energy,
                    rated_power_w=rated_w)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,6 @@ logger = logging.getLogger(__name__)
 # calls: each publication is felt by the step it falls in (and, through the collectives, by
 # every rank's), so it is kept rare (a millisecond's publication: every half second).
 PUBLISH_BUDGET = 0.002
-
 
 
 @dataclass(frozen=True)
@@ -72,9 +71,9 @@ class Publication:
         self._published_s = time.perf_counter()
         self._cost_s = self._published_s - now
 
-    def merged(self, publish: Publish | None, summary: Summary | None, *, run: Path | None, run_id: str,
-               exchange: Exchange, nodes: Mapping[int, Any] | None, broken: str | None,
-               done: bool, diagnose: Diagnose | None = None) -> Summary:
+    def merged(self, publish: Publish | None, summary: Summary | None, *, run: Path | None,
+               run_id: str, exchange: Exchange, nodes: Mapping[int, Any] | None,
+               broken: str | None, done: bool, diagnose: Diagnose | None = None) -> Summary:
         """The merged summary (``summary``: rank 0's own, at the end), published."""
         merger = self.merger
         if isinstance(merger, TreeMerger) and nodes is not None:
