@@ -49,7 +49,7 @@ def record(rank: int, window: int, slow: int) -> WindowRecord:
         tokens=3200 * 512, measured_s=1.0 + 0.001 * (rank % 13), step_s_median=0.01,
         wait_s=wait_s, pre_s=None, comm_s=None, t_unix=1.7e9 + window, util_pct=90.0,
         temperature_c=60.0, throttle_pct=0.0, process_cpu_pct=100.0, system_cpu_pct=50.0,
-        final=False)
+        cpu_count=64, final=False)
 
 
 def _ms(t0: float) -> float:

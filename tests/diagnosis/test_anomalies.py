@@ -254,3 +254,20 @@ def test_a_busy_cpu_with_no_share_of_this_process_is_not_called_free_of_contenti
     v = only(anomalies.step_outliers(ctx(steps=steps, system=quiet, meta={"cpu_count": 2})))
     assert "40% busy, this process had 35% of it: cores were idle, no contention" in (
         v.finding.advice[0])
+
+
+def test_a_jobs_steps_rank_is_the_one_compared_not_rank_0():
+    # the job's diagnosis reads rank 2's steps (meta dist.steps_rank): rank 1 waits more
+    # than rank 2, so rank 2's steps do not clear the data wait; rank 0's wait is not the base
+    step_s = [0.064 if i % 32 == 1 else 0.024 for i in range(1, 161)]
+    job = Summary(world_size=3, ranks=[RankEntry(rank=0, wait_pct=20.0),
+                                       RankEntry(rank=1, wait_pct=12.0),
+                                       RankEntry(rank=2, wait_pct=0.5)])
+    meta = {"loader": {"num_workers": 0, "length": 32}, "dist": {"steps_rank": 2}}
+    v = only(anomalies.step_outliers(ctx(summary=job, steps=records(step_s), meta=meta)))
+    assert ("not in rank 2's data wait (the steps read here), but rank 0 waits 20% of its "
+            "time") in v.finding.advice[0]
+    # the rank read is the one that waits most: its steps speak for the job
+    meta["dist"]["steps_rank"] = 0
+    v = only(anomalies.step_outliers(ctx(summary=job, steps=records(step_s), meta=meta)))
+    assert "not in the data wait" in v.finding.advice[0]

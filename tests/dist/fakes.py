@@ -1,4 +1,7 @@
-"""An in-memory store (the part of torch.distributed.Store the exchange uses) and records."""
+"""An in-memory store (the part of torch.distributed.Store the exchange uses), records, and
+rank folders written by hand."""
+
+import json
 
 from trainpace.dist.merge import WindowRecord
 
@@ -43,6 +46,24 @@ def record(rank, window, *, steps=10, measured_s=1.0, wait_s=0.0, samples=160, t
             "step_s_median": measured_s / steps if steps else None, "wait_s": wait_s,
             "pre_s": pre_s, "comm_s": comm_s, "t_unix": t_unix, "util_pct": None,
             "temperature_c": None, "throttle_pct": None, "process_cpu_pct": None,
-            "system_cpu_pct": None, "final": final}
+            "system_cpu_pct": None, "cpu_count": None, "final": final}
     base.update(signs)
     return base
+
+
+def write_rank(run, rank, step_s, wait_s, *, world=2, finished=True, window=2, host="h",
+               **meta_keys):
+    """A rank's folder by hand: its meta.json and one step record per step time."""
+    folder = run / f"rank{rank}"
+    folder.mkdir(parents=True)
+    meta = {"schema": "trainpace.meta/1", "run_id": "run", "world_size": world, "rank": rank,
+            "local_rank": rank, "node": 0, "host": host, "started_at": "2026-01-01T00:00:00+00:00",
+            "finished_at": "2026-01-01T00:01:00+00:00" if finished else None,
+            "config": {"window": window, "warmup": 0}, **meta_keys}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    t, lines = 0.0, []
+    for i, (s, w) in enumerate(zip(step_s, wait_s, strict=True), start=1):
+        t += s
+        lines.append(json.dumps({"step": i, "t_s": t, "step_s": s, "wait_s": w, "samples": 4,
+                                 "tokens": None}))
+    (folder / "steps.jsonl").write_text("\n".join(lines) + "\n")

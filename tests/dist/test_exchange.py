@@ -7,7 +7,8 @@ import pytest
 
 from dist.fakes import MemoryStore, record
 from trainpace.dist.exchange import RING, Exchange
-from trainpace.dist.monitor import RankMonitor, timeout_from_env
+from trainpace.dist.monitor import RankMonitor
+from trainpace.dist.settings import timeout_from_env
 from trainpace.dist.ranks import RankInfo
 from trainpace.summary import Summary
 
@@ -195,7 +196,7 @@ def test_a_window_is_one_trip_to_the_stores_thread_at_every_rank(monkeypatch):
     m0, m1 = (RankMonitor(RankInfo(rank=r, world_size=2), run_id="job", timeout_s=1.0,
                           connect=lambda i, t: store, publish=lambda record: None)
               for r in (0, 1))
-    m0._published_s = float("inf")  # no mid-run publication in this window (it reads views)
+    m0.publication._published_s = float("inf")  # no mid-run publication in this window (it reads views)
     m1.window({}, [])
     assert trips == ["posting a window"]
     store.calls, trips[:] = 0, []

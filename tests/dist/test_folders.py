@@ -1,26 +1,9 @@
 """Rank folders gathered into one run folder, merged afterwards (hand-made folders)."""
 
-import json
-
 import pytest
 
+from dist.fakes import write_rank
 from trainpace.dist.folders import read_distributed
-
-
-def write_rank(run, rank, step_s, wait_s, *, world=2, finished=True, window=2, host="h"):
-    folder = run / f"rank{rank}"
-    folder.mkdir(parents=True)
-    meta = {"schema": "trainpace.meta/1", "run_id": "run", "world_size": world, "rank": rank,
-            "local_rank": rank, "node": 0, "host": host, "started_at": "2026-01-01T00:00:00+00:00",
-            "finished_at": "2026-01-01T00:01:00+00:00" if finished else None,
-            "config": {"window": window, "warmup": 0}}
-    (folder / "meta.json").write_text(json.dumps(meta))
-    t, lines = 0.0, []
-    for i, (s, w) in enumerate(zip(step_s, wait_s, strict=True), start=1):
-        t += s
-        lines.append(json.dumps({"step": i, "t_s": t, "step_s": s, "wait_s": w, "samples": 4,
-                                 "tokens": None}))
-    (folder / "steps.jsonl").write_text("\n".join(lines) + "\n")
 
 
 def test_merged_afterwards_with_exact_throughput_and_the_straggler(tmp_path):

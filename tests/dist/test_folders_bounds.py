@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from dist.test_folders import write_rank
+from dist.fakes import write_rank
 
 from trainpace.cli import main
 from trainpace.dist.folders import MAX_WORLD_SIZE, read_distributed

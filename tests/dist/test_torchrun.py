@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -41,6 +42,11 @@ def measured(folder, warmup=2):
     return sum(s["samples"] for s in kept), sum(s["step_s"] for s in kept), len(steps)
 
 
+def median_step_s(folder, warmup=2):
+    steps = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
+    return statistics.median(s["step_s"] for s in steps if s["step"] > warmup)
+
+
 def report_json(path, capsys):
     assert cli.main(["report", str(path), "--json"]) == 0
     return json.loads(capsys.readouterr().out)
@@ -53,7 +59,8 @@ def findings(summary):
 def test_two_ranks_one_slowed_by_its_data_is_the_straggler(tmp_path, capsys):
     out = tmp_path / "run"
     done = torchrun("--standalone", "--nproc-per-node=2",
-                    env={"OUT": str(out), "STEPS": "30", "SLOW_RANK": "1", "DELAY_S": "0.03"})
+                    env={"OUT": str(out), "STEPS": "30", "SLOW_RANK": "1", "DELAY_S": "0.03",
+                         "STALL_EVERY": "7", "STALL_S": "0.15"})
     assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):
         meta = json.loads((out / f"rank{rank}" / "meta.json").read_text())
@@ -71,12 +78,27 @@ def test_two_ranks_one_slowed_by_its_data_is_the_straggler(tmp_path, capsys):
     assert merged["ranks"][1]["wait_pct"] > merged["ranks"][0]["wait_pct"] + 10
     wait = findings(merged).get("data_wait")  # the mean wait: rank 1's, and it says so
     assert wait is None or wait["evidence"]["concentrated_on_rank"] == 1
+    # the all-reduce makes both ranks' step times equal: the job's steps are those of the rank
+    # the other waits for, rank 1's, and the findings read from them say so
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["dist"]["steps_rank"] == 1
+    assert merged["time"]["step_s_median"] == pytest.approx(median_step_s(out / "rank1"))
+    cores = len(os.sched_getaffinity(0))
+    assert meta["hosts"] == [{"host": socket.gethostname(), "ranks": 2, "cpu_count": cores}]
+    assert meta["cpu_count"] == cores and meta["made_by"] == "meter"
+    # its loader stalls every 7th batch: on its steps the stalls are in the data wait (rank
+    # 0's steps show the same stalls, spent in the all-reduce: no cause)
+    stall = findings(merged)["periodic_stall"]
+    assert (stall["evidence"]["period_steps"], stall["evidence"]["cause"]) == (7, "data_wait")
+    assert stall["evidence"]["steps_rank"] == 1 and stall["title"].endswith("(on rank 1's steps)")
     # the same, merged afterwards from the rank folders alone
     shutil.copytree(out / "rank0", tmp_path / "gathered" / "rank0")
     shutil.copytree(out / "rank1", tmp_path / "gathered" / "rank1")
     again = report_json(tmp_path / "gathered", capsys)
     assert again["throughput"]["samples_per_s"] == pytest.approx(merged["throughput"]["samples_per_s"])
     assert findings(again)["straggler"]["evidence"]["rank"] == 1
+    assert again["time"]["step_s_median"] == merged["time"]["step_s_median"]
+    assert findings(again)["periodic_stall"]["evidence"]["steps_rank"] == 1
 
 
 def test_the_jobs_window_reaches_rank_0s_dashboards_before_its_next_boundary(tmp_path):

@@ -1,7 +1,8 @@
 """A tiny DDP job for the torchrun tests (gloo on the CPU, in-memory data).
 
 Environment: OUT (run folder), STEPS, WINDOW, DDP (0: ranks train alone, no collective),
-SLOW_RANK and DELAY_S (that rank's loader sleeps DELAY_S before each batch),
+SLOW_RANK and DELAY_S (that rank's loader sleeps DELAY_S before each batch, and STALL_S more
+before every STALL_EVERY-th),
 KILL_RANK and KILL_STEP (that rank SIGKILLs itself after that step), STEP_SLEEP_S (every
 rank sleeps that long between steps), WATCH_DDP=1 (time the gradient exchange),
 IGNORE_SIGTERM=1 (the launcher's stop after a failed worker does not cut the loop short),
@@ -49,10 +50,14 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(16, 32), torch.randn(16, 1)
 
 
+stall_every = int(env.get("STALL_EVERY", "0"))
+stall_s = float(env.get("STALL_S", "0"))
+
+
 def batches():
-    for _ in range(steps):
+    for i in range(1, steps + 1):
         if rank == slow_rank:
-            time.sleep(delay_s)
+            time.sleep(delay_s + (stall_s if stall_every and i % stall_every == 0 else 0.0))
         yield x, y
 
 

@@ -54,8 +54,8 @@ def test_rank_0_shows_the_jobs_windows_and_summary_and_rank_1_nothing():
         rank1.window(figures(last, 10, 9.0), steps(last - 9, last, step_s=0.02, samples=4,
                                                    wait_s=0.005))
         rank0.window(figures(last, 10, 1.5), steps(last - 9, last, step_s=0.01, samples=8))
-    rank1.finish(Summary(run_id="r"), lambda s, _meta: s)
-    rank0.finish(Summary(run_id="r"), lambda s, _meta: s)
+    rank1.finish(Summary(run_id="r"), lambda s, _meta, _steps: s)
+    rank0.finish(Summary(run_id="r"), lambda s, _meta, _steps: s)
 
     assert shown0.closed
     kinds = [r.kind for r in shown0.records]
@@ -86,6 +86,6 @@ def test_without_the_exchange_rank_0_shows_its_own_windows_labelled_one_rank():
     shown = Kept(True)
     rank0.dashboards([shown], timeout_s=5.0)
     rank0.window(figures(10, 10, 1.5), steps(1, 10, step_s=0.01, samples=8))
-    rank0.finish(Summary(run_id="r"), lambda s, _meta: s)
+    rank0.finish(Summary(run_id="r"), lambda s, _meta, _steps: s)
     (window,) = [r.data["window"] for r in shown.records if r.kind == "window"]
     assert (window["ranks"], window["world_size"], window["samples_per_s"]) == (1, 2, 1.0)

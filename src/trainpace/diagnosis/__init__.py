@@ -12,16 +12,31 @@ wait that one straggling rank explains is said on the ``data_wait`` finding
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainpace.diagnosis._context import Context, StepColumnSource, Verdict
+from trainpace.diagnosis._context import Context, Outcome, StepColumnSource, Verdict
 from trainpace.diagnosis.communication import attribute_rank_wait
 from trainpace.diagnosis.rules import RULES
 from trainpace.diagnosis.thresholds import SOURCES, Thresholds, threshold_table
 from trainpace.summary import SEVERITIES, Diagnosis, Finding, Summary
 
 __all__ = ["SOURCES", "Thresholds", "diagnose", "threshold_table"]
+
+# The rules that read one rank's step records and sampler rows: in a job's diagnosis their
+# findings are that rank's (``dist.steps_rank``), and say so.
+STEP_RULES = ("slow phases", "step-time outliers", "step-time drift", "loss", "host overhead")
+
+
+def _on_rank(outcome: Outcome, rank: int) -> Outcome:
+    """``outcome`` with each finding naming the rank whose steps it was read from."""
+    return dataclasses.replace(outcome, verdicts=tuple(
+        dataclasses.replace(v, finding=dataclasses.replace(
+            v.finding, title=f"{v.finding.title} (on rank {rank}'s steps)",
+            evidence={**v.finding.evidence, "steps_rank": rank}))
+        for v in outcome.verdicts))
+
 
 def _bottleneck(verdicts: Sequence[Verdict]) -> Verdict | None:
     candidates = [(i, v) for i, v in enumerate(verdicts) if v.bottleneck is not None]
@@ -68,6 +83,8 @@ def diagnose(
     not_checked: list[str] = []
     for name, rule in RULES:
         outcome = rule(ctx)
+        if name in STEP_RULES and ctx.steps_rank is not None:
+            outcome = _on_rank(outcome, ctx.steps_rank)
         verdicts.extend(outcome.verdicts)
         if outcome.skipped:
             not_checked.append(f"{name}: {outcome.skipped}")

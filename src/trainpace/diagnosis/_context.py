@@ -289,6 +289,17 @@ class Context:
         return float((values[known] * weights[known]).sum() / weights[known].sum())
 
     @property
+    def steps_rank(self) -> int | None:
+        """The rank whose steps a job's diagnosis reads (the merged meta's
+        ``dist.steps_rank``: the slowest rank's, see :mod:`trainpace.dist.job_summary`); None
+        for one process."""
+        dist = self.meta.get("dist")
+        rank = dist.get("steps_rank") if isinstance(dist, Mapping) else None
+        if self.summary.world_size <= 1 or isinstance(rank, bool) or not isinstance(rank, int):
+            return None
+        return rank
+
+    @property
     def window_steps(self) -> int | None:
         """trainpace's own window (steps between its window boundaries), from meta.json."""
         config = self.meta.get("config")

@@ -179,31 +179,37 @@ def _periodic_cause(ctx: Context, period: int, in_loader: bool, each: str, gain:
 
 def _data_wait_judged(ctx: Context) -> str:
     """"not in the data wait", as far as the steps diagnosed can tell. A job's diagnosis reads
-    one rank's steps (rank 0's): a rank that waits for its data longer holds every rank at the
-    gradient all-reduce, so rank 0's own wait does not clear the data wait of the job."""
+    one rank's steps (``ctx.steps_rank``): a rank that waits for its data longer holds every
+    rank at the gradient all-reduce, so that rank's own wait does not clear the job's."""
     waiting = _rank_waiting_more(ctx)
     if waiting is None:
         return "not in the data wait"
     rank, wait_pct = waiting
-    return (f"not in rank 0's data wait (the steps read here), but rank {rank} waits "
+    return (f"not in rank {_shown(ctx)}'s data wait (the steps read here), but rank {rank} waits "
             f"{wait_pct:.0f}% of its time for data and every rank waits for it at the "
             f"gradient all-reduce: its rank{rank}/steps.jsonl shows whether its wait is what "
             "recurs")
 
 
+def _shown(ctx: Context) -> int:
+    """The rank whose steps are read (a job's merged meta says; rank 0 when it does not)."""
+    return ctx.steps_rank if ctx.steps_rank is not None else 0
+
+
 def _rank_waiting_more(ctx: Context) -> tuple[int, float] | None:
     """(rank, wait %) of the job's rank that waits most for data, when it waits clearly more
-    than rank 0, whose steps a job's diagnosis reads; None for one process."""
+    than the rank whose steps a job's diagnosis reads; None for one process."""
     ranks = ctx.summary.ranks
     if ctx.summary.world_size <= 1 or len(ranks) < 2:
         return None
-    own = next((r.wait_pct for r in ranks if r.rank == 0), None) or 0.0
+    shown = _shown(ctx)
+    own = next((r.wait_pct for r in ranks if r.rank == shown), None) or 0.0
     known = [r for r in ranks if r.wait_pct is not None]
     if not known:
         return None
     most = max(known, key=lambda r: (r.wait_pct or 0.0, -r.rank))
     wait_pct = most.wait_pct or 0.0
-    if most.rank == 0 or wait_pct < max(RANK_WAIT_RATIO * own, own + RANK_WAIT_MORE_PP):
+    if most.rank == shown or wait_pct < max(RANK_WAIT_RATIO * own, own + RANK_WAIT_MORE_PP):
         return None
     return most.rank, wait_pct
 

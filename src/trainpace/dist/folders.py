@@ -37,7 +37,8 @@ class DistributedRun:
     path: Path
     summary: Summary
     meta: dict[str, Any]
-    # the steps (as columns) and sampler rows of the rank the figures come from (the furthest)
+    # the steps (as columns) and sampler rows of the rank whose steps stand for the job
+    # (Merger.steps_rank; meta["dist"]["steps_rank"] names it): what the diagnosis reads
     series: StepSeries = field(default_factory=StepSeries)
     system: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -123,6 +124,11 @@ class _Signs:
         return out
 
 
+def _cpu_count(meta: Mapping[str, Any]) -> int | None:
+    value = meta.get("cpu_count")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -145,7 +151,7 @@ def window_records(rank: int, run: RunData, size: int | None = None) -> list[Win
             rank=rank, local_rank=int(meta.get("local_rank") or 0),
             node=int(meta.get("node") or 0), host=meta.get("host"), window=index,
             steps=steps, warmup=warmup, t_unix=(started or 0.0) + t_end,
-            figures=signs.over(t_start, t_end), final=False))
+            figures=signs.over(t_start, t_end), cpu_count=_cpu_count(meta), final=False))
     if finished and out:
         out[-1]["final"] = True  # its last window: the rank ran to its end
     elif finished:
@@ -162,8 +168,9 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
     """The merged run of a folder holding ``rank{r}/`` folders; None when it holds none.
 
     A rank whose ``summary.json`` is behind its steps (it died after writing it) is rebuilt
-    from its steps; the figures of the job come from the rank that got furthest, and a note
-    names each rank that ended early and its last step. Rank numbers and world sizes beyond
+    from its steps; the job's step counts come from the rank that got furthest, its step
+    times and the steps its diagnosis reads from the rank whose steps stand for the job
+    (``Merger.steps_rank``), and a note names each rank that ended early and its last step. Rank numbers and world sizes beyond
     :data:`MAX_WORLD_SIZE` are damage, left out by name: the work is bounded by the folders
     on disk, never by a number written in one.
     """
@@ -208,8 +215,14 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
         if top.summary.steps.total >= summaries[furthest].steps.total:
             notes.append(f"using rank 0's live merge of {live_ranks} ranks (summary.json), not "
                          f"the {len(runs)} rank folders here")
-            return DistributedRun(folder, top.summary, dict(top.meta), runs[min(runs)].series,
-                                  runs[min(runs)].system, notes, sorted(runs))
+            meta = dict(top.meta)
+            dist = meta.get("dist")
+            dist = dist if isinstance(dist, dict) else {}
+            shown = dist.get("steps_rank")
+            shown = shown if isinstance(shown, int) and shown in runs else min(runs)
+            meta["dist"] = {**dist, "steps_rank": shown}
+            return DistributedRun(folder, top.summary, meta, runs[shown].series,
+                                  runs[shown].system, notes, sorted(runs))
         notes.append(f"rank 0's live merge (summary.json, over {top.summary.steps.total} steps) "
                      f"is behind rank {furthest}'s {summaries[furthest].steps.total} steps: the "
                      f"{len(runs)} rank folders here are merged instead")
@@ -224,15 +237,19 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
     notes.extend(_ended_early(merger, summaries[furthest].steps.total))
     first = runs[min(runs)]
     base = summaries[furthest]
+    steps_rank = merger.steps_rank()
+    shown = steps_rank if steps_rank is not None else furthest
     info = RankInfo(rank=0, world_size=world, host=first.meta.get("host"))
     meta = merged_meta(merger, info=info, run_id=folder.name,
-                       started_unix=_unix(first.meta.get("started_at")) or 0.0, done=True)
+                       started_unix=_unix(first.meta.get("started_at")) or 0.0, done=True,
+                       rank_meta=runs[shown].meta)
+    meta["dist"]["steps_rank"] = shown
     meta["dist"]["exchange"] = "rank_folders"
     meta["finished_at"] = (top.meta.get("finished_at") if top is not None else None) or max(
         (str(r.meta.get("finished_at")) for r in runs.values() if r.meta.get("finished_at")),
         default=None)
     summary = merged_summary(merger, base, done=True, rank_summaries=summaries)
-    return DistributedRun(folder, summary, meta, runs[furthest].series, runs[furthest].system,
+    return DistributedRun(folder, summary, meta, runs[shown].series, runs[shown].system,
                           notes, sorted(runs), merger)
 
 

@@ -1,13 +1,18 @@
 """The merged run: a ``trainpace.summary/1`` of all ranks, and the run folder's meta.
 
 The figures that add up across ranks are merged (throughput, data wait); the job's step
-times are the slowest rank's (the one that holds the job's time, as in global throughput),
-from that rank's own steps: its step median, p90 and mean, never a median of window medians
-or of other ranks' medians. The figures no merge defines (the steady span's rates) are
-``None``, never rank 0's; the rest are rank 0's (device kind and name, FLOPs per step). Each
-``ranks[]`` entry carries the contract's keys and, as extensions, the rank's place (local
-rank, node), its device and host signs, its scores and whether it ran to the end. The
-top-level ``dist`` key (an extension) says how the merge was made and which ranks are missing.
+times are those of the rank whose steps stand for the job (``Merger.steps_rank``: the slowest,
+the one that holds the job's time as in global throughput), from that rank's own steps: its
+step median, p90 and mean, never a median of window medians or of other ranks' medians; its
+host section goes with them (the diagnosis reads that rank's steps and sampler rows). The
+figures no merge defines (the steady span's rates) are ``None``, never rank 0's; the rest are
+rank 0's (device kind and name, FLOPs per step). The cost is the job's: its throughput, priced
+per accelerator or, on the CPU, per host. Each ``ranks[]`` entry carries the contract's keys
+(its ``step_s_median`` from its own steps where they were read, else ``None``) and, as
+extensions, the rank's place (local rank, node), its device and host signs, the median of its
+recent windows' step medians (``window_step_s_median``, what the window records carry), its
+scores and whether it ran to the end. The top-level ``dist`` key (an extension) says how the
+merge was made and which ranks are missing.
 """
 
 from __future__ import annotations
@@ -15,14 +20,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from trainpace.dist.ranks import RankInfo, rank_folder
 from trainpace.runlog import META_SCHEMA
-from trainpace.summary import Communication, RankEntry, Summary, Time
+from trainpace.measure.cost import cost_of
+from trainpace.measure.energy import EnergyReading
+from trainpace.summary import Communication, Cost, RankEntry, Summary, Time
 
-RANK_EXTRAS = ("local_rank", "node", "windows", "last_step", "final", "pre_collective_pct",
+RANK_EXTRAS = ("local_rank", "node", "window_step_s_median", "cpu_count", "windows", "last_step", "final", "pre_collective_pct",
                "communication_pct", "util_pct", "temperature_c", "throttle_pct",
                "process_cpu_pct", "system_cpu_pct")
 
@@ -38,6 +45,8 @@ class Merged(Protocol):
     def rank_dicts(self) -> list[dict[str, Any]]: ...
 
     def slowest_rank(self) -> int | None: ...
+
+    def steps_rank(self) -> int | None: ...
 
     def throughput(self) -> dict[str, float | None]: ...
 
@@ -56,13 +65,13 @@ def merged_summary(merger: Merged, base: Summary, *, done: bool,
                    rank_summaries: Mapping[int, Summary] | None = None) -> Summary:
     """``base`` (rank 0's own summary) with the figures of every rank merged in.
 
-    ``rank_summaries``: ranks' own summaries (from their steps), by rank; the slowest rank's
-    gives the job's step times (``None`` when it is not among them), and each one present
-    gives its ``ranks[]`` entry's step median.
+    ``rank_summaries``: ranks' own summaries (from their steps), by rank; the one of the rank
+    whose steps stand for the job gives the job's step times and host section (``None`` when
+    it is not among them), and each one present gives its ``ranks[]`` entry's step median.
     """
     own = rank_summaries or {}
-    slowest_rank = merger.slowest_rank()
-    slowest = own.get(slowest_rank) if slowest_rank is not None else None
+    steps_rank = merger.steps_rank()
+    shown = own.get(steps_rank) if steps_rank is not None else None
     states = merger.rank_dicts()
     rates = merger.throughput()
     wait_s_per_step = merger.wait_s_per_step()
@@ -73,13 +82,13 @@ def merged_summary(merger: Merged, base: Summary, *, done: bool,
         # time in it is waiting for a slower rank (the straggler rule's business).
         communication = Communication(share_pct=min(comm), overlap_pct=None,
                                       source="ddp_comm_hook (least-waiting rank)")
-    job_time = slowest.time if slowest is not None else Time()
+    job_time = shown.time if shown is not None else Time()
 
     def rank_median(state: Mapping[str, Any]) -> float | None:
         summary = own.get(state["rank"])
-        return summary.time.step_s_median if summary is not None else state["step_s_median"]
+        return summary.time.step_s_median if summary is not None else None
 
-    return dataclasses.replace(
+    merged = dataclasses.replace(
         base,
         world_size=merger.world_size,
         # the steady span is a rank's (its steps without those slowed by other processes):
@@ -95,11 +104,41 @@ def merged_summary(merger: Merged, base: Summary, *, done: bool,
                                  step_s_mean=job_time.step_s_mean),
         data=dataclasses.replace(base.data, wait_pct=merger.wait_pct(),
                                  wait_s_per_step=wait_s_per_step),
+        host=shown.host if shown is not None else base.host,
         ranks=[RankEntry(rank=s["rank"], host=s["host"], samples_per_s=s["samples_per_s"],
                          step_s_median=rank_median(s), wait_pct=s["wait_pct"])
                for s in states],
         communication=communication,
     )
+    return dataclasses.replace(merged, cost=job_cost(merged, base.cost, own, states))
+
+
+def job_cost(merged: Summary, own_cost: Cost, rank_summaries: Mapping[int, Summary],
+             states: Sequence[Mapping[str, Any]]) -> Cost:
+    """The job's cost at rank 0's prices: the job's throughput, priced per accelerator or, on
+    the CPU, per host (:func:`~trainpace.measure.cost.priced_units`). Its power is the ranks'
+    measured power summed (one rank per host on the CPU: the host's package is read by each
+    of its ranks), when every rank's own summary is at hand; else a rated power per unit."""
+    price, grid = own_cost.price_per_hour, own_cost.grid_g_per_kwh
+    rated_w = (own_cost.power_w_mean / own_cost.devices
+               if own_cost.energy_is_estimate and own_cost.power_w_mean is not None
+               and own_cost.devices else None)
+    costs = {s["rank"]: rank_summaries[s["rank"]].cost for s in states
+             if s["rank"] in rank_summaries}
+    if states and len(costs) == len(states) and all(
+            c.power_w_mean is not None and not c.energy_is_estimate for c in costs.values()):
+        cpu = merged.device.kind == "cpu"
+        per_unit = {s["host"] if cpu else s["rank"]: float(costs[s["rank"]].power_w_mean or 0.0)
+                    for s in states}
+        energy = EnergyReading(power_w_mean=sum(per_unit.values()),
+                               source=costs[states[0]["rank"]].energy_source)
+    elif own_cost.energy_source is None:  # rank 0 measured none: why, as it said
+        energy = EnergyReading(missing=own_cost.energy_missing)
+    else:
+        energy = EnergyReading(missing="not every rank's measured power is at hand (another "
+                                       "node's folder)")
+    return cost_of(merged, price_per_hour=price, grid_g_per_kwh=grid, energy=energy,
+                   rated_power_w=rated_w)
 
 
 def summary_dict(summary: Summary, merger: Merged, *, done: bool) -> dict[str, Any]:
@@ -126,15 +165,40 @@ def summary_dict(summary: Summary, merger: Merged, *, done: bool) -> dict[str, A
     return data
 
 
+# What a rank's own meta.json says of the run's setup that the findings and the report read
+# (the front-end that made it, its settings and loader, its vitals and ceilings, what a
+# framework integration noted): the job's meta takes them from the rank whose steps it shows.
+RANK_META_KEYS = ("made_by", "argv", "versions", "device", "clock", "config", "target", "loader",
+                  "tokens_counted", "vitals", "ceilings", "framework")
+
+
 def merged_meta(merger: Merged, *, info: RankInfo, run_id: str, started_unix: float,
-                done: bool, exchange_error: str | None = None) -> dict[str, Any]:
-    """The run folder's own ``meta.json``: the job, its ranks, and the merge's state."""
+                done: bool, exchange_error: str | None = None,
+                rank_meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The run folder's own ``meta.json``: the job, its ranks, its hosts, and the merge's state.
+
+    ``rank_meta``: the meta.json of the rank whose steps stand for the job
+    (``merger.steps_rank()``), for the setup a single rank's meta has (:data:`RANK_META_KEYS`).
+    ``hosts`` lists each host with its ranks and CPUs; ``cpu_count`` is that rank's host's (the
+    cores its DataLoader workers share with the other ranks there); ``dist.steps_rank`` names
+    the rank."""
     def iso(t: float) -> str:
         return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat()
 
     state = merger.state(done=done)
     state["exchange"] = "store"
     state["exchange_error"] = exchange_error
+    steps_rank = merger.steps_rank()
+    state["steps_rank"] = steps_rank
+    hosts: dict[str | None, dict[str, Any]] = {}
+    for entry in state["ranks"]:
+        host = hosts.setdefault(entry.get("host"), {"host": entry.get("host"), "ranks": 0,
+                                                     "cpu_count": None})
+        host["ranks"] += 1
+        host["cpu_count"] = host["cpu_count"] or entry.get("cpu_count")
+    shown_host = next((e.get("host") for e in state["ranks"] if e.get("rank") == steps_rank),
+                      info.host)
+    own = rank_meta or {}
     return {
         "schema": META_SCHEMA,
         "run_id": run_id,
@@ -144,9 +208,11 @@ def merged_meta(merger: Merged, *, info: RankInfo, run_id: str, started_unix: fl
         "world_size": info.world_size,
         "rank": None,  # the merged run: every rank
         "rank_folder": rank_folder(Path(), 0).name.replace("0", "{rank}"),  # rank{rank}/
+        **{key: own[key] for key in RANK_META_KEYS if key in own},
+        "cpu_count": (hosts.get(shown_host) or {}).get("cpu_count") or own.get("cpu_count"),
+        "hosts": list(hosts.values()),
         "dist": state,
     }
-
 
 
 def rank_summary(summary: Summary, info: RankInfo) -> Summary:

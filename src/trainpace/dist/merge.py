@@ -33,6 +33,7 @@ from trainpace.units import number_or_none
 
 HISTORY_WINDOWS = 16  # scores kept per rank for the persistence check of the diagnosis
 STALE_WINDOWS = 2  # a window is scored without the ranks this many windows behind the newest
+SAME_TIME_PCT = 1.0  # ranks whose measured seconds are this close hold the job's time together
 
 
 class WindowRecord(TypedDict):
@@ -59,6 +60,7 @@ class WindowRecord(TypedDict):
     throttle_pct: float | None
     process_cpu_pct: float | None
     system_cpu_pct: float | None
+    cpu_count: int | None  # CPUs the rank may run on (its host's, as its DataLoader sees them)
     final: bool  # the rank's last window: it finished
 
 
@@ -75,6 +77,7 @@ def window_record(
     figures: Mapping[str, Any] | None = None,
     pre_s: float | None = None,
     comm_s: float | None = None,
+    cpu_count: int | None = None,
     final: bool = False,
 ) -> WindowRecord:
     """A rank's record of one window, from its step records (warm-up steps left out)."""
@@ -100,6 +103,7 @@ def window_record(
         throttle_pct=number_or_none(figures.get("throttle_pct")),
         process_cpu_pct=number_or_none(figures.get("process_cpu_pct")),
         system_cpu_pct=number_or_none(figures.get("system_cpu_pct")),
+        cpu_count=cpu_count,
         final=final,
     )
 
@@ -124,6 +128,7 @@ class RankState:
     local_rank: int = 0
     node: int = 0
     host: str | None = None
+    cpu_count: int | None = None
     windows: int = 0
     last_window: int = 0
     last_step: int = 0
@@ -149,11 +154,14 @@ class RankState:
         latest = self.latest
         return {
             "rank": self.rank, "local_rank": self.local_rank, "node": self.node,
-            "host": self.host, "windows": self.windows, "last_window": self.last_window,
+            "host": self.host, "cpu_count": self.cpu_count, "windows": self.windows, "last_window": self.last_window,
             "last_step": self.last_step, "last_seen_unix": self.last_seen_unix,
             "final": self.final,
             "samples_per_s": self.samples / self.measured_s if self.measured_s > 0 else None,
-            "step_s_median": median(list(self.step_s_medians)),
+            # the median of its recent windows' step medians (what the records carry), not of
+            # its steps: the merged summary's ranks[] takes its steps' median where they
+            # are read, and this figure under its own name elsewhere
+            "window_step_s_median": median(list(self.step_s_medians)),
             "wait_pct": share_pct(self.wait_s, self.measured_s),
             "pre_collective_pct": (100.0 * self.pre_s / self.measured_s
                                    if self.pre_s is not None and self.measured_s > 0 else None),
@@ -204,6 +212,7 @@ class Merger:
             return  # a record seen twice (the store keeps a ring of windows)
         state.local_rank, state.node, state.host = (record["local_rank"], record["node"],
                                                     record["host"])
+        state.cpu_count = record.get("cpu_count", state.cpu_count)
         state.windows += 1
         state.last_window = record["window"]
         state.last_step = max(state.last_step, record["last_step"])  # a final one may be empty
@@ -298,6 +307,24 @@ class Merger:
         if not states:
             return None
         return max(states, key=lambda s: (s.measured_s, -s.rank)).rank
+
+    def steps_rank(self) -> int | None:
+        """The rank whose steps stand for the job's (its step times, its diagnosis): the
+        slowest, or, among the ranks within :data:`SAME_TIME_PCT` of its measured seconds
+        (a synchronous job: the all-reduce makes their step times equal, and which is a hair
+        slower is chance), the one the others wait for: the most time per step before the
+        collective (the comm hook's, else the data wait). Ties: the lowest rank."""
+        slowest = self.slowest_rank()
+        if slowest is None:
+            return None
+        floor_s = self.ranks[slowest].measured_s * (1.0 - SAME_TIME_PCT / 100.0)
+        together = [s for s in self.ranks.values() if s.measured_s >= floor_s and s.steps > 0]
+        use_pre = all(s.pre_s is not None for s in together)
+
+        def before_collective_s(s: RankState) -> float:
+            return float((s.pre_s if use_pre else s.wait_s) or 0.0) / s.steps
+
+        return max(together, key=lambda s: (before_collective_s(s), -s.rank)).rank
 
     def throughput(self) -> dict[str, float | None]:
         """Global samples/s and tokens/s: Σ samples over ranks / max measured seconds."""

@@ -223,6 +223,11 @@ class TreeMerger:
             return None
         return max(nodes, key=lambda r: (r["slowest_s"], -r["slowest_rank"]))["slowest_rank"]
 
+    def steps_rank(self) -> int | None:
+        """The rank whose steps stand for the job's: the slowest (the node records carry no
+        per-rank wait to tell apart the ranks that hold the job's time together)."""
+        return self.slowest_rank()
+
     @property
     def pending(self) -> bool:
         """Whether a window waits for a node's record before it can be scored."""

@@ -22,9 +22,12 @@ from trainpace.dist.folders import MIN_WINDOWS, read_distributed
 from trainpace.dist.job_summary import rank_summary, summary_dict
 from trainpace.dist.job_window import OWN_FIGURES, job_window
 from trainpace.dist.merge import Merger, WindowRecord
-from trainpace.dist.monitor import RankMonitor, vitals_signs
+from trainpace.dist.monitor import RankMonitor
+from trainpace.dist.publication import Diagnose, JobSteps
 from trainpace.dist.ranks import RankInfo, rank_info
+from trainpace.dist.signs import vitals_signs
 from trainpace.errors import ConfigError
+from trainpace.meter.meta import usable_cpus
 from trainpace.meter.outputs import shows_job
 from trainpace.runlog import Record
 from trainpace.sinks.base import FanOut, Sink
@@ -60,7 +63,8 @@ class JobRank:
         self._shown_window = 0  # the newest merged window the dashboards were given
         self._failed = False
         if info.distributed:
-            self.monitor = monitor or RankMonitor(info, run_id="", signs=vitals_signs(vitals))
+            self.monitor = monitor or RankMonitor(info, run_id="", signs=vitals_signs(vitals),
+                                                  cpu_count=usable_cpus())
             if info.rank == 0:
                 self.monitor.publish = self._publish
 
@@ -156,8 +160,7 @@ class JobRank:
         """This rank's summary in the job's terms (world size, its rank)."""
         return rank_summary(summary, self.info)
 
-    def finish(self, summary: Summary,
-               diagnose: Callable[[Summary, Mapping[str, Any]], Summary]) -> Summary | None:
+    def finish(self, summary: Summary, diagnose: Diagnose) -> Summary | None:
         """The summary to show: a single process's own; at rank 0 the merged job's; None on
         the other ranks (they stay quiet)."""
         if self.monitor is None:
@@ -179,8 +182,7 @@ class JobRank:
         if self.monitor is not None:
             self.monitor.timeout_s = min(self.monitor.timeout_s, TERM_WAIT_S)
 
-    def _replayed(self, diagnose: Callable[[Summary, Mapping[str, Any]], Summary],
-                  ) -> Summary | None:
+    def _replayed(self, diagnose: Diagnose) -> Summary | None:
         """Rank 0, at the end: when the live merge scored too few windows to tell a
         straggler (a short job, the default window), or a rank did not send its last window
         (it died: its folder may hold a window more than it sent), the job merged again from
@@ -198,7 +200,9 @@ class JobRank:
                 return None
             meta = {**run.meta, "run_id": monitor.run_id}
             meta["dist"]["exchange"] = "store, then rank_folders (few windows or a rank gone)"
-            merged = diagnose(run.summary, meta)
+            # the steps of the rank that stands for the job, as the replay chose it
+            merged = diagnose(run.summary, meta, JobSteps(
+                rank=int(meta["dist"]["steps_rank"]), series=run.series, system=run.system))
             if self._merged_folder is not None:
                 self._merged_folder.log(Record("summary", summary_dict(merged, run.merger,
                                                                       done=True)))

@@ -357,8 +357,8 @@ class Meter:
         shown = self._job.finish(
             self._summary,
             # what a front-end noted (note()) is rank 0's, the job's meta has no place for it
-            lambda merged, meta: self._summaries.diagnosed(merged, {**meta, **self._notes},
-                                                           tune=False))
+            lambda merged, meta, steps: self._summaries.diagnosed(
+                merged, {**meta, **self._notes}, tune=False, steps=steps))
         self.job_summary = shown
         if self.config.report and shown is not None:
             try:

@@ -18,6 +18,7 @@ import torch
 from trainpace.devices.ceilings import FirstRun, ensure_ceilings
 from trainpace.devices.specs import canonical_dtype
 from trainpace.diagnosis import diagnose
+from trainpace.dist.publication import JobSteps
 from trainpace.job.goodput import goodput
 from trainpace.job.ledger import read_job
 from trainpace.measure.recorder import StepRecorder
@@ -101,14 +102,17 @@ class Summaries:
             return summary
 
     def diagnosed(self, summary: Summary, meta: Mapping[str, Any], *,
-                  tune: bool = True) -> Summary:
+                  tune: bool = True, steps: JobSteps | None = None) -> Summary:
+        """``summary`` diagnosed over this process's steps, or a job's (``steps``: those of
+        the rank whose steps stand for the job, read from its folder)."""
         if "config" not in meta:
-            # the job's merged meta (rank 0): the steps diagnosed are still this process's,
-            # made in its windows, whose period is trainpace's, never the user's
+            # a job's merged meta without its ranks' setup: the steps diagnosed were made in
+            # windows of this Meter's size (every rank's), whose period is trainpace's
             meta = {**meta, "config": {"window": self._state.config.window}}
         try:
-            diagnosis = diagnose(summary, steps=self._state.series,
-                                 system=self._state.system_rows, meta=meta)
+            diagnosis = diagnose(
+                summary, steps=self._state.series if steps is None else steps.series,
+                system=self._state.system_rows if steps is None else steps.system, meta=meta)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("diagnosing the run", exc)
             return summary
