@@ -8,8 +8,8 @@ import pytest
 from dist.fakes import MemoryStore, record
 from trainpace.dist.exchange import RING, Exchange
 from trainpace.dist.monitor import RankMonitor
-from trainpace.dist.settings import timeout_from_env
 from trainpace.dist.ranks import RankInfo
+from trainpace.dist.settings import timeout_from_env
 from trainpace.summary import Summary
 
 

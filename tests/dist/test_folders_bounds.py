@@ -6,7 +6,6 @@ import json
 import pytest
 
 from dist.fakes import write_rank
-
 from trainpace.cli import main
 from trainpace.dist.folders import MAX_WORLD_SIZE, read_distributed
 from trainpace.summary import Steps, Summary, Time

@@ -1,9 +1,9 @@
 """A rank's own summary in the job's terms; the merged summary's JSON."""
 
 from dist.fakes import record
+from trainpace.dist.job_summary import merged_summary, rank_summary, summary_dict
 from trainpace.dist.merge import Merger
 from trainpace.dist.ranks import RankInfo
-from trainpace.dist.job_summary import merged_summary, rank_summary, summary_dict
 from trainpace.summary import RankEntry, Summary, Throughput, Time
 
 

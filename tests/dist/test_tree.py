@@ -10,8 +10,8 @@ import pytest
 from dist.fakes import MemoryStore, record
 from trainpace.dist.merge import Merger
 from trainpace.dist.monitor import RankMonitor
-from trainpace.dist.settings import flat_max_from_env
 from trainpace.dist.ranks import RankInfo
+from trainpace.dist.settings import flat_max_from_env
 from trainpace.dist.tree import CANDIDATES, TreeMerger, node_ranks, node_record
 from trainpace.summary import Summary
 

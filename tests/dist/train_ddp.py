@@ -7,7 +7,8 @@ KILL_RANK and KILL_STEP (that rank SIGKILLs itself after that step), STEP_SLEEP_
 rank sleeps that long between steps), WATCH_DDP=1 (time the gradient exchange),
 IGNORE_SIGTERM=1 (the launcher's stop after a failed worker does not cut the loop short),
 HANG_RANK and HANG_STEP (that rank hangs after that step), COMPUTE_RANK and COMPUTE_S
-(that rank's forward takes COMPUTE_S longer), WITH_METER=1 (the loop inside ``with meter:``),
+(that rank's forward, or every rank's with COMPUTE_RANK=all, takes COMPUTE_S longer),
+WITH_METER=1 (the loop inside ``with meter:``),
 AWAIT_JOB_WINDOWS=1 (rank 0, two steps after each window's last step, waits up to 10 s, between
 steps, for the job's window to reach its dashboards; what came when: OUT/job_windows.json).
 """
@@ -33,7 +34,7 @@ delay_s = float(env.get("DELAY_S", "0"))
 kill_rank = int(env.get("KILL_RANK", "-1"))
 kill_step = int(env.get("KILL_STEP", "0"))
 step_sleep_s = float(env.get("STEP_SLEEP_S", "0"))
-compute_rank = int(env.get("COMPUTE_RANK", "-1"))
+compute_rank = env.get("COMPUTE_RANK", "-1")  # a rank, or "all"
 compute_s = float(env.get("COMPUTE_S", "0"))
 hang_rank = int(env.get("HANG_RANK", "-1"))
 hang_step = int(env.get("HANG_STEP", "0"))
@@ -103,7 +104,7 @@ if ddp and env.get("WATCH_DDP") == "1":
 def train():
     for step, (xb, yb) in enumerate(meter.loader(batches()), start=1):
         with meter.step((xb, yb)):
-            if rank == compute_rank:
+            if compute_rank in (str(rank), "all"):
                 time.sleep(compute_s)  # a slower device: more time before the gradient exchange
             loss = nn.functional.mse_loss(model(xb), yb)
             loss.backward()
