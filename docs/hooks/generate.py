@@ -622,6 +622,35 @@ def benchmark(name: str) -> str:
     return "\n".join(lines)
 
 
+# ---- the source layout ---------------------------------------------------------------------
+
+
+def _first_paragraph(path: Path) -> str:
+    """The first paragraph of a module's docstring, on one line ("" without one)."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    paragraph = " ".join(doc.split("\n\n", 1)[0].split())
+    return re.sub(r":[a-z]+:`~?", "`", paragraph)  # Sphinx roles read as plain code
+
+
+def _modules(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.py") if p.name != "__init__.py")
+
+
+def package_layout() -> str:
+    """A table of the package's modules and subpackages, each with its docstring's first
+    paragraph (read from the source, nothing imported), and each subpackage's modules."""
+    package = SRC / "trainpace"
+    rows = ["| module | its job | modules inside |", "|---|---|---|"]
+    rows += [f"| {_code(path.name)} | {_cell(_first_paragraph(path))} | |"
+             for path in _modules(package)]
+    for folder in sorted(p for p in package.iterdir() if (p / "__init__.py").is_file()):
+        inside = [p.stem for p in _modules(folder)]
+        inside += [f"{p.name}/" for p in sorted(folder.iterdir()) if (p / "__init__.py").is_file()]
+        job = _cell(_first_paragraph(folder / "__init__.py"))
+        rows.append(f"| {_code(folder.name + '/')} | {job} | {_cell(', '.join(inside))} |")
+    return "\n".join(rows) + "\n"
+
+
 GENERATORS: dict[str, Callable[..., str]] = {
     "cli": cli_reference,
     "cli_verbs": cli_verbs,
@@ -634,6 +663,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "findings": findings,
     "finding_index": finding_index,
     "benchmark": benchmark,
+    "layout": package_layout,
 }
 
 

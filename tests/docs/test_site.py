@@ -184,3 +184,21 @@ def test_the_readme_keeps_the_two_commands() -> None:
     assert ("python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 && "
             ".venv/bin/pip install -e '.[dev]' && .venv/bin/trainpace demo") in readme
     assert "\n.venv/bin/python -m pytest -q\n" in readme
+
+
+def test_the_layout_names_every_module_with_its_job():
+    package = ROOT / "src" / "trainpace"
+    page = generate.package_layout()
+    for path in package.rglob("*.py"):
+        if "__pycache__" in path.parts:
+            continue
+        job = generate._first_paragraph(path)
+        assert job, f"{path.relative_to(package)} has no docstring to say its job"
+        if path.name == "__init__.py":
+            continue
+        if path.parent == package:
+            assert f"| `{path.name}` | {job.replace('|', chr(92) + '|')} |" in page
+        elif path.parent.parent == package:
+            row = next(line for line in page.splitlines()
+                       if line.startswith(f"| `{path.parent.name}/` |"))
+            assert path.stem in row.rsplit("|", 2)[1].strip().split(", ")
