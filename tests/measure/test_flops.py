@@ -157,12 +157,10 @@ def test_an_exception_of_the_step_propagates_and_leaves_no_count():
 
 
 def test_a_counter_that_cannot_start_counts_nothing(monkeypatch):
-    import torch.utils.flop_counter as fc
-
     def refuse(*args, **kwargs):
         raise RuntimeError("no modes here")
 
-    monkeypatch.setattr(fc.FlopCounterMode, "__init__", refuse)
+    monkeypatch.setattr(flops_module, "_flop_formulas", refuse)
     with StepCounter() as counter:
         value = (torch.ones(3) * 2).sum().item()
     assert value == 6.0
@@ -197,7 +195,7 @@ def test_a_step_that_never_ends_stops_counting_after_its_budget_at_a_module_call
         calls += 1
         model(torch.randn(2, 4)).sum().backward()
         if calls == 1:
-            assert len(_modes()) == 2  # within the budget
+            assert len(_modes()) == 1  # within the budget
     assert not counter.counting
     assert _modes() == []  # ended at a module call, no step boundary needed
     assert 2.0 < counter.ops_cpu_s < 2.0 + 0.05 * 20  # just past the budget
@@ -214,14 +212,13 @@ def test_without_module_calls_counting_stops_at_the_next_op_and_ops_pass_through
         x @ x
         assert not _modes()[-1].spent
         x @ x  # 1.2 s: over budget, noticed inside the dispatch, where no mode can leave
-        flop_mode, op_counter = _modes()
-        assert op_counter.spent
+        (mode,) = _modes()
+        assert mode.spent
         assert counter._tally.ops["matmul"] == 3
-        total = flop_mode.get_total_flops() if hasattr(flop_mode, "get_total_flops") else None
+        assert counter._tally.flops["matmul"] == 3 * 2 * 8**3
         x @ x
-        assert counter._tally.ops["matmul"] == 3  # no longer counted, by either mode
-        if total is not None:
-            assert flop_mode.get_total_flops() == total
+        assert counter._tally.ops["matmul"] == 3  # no longer counted
+        assert counter._tally.flops["matmul"] == 3 * 2 * 8**3
     assert _modes() == []
     assert counter.result is None and "counting stopped" in counter.error
 

@@ -33,6 +33,7 @@ before its loop; one that updates its weights by hand has not, and its first ste
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -41,11 +42,7 @@ from types import TracebackType
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import (
-    TorchDispatchMode,
-    _get_current_dispatch_mode,
-    _pop_mode_temporarily,
-)
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 logger = logging.getLogger(__name__)
@@ -230,44 +227,111 @@ def _distinct(tensors: Iterator[torch.Tensor] | list[torch.Tensor]) -> list[torc
     return out
 
 
-class _OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Sees each op before FlopCounterMode; records its bytes and the FLOPs it added, and
-    tells its counter when the budget is spent."""
+class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Sees every ATen op of the counted step: runs it, tallies its FLOPs (PyTorch's formula for
+    its op packet) and bytes, and tells its counter when the budget is spent."""
 
-    def __init__(self, tally: _Tally, total_flops: Callable[[], float],
-                 counter: StepCounter) -> None:
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # PyTorch would wrap __torch_dispatch__ in torch._disable_dynamo, whose first call
+        # imports torch._dynamo (~1 CPU-s); __torch_dispatch__ keeps dynamo out itself.
+        return False
+
+    def __init__(self, tally: _Tally, counter: StepCounter) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._tally = tally
-        self._total_flops = total_flops
         self._counter = counter
+        self._formulas = _flop_formulas()
+        self._decomposes: dict[Any, bool] = {}
+        self._parts_depth = 0  # > 0: inside a decomposed op, whose parts add to its FLOPs
+        self._parts_flops = 0.0
         self.spent = False  # past the budget: ops pass straight through
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: Mapping[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
+        if "torch._dynamo" in sys.modules:
+            # torch.compile was first called inside the counted step: dynamo may be tracing
+            # this frame (it skips compiled code while a mode is on the stack, but this one
+            # runs with the mode off); counting runs outside the trace.
+            return _dispatch_without_dynamo(self, func, args, kwargs or {})
+        return self._dispatch(func, args, kwargs or {})
+
+    def _dispatch(self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         if self.spent:
-            top = _get_current_dispatch_mode()
-            if not isinstance(top, self._counter.flop_mode_type):
-                return func(*args, **kwargs)
-            with _pop_mode_temporarily():  # FlopCounterMode, under this one: skipped
-                return func(*args, **kwargs)
+            return func(*args, **kwargs)
+        if self._parts_depth:
+            out, flops = self._run(func, args, kwargs)
+            self._parts_flops += flops
+            return out
         counter = self._counter
         started_s = counter.cpu_clock()
-        before = self._total_flops()
-        out = func(*args, **kwargs)
+        out, flops = self._run(func, args, kwargs)
         if self._tally.error is None:
             try:
-                self._tally.record(func, args, kwargs, out, self._total_flops() - before)
+                self._tally.record(func, args, kwargs, out, flops)
             except Exception as exc:  # noqa: BLE001 - counting must never break the step
                 self._tally.error = f"{func}: {type(exc).__name__}: {exc}"
         counter.ops_cpu_s += counter.cpu_clock() - started_s
         if counter.over_budget():
             # No mode can leave the stack from here (inside backward() the stack is the
-            # autograd engine's copy, restored when it ends): from now on ops go past both
-            # modes, until the next module call or the step's end takes them off.
+            # autograd engine's copy, restored when it ends): from now on ops go past this
+            # mode, until the next module call or the step's end takes it off.
             self.spent = True
-            self._counter.stop_counting(inside_dispatch=True)
+            counter.stop_counting(inside_dispatch=True)
         return out
+
+    def _run(self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+             ) -> tuple[Any, float]:
+        """The op's output and FLOPs, as FlopCounterMode counts them: an op with a
+        CompositeImplicitAutograd kernel runs as its parts, which carry its FLOPs."""
+        if self._decomposable(func):
+            outer_flops, self._parts_flops = self._parts_flops, 0.0
+            self._parts_depth += 1
+            try:
+                with self:
+                    out = func.decompose(*args, **kwargs)
+                parts_flops = self._parts_flops
+            finally:
+                self._parts_depth -= 1
+                self._parts_flops = outer_flops
+            if out is not NotImplemented:
+                return out, parts_flops
+        out = func(*args, **kwargs)
+        formula = self._formulas.get(func.overloadpacket)
+        if formula is None:
+            return out, 0.0
+        try:
+            return out, float(formula(*args, **kwargs, out_val=out))
+        except Exception as exc:  # noqa: BLE001 - counting must never break the step
+            if self._tally.error is None:
+                self._tally.error = f"{func}: {type(exc).__name__}: {exc}"
+            return out, 0.0
+
+    def _decomposable(self, func: Any) -> bool:
+        known = self._decomposes.get(func)
+        if known is None:
+            implicit = torch._C.DispatchKey.CompositeImplicitAutograd
+            known = self._decomposes[func] = func is not torch.ops.prim.device.default and (
+                implicit in func.py_kernels
+                or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), implicit))
+        return known
+
+
+# Wrapped now, made on its first call (torch._dynamo is loaded by then).
+_dispatch_without_dynamo = torch._disable_dynamo(_CountingMode._dispatch)
+
+
+class _DynamoCountingMode(_CountingMode):
+    """The mode for a process that has loaded torch._dynamo: PyTorch keeps dynamo out of this
+    one's dispatch as of every mode (its wrapper costs nothing once dynamo is loaded)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return True
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: Mapping[str, Any] | None = None) -> Any:
+        return self._dispatch(func, args, kwargs or {})
 
 
 def _current_graph_task() -> int:
@@ -276,30 +340,29 @@ def _current_graph_task() -> int:
     return int(current()) if current is not None else -1
 
 
-def _cpu_sdpa_mapping() -> dict[Any, Any]:
-    """FLOP formulas for CPU attention kernels that PyTorch's table lacks (same math)."""
+def _flop_formulas() -> dict[Any, Callable[..., Any]]:
+    """PyTorch's FLOP formulas by op packet (``torch.utils.flop_counter``'s registry, the one
+    FlopCounterMode applies), plus CPU attention kernels that its table lacks (same math)."""
     from torch.utils import flop_counter as fc
 
-    def forward(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None,
-                **kwargs: Any) -> int:
-        return int(fc.sdpa_flop_count(query, key, value))  # type: ignore[no-untyped-call]
+    def forward(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
+        return int(fc.sdpa_flop_count(query.shape, key.shape, value.shape))  # type: ignore[no-untyped-call]
 
     def backward(grad_out: Any, query: Any, key: Any, value: Any, *args: Any,
-                 out_shape: Any = None, **kwargs: Any) -> int:
-        return int(
-            fc.sdpa_backward_flop_count(grad_out, query, key, value)  # type: ignore[no-untyped-call]
-        )
+                 **kwargs: Any) -> int:
+        return int(fc.sdpa_backward_flop_count(  # type: ignore[no-untyped-call]
+            grad_out.shape, query.shape, key.shape, value.shape))
 
     aten = torch.ops.aten
-    mapping: dict[Any, Any] = {}
+    formulas: dict[Any, Callable[..., Any]] = dict(fc.flop_registry)
     for name, formula in (
         ("_scaled_dot_product_flash_attention_for_cpu", forward),
         ("_scaled_dot_product_flash_attention_for_cpu_backward", backward),
     ):
         packet = getattr(aten, name, None)
         if packet is not None:
-            mapping[packet] = formula
-    return mapping
+            formulas.setdefault(packet, formula)
+    return formulas
 
 
 class StepCounter:
@@ -321,7 +384,6 @@ class StepCounter:
         self._tally = _Tally()
         self._modes: list[Any] = []  # entered, innermost last
         self._hook: Any = None  # the module pre-hook that ends an overrun count
-        self.flop_mode_type: type = type(None)
 
     @property
     def counting(self) -> bool:
@@ -343,16 +405,12 @@ class StepCounter:
                 "ignore", message=r"Using `torch.compile\(module\)` when there are global hooks",
                 category=UserWarning)
             from torch.nn.modules.module import register_module_forward_pre_hook
-            from torch.utils.flop_counter import FlopCounterMode
 
-            flop_mode = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_mapping())
-            flop_mode.__enter__()  # type: ignore[no-untyped-call]
-            self._modes.append(flop_mode)
-            # what FlopCounterMode pushes on the mode stack (an inner mode in newer PyTorch)
-            self.flop_mode_type = type(getattr(flop_mode, "mode", None) or flop_mode)
-            op_mode = _OpCounter(self._tally, flop_mode.get_total_flops, self)
-            op_mode.__enter__()  # type: ignore[no-untyped-call]
-            self._modes.append(op_mode)
+            mode_type = (_DynamoCountingMode if "torch._dynamo" in sys.modules
+                         else _CountingMode)
+            mode = mode_type(self._tally, self)
+            mode.__enter__()  # type: ignore[no-untyped-call]
+            self._modes.append(mode)
             self._hook = register_module_forward_pre_hook(self._module_called)
         except Exception as exc:  # noqa: BLE001 - a counter that cannot start counts nothing
             self.error = f"cannot start counting ({type(exc).__name__}: {exc})"
