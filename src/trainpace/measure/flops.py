@@ -42,6 +42,7 @@ from types import TracebackType
 from typing import Any
 
 import torch
+from torch._compile import _disable_dynamo
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -318,10 +319,10 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
 
 # Wrapped now, made on its first call (torch._dynamo is loaded by then).
-_dispatch_without_dynamo = torch._disable_dynamo(_CountingMode._dispatch)
+_dispatch_without_dynamo = _disable_dynamo(_CountingMode._dispatch)
 
 
-class _DynamoCountingMode(_CountingMode):
+class _DynamoCountingMode(_CountingMode):  # type: ignore[no-untyped-call]
     """The mode for a process that has loaded torch._dynamo: PyTorch keeps dynamo out of this
     one's dispatch as of every mode (its wrapper costs nothing once dynamo is loaded)."""
 
@@ -396,8 +397,8 @@ class StepCounter:
 
     def __enter__(self) -> StepCounter:
         try:
-            # FlopCounterMode's global module hooks make torch.compile warn once per
-            # compiled module; that warning is ours, not the user's (and -W error would raise)
+            # our global module pre-hook makes torch.compile warn once per compiled
+            # module; that warning is ours, not the user's (and -W error would raise)
             quiet = warnings.catch_warnings()
             quiet.__enter__()
             self._modes.append(quiet)
@@ -406,11 +407,7 @@ class StepCounter:
                 category=UserWarning)
             from torch.nn.modules.module import register_module_forward_pre_hook
 
-            mode_type = (_DynamoCountingMode if "torch._dynamo" in sys.modules
-                         else _CountingMode)
-            mode = mode_type(self._tally, self)
-            mode.__enter__()  # type: ignore[no-untyped-call]
-            self._modes.append(mode)
+            self._enter_mode()
             self._hook = register_module_forward_pre_hook(self._module_called)
         except Exception as exc:  # noqa: BLE001 - a counter that cannot start counts nothing
             self.error = f"cannot start counting ({type(exc).__name__}: {exc})"
@@ -429,17 +426,33 @@ class StepCounter:
             return
         self.result = self._tally.result(self.samples)
 
+    def _enter_mode(self) -> None:
+        # the plain mode while no compiled code can run: its dispatch imports nothing
+        mode_type = _DynamoCountingMode if "torch._dynamo" in sys.modules else _CountingMode
+        mode = mode_type(self._tally, self)
+        mode.__enter__()  # type: ignore[no-untyped-call]
+        self._modes.append(mode)
+
     def _module_called(self, module: Any, args: Any) -> None:
-        # Between ops, outside any dispatch: the modes can leave here, unless this is a
-        # module recomputed inside backward() (activation checkpointing; see _OpCounter).
-        if self.counting and self.over_budget() and _current_graph_task() == -1:
-            self.stop_counting(inside_dispatch=False)
+        # Between ops, outside any dispatch: the mode can leave or change here, unless this
+        # is a module recomputed inside backward() (activation checkpointing; see
+        # _CountingMode). A compiled module about to run for the first time in this process
+        # (torch.compile called inside the counted step) gets the mode dynamo stays out of.
+        if not self.counting:
+            return
+        if self.over_budget():
+            if _current_graph_task() == -1:
+                self.stop_counting(inside_dispatch=False)
+        elif (type(self._modes[-1]) is _CountingMode and "torch._dynamo" in sys.modules
+              and _current_graph_task() == -1):
+            self._leave(self._modes.pop())
+            self._enter_mode()
 
     def stop_counting(self, *, inside_dispatch: bool) -> None:
         """The budget is spent and no step ended: stop counting (the FLOPs are unknown).
 
         Inside a dispatch the modes stay on the stack, passing ops through (see
-        :class:`_OpCounter`); they leave at the next module call or at :meth:`__exit__`.
+        :class:`_CountingMode`); they leave at the next module call or at :meth:`__exit__`.
         """
         if self.error is None:
             self.error = (f"the counted step did not end within {self.budget_s:g} s of its "

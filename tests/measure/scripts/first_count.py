@@ -1,0 +1,62 @@
+"""Counts the first step of a word-LM-style loop in a fresh process; prints one JSON object.
+
+The weights are updated by hand (no torch.optim, which would load ``torch._dynamo``).
+``by-hand``: nothing compiled. ``compile-module`` / ``compile-function``: ``torch.compile``
+is first called inside the counted step, on the model or on a function that runs it, so
+dynamo is loaded while the counting mode is on. The compiled step is checked against the
+same step from the same weights, uncounted and not compiled.
+"""
+
+import json
+import sys
+
+import torch
+
+from trainpace.measure.flops import StepCounter
+
+case = sys.argv[1]
+torch.manual_seed(0)
+embed, rnn, head = torch.nn.Embedding(30, 16), torch.nn.GRU(16, 16), torch.nn.Linear(16, 30)
+model = torch.nn.Sequential(embed, head)
+tokens = torch.randint(0, 30, (6, 4))
+
+
+def step(forward):
+    logits = forward(tokens)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 30), tokens.reshape(-1))
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(p.grad, alpha=-0.1)
+            p.grad = None
+    return logits.detach()
+
+
+def scaled_model(t):
+    return model(t) * 2.0  # an op before the first module call
+
+
+def count(forward):
+    with StepCounter() as counter:
+        logits = step(forward)
+    return logits, counter
+
+
+out = {"dynamo_loaded_before": "torch._dynamo" in sys.modules}
+if case == "by-hand":
+    _, counter = count(lambda t: head(rnn(embed(t))[0]))
+    out["dynamo_loaded_after"] = "torch._dynamo" in sys.modules
+else:
+    eager_forward = model if case == "compile-module" else scaled_model
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    expected_logits = step(eager_forward)
+    expected_weights = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(start)
+    logits, counter = count(torch.compile(eager_forward, backend="aot_eager"))
+    out["same_logits"] = torch.equal(logits, expected_logits)
+    out["same_weights"] = all(torch.equal(expected_weights[k], v)
+                              for k, v in model.state_dict().items())
+    model.load_state_dict(start)
+    out["eager_flops"] = count(eager_forward)[1].result.flops
+out |= {"flops": counter.result.flops if counter.result else None, "error": counter.error}
+print(json.dumps(out))
