@@ -11,11 +11,12 @@ import torch
 from torch.utils import flop_counter as fc
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainpace.measure.flops import StepCount, _Tally
+from trainpace.measure.flops import StepCount, _step_count
+from trainpace.measure.op_costs import OpTally
 
 
 class _BytesOnTop(TorchDispatchMode):
-    def __init__(self, tally: _Tally, total_flops: Callable[[], int]) -> None:
+    def __init__(self, tally: OpTally, total_flops: Callable[[], int]) -> None:
         super().__init__()
         self.tally, self.total_flops = tally, total_flops
 
@@ -45,9 +46,9 @@ def reference_count(fn: Callable[[], object]) -> StepCount:
         aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention,
         aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward,
     }
-    tally = _Tally()
+    tally = OpTally()
     flop_mode = fc.FlopCounterMode(display=False, custom_mapping=mapping)
     with flop_mode, _BytesOnTop(tally, flop_mode.get_total_flops):
         fn()
     assert tally.error is None, tally.error
-    return tally.result(None)
+    return _step_count(tally, None)

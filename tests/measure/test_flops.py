@@ -9,7 +9,8 @@ import torch
 
 from measure.counting import count_step
 from trainpace.measure import flops as flops_module
-from trainpace.measure.flops import FAMILIES, StepCounter, op_family, tensor_bytes
+from trainpace.measure.flops import StepCounter
+from trainpace.measure.op_costs import FAMILIES, OpTally, op_family, tensor_bytes
 
 B, IN, OUT = 8, 32, 16
 F32 = 4
@@ -182,7 +183,7 @@ def test_a_failure_of_the_counter_does_not_break_the_step(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(flops_module._Tally, "record", broken)
+    monkeypatch.setattr(OpTally, "record", broken)
     a = torch.ones(4)
     with StepCounter() as counter:
         out = a * 3
@@ -204,7 +205,7 @@ def test_a_counter_that_cannot_start_counts_nothing(monkeypatch):
     def refuse(*args, **kwargs):
         raise RuntimeError("no modes here")
 
-    monkeypatch.setattr(flops_module, "_flop_formulas", refuse)
+    monkeypatch.setattr(flops_module, "flop_formulas", refuse)
     with StepCounter() as counter:
         value = (torch.ones(3) * 2).sum().item()
     assert value == 6.0
