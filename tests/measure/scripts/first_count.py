@@ -1,7 +1,7 @@
 """Counts the first step of a word-LM-style loop in a fresh process; prints one JSON object.
 
 The weights are updated by hand (no torch.optim, which would load ``torch._dynamo``).
-``by-hand``: nothing compiled. ``compile-module`` / ``compile-function``: ``torch.compile``
+``by-hand``: nothing compiled; the count is then checked against FlopCounterMode's. ``compile-module`` / ``compile-function``: ``torch.compile``
 is first called inside the counted step, on the model or on a function that runs it, so
 dynamo is loaded while the counting mode is on. The compiled step is checked against the
 same step from the same weights, uncounted and not compiled.
@@ -18,6 +18,7 @@ case = sys.argv[1]
 torch.manual_seed(0)
 embed, rnn, head = torch.nn.Embedding(30, 16), torch.nn.GRU(16, 16), torch.nn.Linear(16, 30)
 model = torch.nn.Sequential(embed, head)
+weights = torch.nn.ModuleList([embed, rnn, head])  # all that a step updates
 tokens = torch.randint(0, 30, (6, 4))
 
 
@@ -26,9 +27,10 @@ def step(forward):
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 30), tokens.reshape(-1))
     loss.backward()
     with torch.no_grad():
-        for p in model.parameters():
-            p.add_(p.grad, alpha=-0.1)
-            p.grad = None
+        for p in weights.parameters():
+            if p.grad is not None:  # the compiled cases leave the GRU out
+                p.add_(p.grad, alpha=-0.1)
+                p.grad = None
     return logits.detach()
 
 
@@ -44,19 +46,25 @@ def count(forward):
 
 out = {"dynamo_loaded_before": "torch._dynamo" in sys.modules}
 if case == "by-hand":
+    start = {k: v.clone() for k, v in weights.state_dict().items()}
     _, counter = count(lambda t: head(rnn(embed(t))[0]))
     out["dynamo_loaded_after"] = "torch._dynamo" in sys.modules
+    from measure.flop_reference import reference_count  # FlopCounterMode: loads dynamo
+
+    weights.load_state_dict(start)
+    out["same_as_flop_counter_mode"] = counter.result == reference_count(
+        lambda: step(lambda t: head(rnn(embed(t))[0])))
 else:
     eager_forward = model if case == "compile-module" else scaled_model
-    start = {k: v.clone() for k, v in model.state_dict().items()}
+    start = {k: v.clone() for k, v in weights.state_dict().items()}
     expected_logits = step(eager_forward)
-    expected_weights = {k: v.clone() for k, v in model.state_dict().items()}
-    model.load_state_dict(start)
+    expected_weights = {k: v.clone() for k, v in weights.state_dict().items()}
+    weights.load_state_dict(start)
     logits, counter = count(torch.compile(eager_forward, backend="aot_eager"))
     out["same_logits"] = torch.equal(logits, expected_logits)
     out["same_weights"] = all(torch.equal(expected_weights[k], v)
-                              for k, v in model.state_dict().items())
-    model.load_state_dict(start)
+                              for k, v in weights.state_dict().items())
+    weights.load_state_dict(start)
     out["eager_flops"] = count(eager_forward)[1].result.flops
 out |= {"flops": counter.result.flops if counter.result else None, "error": counter.error}
 print(json.dumps(out))
