@@ -157,11 +157,10 @@ def test_counting_a_step_without_an_optimizer_does_not_import_torch_dynamo():
 
 @pytest.mark.parametrize("case", ["compile-module", "compile-function"])
 def test_torch_compile_first_called_inside_the_counted_step(case):
-    # a module: the counting mode changes, at its call, to the one dynamo stays out of.
-    # A function whose first op comes before any module call: dynamo traces the counting
-    # mode's dispatch up to its first call, which runs outside the trace (under -W error a
-    # warning of dynamo's own would stop that trace: that case runs with default warnings)
-    out = _first_count(case, *(("-W", "error") if case == "compile-module" else ()))
+    # dynamo is loaded under the unwrapped mode: at the compiled module's call (no op in
+    # between), or at the op after it, the mode goes through PyTorch's wrapper; without
+    # that, -W error turns a warning of dynamo's, tracing the mode, into an error in the step
+    out = _first_count(case, "-W", "error")
     assert out["dynamo_loaded_before"] is False
     assert out["same_logits"] and out["same_weights"]
     assert out["error"] is None

@@ -34,10 +34,11 @@ mode's own code, which can only happen once dynamo is loaded; so our mode is unw
 it is not, and PyTorch's wrapper (free by then) is used once it is. Dynamo runs a compiled
 model eagerly while a mode is on the stack, so its first step is counted like any other.
 ``torch.compile`` first called inside the counted step loads dynamo under the unwrapped mode:
-at the compiled module's call the mode changes. A compiled function that runs ops before
-any module call has dynamo trace the start of the mode's dispatch, up to its call of the
-counting, which runs outside the trace: the step runs and is counted as eager code (but
-under ``python -W error`` a warning of dynamo's own, about a non-leaf tensor, stops it).
+from the first op or module call after that, the mode dispatches through PyTorch's wrapper.
+Only a compiled function whose very first op comes before any module call can have dynamo
+trace the start of the unwrapped dispatch, up to its call of the counting, which runs outside
+the trace: the step runs and is counted as eager code (but under ``python -W error``, if that
+op's tensors are not leaves, a warning of dynamo's own stops it).
 """
 
 from __future__ import annotations
@@ -136,11 +137,19 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if "torch._dynamo" in sys.modules:
             # torch.compile was first called inside the counted step: dynamo may be tracing
             # this frame (it skips compiled code while a mode is on the stack, but this one
-            # runs with the mode off); counting runs outside the trace.
+            # runs with the mode off); counting runs outside the trace, and the next op
+            # comes through PyTorch's wrapper, which dynamo never traces.
             return _dispatch_without_dynamo(self, func, args, kwargs or {})
         return self._dispatch(func, args, kwargs or {})
 
+    def keep_dynamo_out(self) -> None:
+        """From the next op on, dispatch through PyTorch's wrapper (free once dynamo is
+        loaded); the mode stays where it is on the stack, even inside backward()."""
+        self.__class__ = _DynamoCountingMode
+
     def _dispatch(self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        if type(self) is _CountingMode and "torch._dynamo" in sys.modules:
+            self.keep_dynamo_out()  # loaded since the last op
         if self.spent:
             return func(*args, **kwargs)
         if self._parts_depth:
@@ -206,8 +215,8 @@ _dispatch_without_dynamo = _disable_dynamo(_CountingMode._dispatch)
 
 
 class _DynamoCountingMode(_CountingMode):  # type: ignore[no-untyped-call]
-    """The mode for a process that has loaded torch._dynamo: PyTorch keeps dynamo out of its
-    dispatch, as it does for every mode (the wrapper costs nothing once dynamo is loaded)."""
+    """What the counting mode becomes once torch._dynamo is loaded: PyTorch keeps dynamo out
+    of its dispatch, as it does for every mode (the wrapper costs nothing by then)."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -265,7 +274,11 @@ class StepCounter:
                 category=UserWarning)
             from torch.nn.modules.module import register_module_forward_pre_hook
 
-            self._enter_mode()
+            mode = _CountingMode(self._tally, self)
+            if "torch._dynamo" in sys.modules:
+                mode.keep_dynamo_out()
+            mode.__enter__()  # type: ignore[no-untyped-call]
+            self._modes.append(mode)
             self._hook = register_module_forward_pre_hook(self._module_called)
         except Exception as exc:  # noqa: BLE001 - a counter that cannot start counts nothing
             self.error = f"cannot start counting ({type(exc).__name__}: {exc})"
@@ -284,27 +297,18 @@ class StepCounter:
             return
         self.result = _step_count(self._tally, self.samples)
 
-    def _enter_mode(self) -> None:
-        # the plain mode while no compiled code can run: its dispatch imports nothing
-        mode_type = _DynamoCountingMode if "torch._dynamo" in sys.modules else _CountingMode
-        mode = mode_type(self._tally, self)
-        mode.__enter__()  # type: ignore[no-untyped-call]
-        self._modes.append(mode)
-
     def _module_called(self, module: Any, args: Any) -> None:
-        # Between ops, outside any dispatch: the mode can leave or change here, unless this
-        # is a module recomputed inside backward() (activation checkpointing; see
-        # _CountingMode). A compiled module about to run for the first time in this process
-        # (torch.compile called inside the counted step) gets the mode dynamo stays out of.
+        # Between ops, outside any dispatch: the mode can leave here, unless this is a
+        # module recomputed inside backward() (activation checkpointing; see _CountingMode).
         if not self.counting:
             return
-        if self.over_budget():
-            if _current_graph_task() == -1:
-                self.stop_counting(inside_dispatch=False)
-        elif (type(self._modes[-1]) is _CountingMode and "torch._dynamo" in sys.modules
-              and _current_graph_task() == -1):
-            self._leave(self._modes.pop())
-            self._enter_mode()
+        mode = self._modes[-1]
+        if type(mode) is _CountingMode and "torch._dynamo" in sys.modules:
+            # torch.compile was first called inside the counted step: a compiled module may
+            # be about to run
+            mode.keep_dynamo_out()
+        if self.over_budget() and _current_graph_task() == -1:
+            self.stop_counting(inside_dispatch=False)
 
     def stop_counting(self, *, inside_dispatch: bool) -> None:
         """The budget is spent and no step ended: stop counting (the FLOPs are unknown).
