@@ -255,7 +255,7 @@ class StepCounter:
 
     @property
     def counting(self) -> bool:
-        """Whether any of the counting modes is still on (False once the budget is spent)."""
+        """Whether the counting mode is still on (False once the budget is spent)."""
         return bool(self._modes)
 
     def over_budget(self) -> bool:
