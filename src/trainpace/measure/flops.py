@@ -1,16 +1,19 @@
 """FLOPs and bytes moved by one training step, counted once, per op family.
 
-The step runs under ``torch.utils.flop_counter.FlopCounterMode`` (PyTorch's own FLOP formulas:
-matmuls, convolutions, attention) and, on top of it, a dispatch mode of ours that sees every
-ATen op first and tallies:
+The step runs under one dispatch mode of ours that sees every ATen op and tallies
+(:mod:`trainpace.measure.op_costs` says what an op costs):
 
+- the FLOPs of PyTorch's own formulas (``torch.utils.flop_counter``'s registry, the one its
+  ``FlopCounterMode`` applies: matmuls, convolutions, attention), with the arguments and
+  output FlopCounterMode gives them; an op that PyTorch can decompose (its
+  CompositeImplicitAutograd kernel) runs as its parts, whose FLOPs are its own, as
+  FlopCounterMode counts it. Attributed to the op's family and to the dtype it computed in
+  (float32 matmuls on CUDA count as ``tf32`` when PyTorch allows it);
 - the bytes it reads and writes: every distinct tensor input plus every output, at the size
   the op touches (a view counts its own elements, a broadcast input its distinct ones); views
   and allocations move nothing. This is the traffic of an unfused execution with no cache
   reuse: close to DRAM traffic for large tensors on a GPU, an overstatement when tensors fit
-  in a cache or kernels are fused (``torch.compile``);
-- the FLOPs FlopCounterMode added while the op ran, attributed to the op's family and to
-  the dtype it computed in (float32 matmuls on CUDA count as ``tf32`` when PyTorch allows it).
+  in a cache or kernels are fused (``torch.compile``).
 
 Only ops with a FLOP formula have FLOPs (elementwise ops count 0), which is what model FLOPs
 utilization means. Counting never raises into the step: a failure of ours leaves the
@@ -23,119 +26,41 @@ module call, and its FLOPs are unknown. The CPU time of the ops themselves, not 
 other processes taking the CPU, and what the loop does between ops (compiling a model,
 loading data), do not use up the budget.
 
-The first op under counting in a process also pays a one-time import of ``torch._dynamo``
-(about 1 CPU-s, ~830 modules with sympy): PyTorch wraps every dispatch mode's
-``__torch_dispatch__`` (ours and FlopCounterMode's) in ``torch._disable_dynamo``, which imports
-it on first call. A script that builds a ``torch.optim`` optimizer has imported it already,
-before its loop; one that updates its weights by hand has not, and its first step carries it.
+Counting imports nothing big. PyTorch wraps a dispatch mode's ``__torch_dispatch__`` in
+``torch._disable_dynamo``, whose first call imports ``torch._dynamo`` (about 1 CPU-s, ~830
+modules with sympy): a script that updates its weights by hand (no ``torch.optim``, which
+imports it) paid that in its first counted step. The wrapper keeps dynamo from tracing the
+mode's own code, which can only happen once dynamo is loaded; so our mode is unwrapped while
+it is not, and PyTorch's wrapper (free by then) is used once it is. Dynamo runs a compiled
+model eagerly while a mode is on the stack, so its first step is counted like any other.
+``torch.compile`` first called inside the counted step loads dynamo under the unwrapped mode:
+from the first op or module call after that, the mode dispatches through PyTorch's wrapper.
+Only a compiled function whose very first op comes before any module call can have dynamo
+trace the start of the unwrapped dispatch, up to its call of the counting, which runs outside
+the trace: the step runs and is counted as eager code (but under ``python -W error``, if that
+op's tensors are not leaves, a warning of dynamo's own stops it).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import (
-    TorchDispatchMode,
-    _get_current_dispatch_mode,
-    _pop_mode_temporarily,
-)
-from torch.utils._pytree import tree_leaves
+from torch._compile import _disable_dynamo
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from trainpace.measure.op_costs import FAMILIES, OpTally, flop_formulas
 
 logger = logging.getLogger(__name__)
 
 BUDGET_S = 5.0  # CPU seconds of counted ops before counting stops on its own
-
-FAMILIES: tuple[str, ...] = ("matmul", "conv", "attention", "elementwise", "reduction", "other")
-
-_MATMUL = frozenset({
-    "mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "mv", "addmv", "dot", "vdot",
-    "_scaled_mm", "_int_mm", "_addmm_activation", "linear",
-})
-_REDUCTION = frozenset({
-    "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data",
-    "native_layer_norm", "native_layer_norm_backward", "native_batch_norm",
-    "native_batch_norm_backward", "_native_batch_norm_legit",
-    "_native_batch_norm_legit_no_training", "native_group_norm", "native_group_norm_backward",
-    "_fused_rms_norm", "_fused_rms_norm_backward", "nll_loss_forward", "nll_loss_backward",
-    "nll_loss2d_forward", "nll_loss2d_backward", "cumsum", "logsumexp", "norm",
-    "linalg_vector_norm", "topk", "sort", "argmax", "argmin",
-})
-_ELEMENTWISE = frozenset({
-    "copy_", "_to_copy", "fill_", "zero_", "clone", "zeros_like", "ones_like", "full_like",
-    "uniform_", "normal_", "bernoulli_", "native_dropout", "native_dropout_backward",
-    "_fused_adam_", "_fused_adamw_", "_fused_sgd_", "_fused_adam", "_fused_adamw",
-})
-# In-place ops that overwrite ``self`` without reading it.
-_WRITE_ONLY_SELF = frozenset({
-    "copy_", "fill_", "zero_", "uniform_", "normal_", "bernoulli_", "random_", "exponential_",
-    "geometric_", "cauchy_", "log_normal_",
-})
-# Ops that allocate or describe memory without moving data.
-_NO_TRAFFIC = frozenset({
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
-    "detach", "alias", "lift_fresh", "_local_scalar_dense", "set_", "_unsafe_view",
-})
-
-
-_POINTWISE = getattr(torch.Tag, "pointwise", None)
-_REDUCTION_TAG = getattr(torch.Tag, "reduction", None)  # not in every PyTorch release
-
-
-def op_family(func: torch._ops.OpOverload) -> str:
-    """The family (one of :data:`FAMILIES`) of an ATen op."""
-    name = func.overloadpacket.__name__
-    if name in _MATMUL:
-        return "matmul"
-    if "conv" in name:
-        return "conv"
-    if "attention" in name:
-        return "attention"
-    tags = func.tags
-    if _POINTWISE in tags or name in _ELEMENTWISE or name.startswith("_foreach_"):
-        return "elementwise"
-    if _REDUCTION_TAG in tags or name in _REDUCTION:
-        return "reduction"
-    return "other"
-
-
-def tensor_bytes(t: torch.Tensor) -> int:
-    """Bytes of the distinct elements a tensor (or view) addresses: broadcast dims count once.
-
-    Sparse and other non-strided layouts count their stored values only when PyTorch says
-    how many; else nothing (unknown is not guessed).
-    """
-    if t.layout != torch.strided:
-        try:
-            return int(t._nnz()) * t.element_size()
-        except (RuntimeError, AttributeError, NotImplementedError):
-            return 0
-    elements = 1
-    for size, stride in zip(t.shape, t.stride(), strict=True):
-        if size == 0:
-            return 0
-        if stride != 0:
-            elements *= size
-    return elements * t.element_size()
-
-
-def _dtype_key(tensor: torch.Tensor, family: str) -> str:
-    """The peak-table dtype an op with FLOPs ran in."""
-    dtype = tensor.dtype
-    if dtype == torch.float32 and tensor.device.type == "cuda":
-        if family == "conv" and torch.backends.cudnn.allow_tf32:
-            return "tf32"
-        if family != "conv" and torch.get_float32_matmul_precision() != "highest":
-            return "tf32"
-    name = str(dtype).removeprefix("torch.")
-    return "float8" if name.startswith("float8") else name
-
 
 @dataclass(frozen=True, kw_only=True)
 class FamilyCount:
@@ -170,136 +95,142 @@ class StepCount:
         return next((f for f in self.families if f.family == name), None)
 
 
-@dataclass
-class _Tally:
-    flops: dict[str, float] = field(default_factory=dict)
-    bytes: dict[str, float] = field(default_factory=dict)
-    ops: dict[str, int] = field(default_factory=dict)
-    flops_by_dtype: dict[str, float] = field(default_factory=dict)
-    family_of: dict[Any, str] = field(default_factory=dict)
-    error: str | None = None
-
-    def record(self, func: torch._ops.OpOverload, args: tuple[Any, ...],
-               kwargs: Mapping[str, Any], out: Any, flops: float) -> None:
-        name = func.overloadpacket.__name__
-        if not flops and (func.is_view or name in _NO_TRAFFIC):
-            return  # moves no data, computes nothing
-        family = self.family_of.get(func)
-        if family is None:
-            family = self.family_of[func] = op_family(func)
-        inputs = list(_tensors(args[1:] if name in _WRITE_ONLY_SELF else args))
-        inputs += _tensors({k: v for k, v in kwargs.items() if k != "out"})
-        moved = sum(tensor_bytes(t) for t in _distinct(inputs))
-        moved += sum(tensor_bytes(t) for t in _distinct(_tensors(out)))
-        self.ops[family] = self.ops.get(family, 0) + 1
-        self.bytes[family] = self.bytes.get(family, 0.0) + moved
-        if flops:
-            self.flops[family] = self.flops.get(family, 0.0) + flops
-            first = next(iter(t for t in _tensors(args) if t.is_floating_point()), None)
-            key = _dtype_key(first, family) if first is not None else "unknown"
-            self.flops_by_dtype[key] = self.flops_by_dtype.get(key, 0.0) + flops
-
-    def result(self, samples: int | None) -> StepCount:
-        families = tuple(
-            FamilyCount(family=f, flops=self.flops.get(f, 0.0), bytes=self.bytes.get(f, 0.0),
-                        ops=self.ops[f])
-            for f in FAMILIES
-            if f in self.ops
-        )
-        return StepCount(
-            flops=sum(f.flops for f in families),
-            bytes=sum(f.bytes for f in families),
-            ops=sum(f.ops for f in families),
-            families=families,
-            flops_by_dtype=dict(self.flops_by_dtype),
-            samples=samples,
-        )
+def _step_count(tally: OpTally, samples: int | None) -> StepCount:
+    families = tuple(
+        FamilyCount(family=f, flops=tally.flops.get(f, 0.0), bytes=tally.bytes.get(f, 0.0),
+                    ops=tally.ops[f])
+        for f in FAMILIES
+        if f in tally.ops
+    )
+    return StepCount(
+        flops=sum(f.flops for f in families),
+        bytes=sum(f.bytes for f in families),
+        ops=sum(f.ops for f in families),
+        families=families,
+        flops_by_dtype=dict(tally.flops_by_dtype),
+        samples=samples,
+    )
 
 
-def _tensors(tree: Any) -> Iterator[torch.Tensor]:
-    return (leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor))
+class _CountingMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Sees every ATen op of the counted step: runs it, tallies its FLOPs (PyTorch's formula for
+    its op packet) and bytes, and tells its counter when the budget is spent."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # PyTorch would wrap __torch_dispatch__ in torch._disable_dynamo, whose first call
+        # imports torch._dynamo (~1 CPU-s); __torch_dispatch__ keeps dynamo out itself.
+        return False
 
-def _distinct(tensors: Iterator[torch.Tensor] | list[torch.Tensor]) -> list[torch.Tensor]:
-    seen: set[int] = set()
-    out = []
-    for t in tensors:
-        if id(t) not in seen:
-            seen.add(id(t))
-            out.append(t)
-    return out
-
-
-class _OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Sees each op before FlopCounterMode; records its bytes and the FLOPs it added, and
-    tells its counter when the budget is spent."""
-
-    def __init__(self, tally: _Tally, total_flops: Callable[[], float],
-                 counter: StepCounter) -> None:
+    def __init__(self, tally: OpTally, counter: StepCounter) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._tally = tally
-        self._total_flops = total_flops
         self._counter = counter
+        self._formulas = flop_formulas()
+        self._decomposes: dict[Any, bool] = {}
+        self._parts_depth = 0  # > 0: inside a decomposed op, whose parts add to its FLOPs
+        self._parts_flops = 0.0
         self.spent = False  # past the budget: ops pass straight through
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: Mapping[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
+        if "torch._dynamo" in sys.modules:
+            # torch.compile was first called inside the counted step: dynamo may be tracing
+            # this frame (it skips compiled code while a mode is on the stack, but this one
+            # runs with the mode off); counting runs outside the trace, and the next op
+            # comes through PyTorch's wrapper, which dynamo never traces.
+            return _dispatch_without_dynamo(self, func, args, kwargs or {})
+        return self._dispatch(func, args, kwargs or {})
+
+    def keep_dynamo_out(self) -> None:
+        """From the next op on, dispatch through PyTorch's wrapper (free once dynamo is
+        loaded); the mode stays where it is on the stack, even inside backward()."""
+        self.__class__ = _DynamoCountingMode
+
+    def _dispatch(self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        if type(self) is _CountingMode and "torch._dynamo" in sys.modules:
+            self.keep_dynamo_out()  # loaded since the last op
         if self.spent:
-            top = _get_current_dispatch_mode()
-            if not isinstance(top, self._counter.flop_mode_type):
-                return func(*args, **kwargs)
-            with _pop_mode_temporarily():  # FlopCounterMode, under this one: skipped
-                return func(*args, **kwargs)
+            return func(*args, **kwargs)
+        if self._parts_depth:
+            out, flops = self._run(func, args, kwargs)
+            self._parts_flops += flops
+            return out
         counter = self._counter
         started_s = counter.cpu_clock()
-        before = self._total_flops()
-        out = func(*args, **kwargs)
+        out, flops = self._run(func, args, kwargs)
         if self._tally.error is None:
             try:
-                self._tally.record(func, args, kwargs, out, self._total_flops() - before)
+                self._tally.record(func, args, kwargs, out, flops)
             except Exception as exc:  # noqa: BLE001 - counting must never break the step
                 self._tally.error = f"{func}: {type(exc).__name__}: {exc}"
         counter.ops_cpu_s += counter.cpu_clock() - started_s
         if counter.over_budget():
             # No mode can leave the stack from here (inside backward() the stack is the
-            # autograd engine's copy, restored when it ends): from now on ops go past both
-            # modes, until the next module call or the step's end takes them off.
+            # autograd engine's copy, restored when it ends): from now on ops go past this
+            # mode, until the next module call or the step's end takes it off.
             self.spent = True
-            self._counter.stop_counting(inside_dispatch=True)
+            counter.stop_counting(inside_dispatch=True)
         return out
+
+    def _run(self, func: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+             ) -> tuple[Any, float]:
+        """The op's output and FLOPs, as FlopCounterMode counts them: an op with a
+        CompositeImplicitAutograd kernel runs as its parts, which carry its FLOPs."""
+        if self._decomposable(func):
+            outer_flops, self._parts_flops = self._parts_flops, 0.0
+            self._parts_depth += 1
+            try:
+                with self:
+                    out = func.decompose(*args, **kwargs)
+                parts_flops = self._parts_flops
+            finally:
+                self._parts_depth -= 1
+                self._parts_flops = outer_flops
+            if out is not NotImplemented:
+                return out, parts_flops
+        out = func(*args, **kwargs)
+        formula = self._formulas.get(func.overloadpacket)
+        if formula is None:
+            return out, 0.0
+        try:
+            return out, float(formula(*args, **kwargs, out_val=out))
+        except Exception as exc:  # noqa: BLE001 - counting must never break the step
+            if self._tally.error is None:
+                self._tally.error = f"{func}: {type(exc).__name__}: {exc}"
+            return out, 0.0
+
+    def _decomposable(self, func: Any) -> bool:
+        known = self._decomposes.get(func)
+        if known is None:
+            implicit = torch._C.DispatchKey.CompositeImplicitAutograd
+            known = self._decomposes[func] = func is not torch.ops.prim.device.default and (
+                implicit in func.py_kernels
+                or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), implicit))
+        return known
+
+
+# Wrapped now, made on its first call (torch._dynamo is loaded by then).
+_dispatch_without_dynamo = _disable_dynamo(_CountingMode._dispatch)
+
+
+class _DynamoCountingMode(_CountingMode):  # type: ignore[no-untyped-call]
+    """What the counting mode becomes once torch._dynamo is loaded: PyTorch keeps dynamo out
+    of its dispatch, as it does for every mode (the wrapper costs nothing by then)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return True
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: Mapping[str, Any] | None = None) -> Any:
+        return self._dispatch(func, args, kwargs or {})
 
 
 def _current_graph_task() -> int:
     """The id of the backward pass running on this thread (-1: none)."""
     current = getattr(torch._C, "_current_graph_task_id", None)
     return int(current()) if current is not None else -1
-
-
-def _cpu_sdpa_mapping() -> dict[Any, Any]:
-    """FLOP formulas for CPU attention kernels that PyTorch's table lacks (same math)."""
-    from torch.utils import flop_counter as fc
-
-    def forward(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None,
-                **kwargs: Any) -> int:
-        return int(fc.sdpa_flop_count(query, key, value))  # type: ignore[no-untyped-call]
-
-    def backward(grad_out: Any, query: Any, key: Any, value: Any, *args: Any,
-                 out_shape: Any = None, **kwargs: Any) -> int:
-        return int(
-            fc.sdpa_backward_flop_count(grad_out, query, key, value)  # type: ignore[no-untyped-call]
-        )
-
-    aten = torch.ops.aten
-    mapping: dict[Any, Any] = {}
-    for name, formula in (
-        ("_scaled_dot_product_flash_attention_for_cpu", forward),
-        ("_scaled_dot_product_flash_attention_for_cpu_backward", backward),
-    ):
-        packet = getattr(aten, name, None)
-        if packet is not None:
-            mapping[packet] = formula
-    return mapping
 
 
 class StepCounter:
@@ -318,14 +249,13 @@ class StepCounter:
         self.budget_s = budget_s
         self.cpu_clock = cpu_clock
         self.ops_cpu_s = 0.0  # CPU time of the ops counted so far, counting included
-        self._tally = _Tally()
+        self._tally = OpTally()
         self._modes: list[Any] = []  # entered, innermost last
         self._hook: Any = None  # the module pre-hook that ends an overrun count
-        self.flop_mode_type: type = type(None)
 
     @property
     def counting(self) -> bool:
-        """Whether any of the counting modes is still on (False once the budget is spent)."""
+        """Whether the counting mode is still on (False once the budget is spent)."""
         return bool(self._modes)
 
     def over_budget(self) -> bool:
@@ -334,8 +264,8 @@ class StepCounter:
 
     def __enter__(self) -> StepCounter:
         try:
-            # FlopCounterMode's global module hooks make torch.compile warn once per
-            # compiled module; that warning is ours, not the user's (and -W error would raise)
+            # our global module pre-hook makes torch.compile warn once per compiled
+            # module; that warning is ours, not the user's (and -W error would raise)
             quiet = warnings.catch_warnings()
             quiet.__enter__()
             self._modes.append(quiet)
@@ -343,16 +273,12 @@ class StepCounter:
                 "ignore", message=r"Using `torch.compile\(module\)` when there are global hooks",
                 category=UserWarning)
             from torch.nn.modules.module import register_module_forward_pre_hook
-            from torch.utils.flop_counter import FlopCounterMode
 
-            flop_mode = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_mapping())
-            flop_mode.__enter__()  # type: ignore[no-untyped-call]
-            self._modes.append(flop_mode)
-            # what FlopCounterMode pushes on the mode stack (an inner mode in newer PyTorch)
-            self.flop_mode_type = type(getattr(flop_mode, "mode", None) or flop_mode)
-            op_mode = _OpCounter(self._tally, flop_mode.get_total_flops, self)
-            op_mode.__enter__()  # type: ignore[no-untyped-call]
-            self._modes.append(op_mode)
+            mode = _CountingMode(self._tally, self)
+            if "torch._dynamo" in sys.modules:
+                mode.keep_dynamo_out()
+            mode.__enter__()  # type: ignore[no-untyped-call]
+            self._modes.append(mode)
             self._hook = register_module_forward_pre_hook(self._module_called)
         except Exception as exc:  # noqa: BLE001 - a counter that cannot start counts nothing
             self.error = f"cannot start counting ({type(exc).__name__}: {exc})"
@@ -369,19 +295,26 @@ class StepCounter:
             self.error = self._tally.error
             logger.info("trainpace: FLOP/byte counting failed (%s); flops are unknown", self.error)
             return
-        self.result = self._tally.result(self.samples)
+        self.result = _step_count(self._tally, self.samples)
 
     def _module_called(self, module: Any, args: Any) -> None:
-        # Between ops, outside any dispatch: the modes can leave here, unless this is a
-        # module recomputed inside backward() (activation checkpointing; see _OpCounter).
-        if self.counting and self.over_budget() and _current_graph_task() == -1:
+        # Between ops, outside any dispatch: the mode can leave here, unless this is a
+        # module recomputed inside backward() (activation checkpointing; see _CountingMode).
+        if not self.counting:
+            return
+        mode = self._modes[-1]
+        if type(mode) is _CountingMode and "torch._dynamo" in sys.modules:
+            # torch.compile was first called inside the counted step: a compiled module may
+            # be about to run
+            mode.keep_dynamo_out()
+        if self.over_budget() and _current_graph_task() == -1:
             self.stop_counting(inside_dispatch=False)
 
     def stop_counting(self, *, inside_dispatch: bool) -> None:
         """The budget is spent and no step ended: stop counting (the FLOPs are unknown).
 
         Inside a dispatch the modes stay on the stack, passing ops through (see
-        :class:`_OpCounter`); they leave at the next module call or at :meth:`__exit__`.
+        :class:`_CountingMode`); they leave at the next module call or at :meth:`__exit__`.
         """
         if self.error is None:
             self.error = (f"the counted step did not end within {self.budget_s:g} s of its "

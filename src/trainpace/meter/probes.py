@@ -1,7 +1,7 @@
 """The run's probes, one owner for their lifetimes: the profiler window and the FLOP count.
 
-Both wrap steps of the user's loop and hold global state while they run (the profiler, a
-``FlopCounterMode`` dispatch mode), so leaving one open would slow or distort the rest of the
+Both wrap steps of the user's loop and hold global state while they run (the profiler, the
+FLOP counter's dispatch mode), so leaving one open would slow or distort the rest of the
 training. :meth:`StepProbes.close`, which ``Meter.finish()`` always calls, ends whatever is still
 open, whatever happened in the loop. Starting and stopping the profiler takes tens to hundreds
 of milliseconds: that time is in the figures like the loop's own (inside the step, or outside
