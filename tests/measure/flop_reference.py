@@ -12,7 +12,7 @@ from torch.utils import flop_counter as fc
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainpace.measure.flops import StepCount, _step_count
-from trainpace.measure.op_costs import OpTally
+from trainpace.measure.op_costs import OpTally, rnn_layer_flops
 
 
 class _BytesOnTop(TorchDispatchMode):
@@ -39,12 +39,24 @@ def _cpu_attention_backward(grad_out: Any, query: Any, key: Any, value: Any, *ar
     return int(fc.sdpa_backward_flop_count(grad_out, query, key, value))
 
 
+def _rnn_layer(input: Any, w_ih: Any, w_hh: Any, *args: Any, out_shape: Any = None,
+               **kwargs: Any) -> int:
+    return rnn_layer_flops(input, w_ih, w_hh)
+
+
+def _rnn_layer_backward(input: Any, w_ih: Any, w_hh: Any, *args: Any, out_shape: Any = None,
+                        **kwargs: Any) -> int:
+    return 2 * rnn_layer_flops(input, w_ih, w_hh)
+
+
 def reference_count(fn: Callable[[], object]) -> StepCount:
     """``fn()`` counted the way trainpace did with FlopCounterMode."""
     aten = torch.ops.aten
     mapping = {
         aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention,
         aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward,
+        aten.mkldnn_rnn_layer: _rnn_layer,
+        aten.mkldnn_rnn_layer_backward: _rnn_layer_backward,
     }
     tally = OpTally()
     flop_mode = fc.FlopCounterMode(display=False, custom_mapping=mapping)

@@ -402,3 +402,19 @@ def test_composite_ops_under_inference_mode_count_their_parts_as_flop_counter_mo
     counted = count_step(forward)
     assert counted == reference_count(forward)
     assert counted.flops > 0
+
+
+def test_an_lstm_layer_on_the_cpu_counts_its_gate_matmuls():
+    # oneDNN's recurrent layer has no formula in PyTorch's table; ours is the 2·M·N·K of its
+    # gate matmuls: 21 positions (7 steps × batch 3), 4·24 gates, 24 inputs + 24 hidden
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(24, 24, batch_first=True)
+    inputs = torch.randn(3, 7, 24)
+
+    def step():
+        lstm(inputs)[0].sum().backward()
+
+    counted = count_step(step)
+    forward = 2 * 21 * 96 * (24 + 24)
+    assert counted.family("matmul").flops == forward + 2 * forward  # backward: twice forward
+    assert counted.flops == 3 * forward

@@ -3,6 +3,7 @@ the tally of a step's ops that :mod:`trainpace.measure.flops` keeps while it cou
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ FAMILIES: tuple[str, ...] = ("matmul", "conv", "attention", "elementwise", "redu
 _MATMUL = frozenset({
     "mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "mv", "addmv", "dot", "vdot",
     "_scaled_mm", "_int_mm", "_addmm_activation", "linear",
+    "mkldnn_rnn_layer", "mkldnn_rnn_layer_backward",  # a recurrent layer's gate matmuls
 })
 _REDUCTION = frozenset({
     "_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data",
@@ -141,9 +143,20 @@ def _distinct(tensors: Iterator[torch.Tensor] | list[torch.Tensor]) -> list[torc
     return out
 
 
+def rnn_layer_flops(input_shape: Any, w_ih_shape: Any, w_hh_shape: Any) -> int:
+    """One recurrent layer (LSTM on the CPU runs as oneDNN's ``mkldnn_rnn_layer``): at each
+    position of the sequence, the input and the hidden state times their gate weights, the
+    ``2·M·N·K`` of a matmul. The gates' elementwise work counts 0, as elsewhere."""
+    rows = math.prod(input_shape[:-1])  # sequence × batch
+    gates = w_ih_shape[0]
+    return 2 * rows * gates * (w_ih_shape[1] + w_hh_shape[1])
+
+
 def flop_formulas() -> dict[Any, Callable[..., Any]]:
     """PyTorch's FLOP formulas by op packet (``torch.utils.flop_counter``'s registry, the one
-    FlopCounterMode applies), plus CPU attention kernels that its table lacks (same math)."""
+    FlopCounterMode applies), plus CPU kernels that its table lacks: attention (same math) and
+    oneDNN's recurrent layer (its backward: the gradients of the inputs and of the weights,
+    twice the forward, as for a matmul)."""
     from torch.utils import flop_counter as fc
 
     def forward(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
@@ -154,11 +167,19 @@ def flop_formulas() -> dict[Any, Callable[..., Any]]:
         return int(fc.sdpa_backward_flop_count(  # type: ignore[no-untyped-call]
             grad_out.shape, query.shape, key.shape, value.shape))
 
+    def rnn_forward(input: Any, w_ih: Any, w_hh: Any, *args: Any, **kwargs: Any) -> int:
+        return rnn_layer_flops(input.shape, w_ih.shape, w_hh.shape)
+
+    def rnn_backward(input: Any, w_ih: Any, w_hh: Any, *args: Any, **kwargs: Any) -> int:
+        return 2 * rnn_layer_flops(input.shape, w_ih.shape, w_hh.shape)
+
     aten = torch.ops.aten
     formulas: dict[Any, Callable[..., Any]] = dict(fc.flop_registry)
     for name, formula in (
         ("_scaled_dot_product_flash_attention_for_cpu", forward),
         ("_scaled_dot_product_flash_attention_for_cpu_backward", backward),
+        ("mkldnn_rnn_layer", rnn_forward),
+        ("mkldnn_rnn_layer_backward", rnn_backward),
     ):
         packet = getattr(aten, name, None)
         if packet is not None:
