@@ -149,7 +149,7 @@ def rnn_layer_flops(input_shape: Any, w_ih_shape: Any, w_hh_shape: Any) -> int:
     ``2·M·N·K`` of a matmul. The gates' elementwise work counts 0, as elsewhere."""
     rows = math.prod(input_shape[:-1])  # sequence × batch
     gates = w_ih_shape[0]
-    return 2 * rows * gates * (w_ih_shape[1] + w_hh_shape[1])
+    return int(2 * rows * gates * (w_ih_shape[1] + w_hh_shape[1]))
 
 
 def flop_formulas() -> dict[Any, Callable[..., Any]]:
