@@ -23,7 +23,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from trainpace.records import INTEGRAL_FIELDS, STEP_FIELDS
+from trainpace.records import INTEGRAL_FIELDS, STEP_FIELDS, StepValues
 
 COLUMNS = STEP_FIELDS
 REQUIRED = ("step", "t_s", "step_s")  # a record without these is not a step
@@ -76,7 +76,18 @@ class StepSeries:
         except _Invalid as exc:
             raise TypeError(str(exc)) from None
 
-    def append_rows(self, rows: list[tuple[Any, ...]], required: Sequence[str]) -> None:
+    @classmethod
+    def from_rows(cls, rows: list[StepValues]) -> StepSeries:
+        """The steps of ``rows`` (each a record's values in COLUMNS order, as the Meter's
+        writer makes them). Raises TypeError when a value is neither a number nor null."""
+        series = cls()
+        try:
+            series.append_rows(rows, required=())
+        except _Invalid as exc:
+            raise TypeError(str(exc)) from None
+        return series
+
+    def append_rows(self, rows: list[StepValues], required: Sequence[str]) -> None:
         """Append rows of values in COLUMNS order, all or nothing; _Invalid when a value is
         not a number or null (or a ``required`` one is null)."""
         if not rows:
@@ -84,21 +95,19 @@ class StepSeries:
         n = len(rows)
         staged: list[tuple[str, array[float] | float | None]] = []
         for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True):
-            missing = values.count(None)
-            if missing == n:
-                if name in required:
-                    raise _Invalid(f"{name} is null")
-                staged.append((name, None))
+            try:
+                staged.append((name, array("d", values)))  # all numbers: one pass, in C
                 continue
+            except TypeError:  # nulls, or a value that is no number
+                pass
+            missing = values.count(None)
             if missing and name in required:
                 raise _Invalid(f"{name} is null")
-            first = values[0]
-            if not missing and values.count(first) == n and isinstance(first, (int, float)):
-                staged.append((name, float(first)))  # one value throughout: no array
+            if missing == n:
+                staged.append((name, None))
                 continue
             try:
-                staged.append((name, array("d", [_NAN if v is None else v for v in values]
-                                         if missing else values)))
+                staged.append((name, array("d", [_NAN if v is None else v for v in values])))
             except TypeError:
                 raise _Invalid(name) from None
         self.append_columns(staged, n)

@@ -28,7 +28,7 @@ from trainpace.measure.batch import TokenCount, count_tokens, samples_in
 from trainpace.measure.clock import DeviceTimer, Marker
 from trainpace.measure.readback import DeviceReadback
 from trainpace.measure.steprow import StepRow, host_records
-from trainpace.records import StepRecord
+from trainpace.records import StepValues
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -365,11 +365,12 @@ class StepRecorder:
 
     # -- the window boundary's side -------------------------------------------------------
 
-    def take_ready(self, *, final: bool = False) -> Callable[[], list[StepRecord]]:
-        """Finished ``steps.jsonl`` records, oldest first (those whose values can be read now),
-        the making of them left to the caller of the function returned (the writer thread): on
-        the host clock the rows are handed over as they are, which keeps the training thread's
-        share of a window to a list copy. Without ``final`` it never blocks: a step whose device
+    def take_ready(self, *, final: bool = False) -> Callable[[], list[StepValues]]:
+        """Finished ``steps.jsonl`` records (their values: :data:`~trainpace.records.StepValues`),
+        oldest first (those whose values can be read now), the making of them left to the
+        caller of the function returned (the writer thread): on the host clock the rows are
+        handed over as they are, which keeps the training thread's share of a window to a list
+        copy. Without ``final`` it never blocks: a step whose device
         events have not completed, or whose device values are still being copied, waits for a
         later call. With ``final`` (end of run) it waits for the device and returns everything."""
         if self.timer is None:  # every value is already on the host

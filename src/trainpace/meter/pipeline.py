@@ -1,25 +1,27 @@
 """The writer side of a window: records, columns, figures, the run folder, sinks, observers.
 
 Runs on the writer thread (:class:`~trainpace.sinks.background.Writer`). The training thread
-hands over the rows of each half window as they are; here they become ``steps.jsonl`` records,
-whose lines go to the run folder at once (one append for all the halves taken together). The
-records wait for the end of their window; then they become columns once (a
-:class:`~trainpace.series.StepSeries`, appended to the run's), and the window's figures come
-from the function that computes the run's. Each window's figures go to the sinks (one
-:class:`~trainpace.sinks.base.FanOut`) as its window record; windows shorter than
-``SINK_WINDOW_S`` go out together (their columns made in one pass too).
+hands over the rows of each half window as they are; here they become ``steps.jsonl`` records
+(each one's values in the fields' order, no dict), whose lines go to the run folder at once
+(one append for all the halves taken together). The records wait for the end of their window;
+then they become columns once (a :class:`~trainpace.series.StepSeries`, appended to the
+run's), and the window's figures come from the function that computes the run's. Each
+window's figures go to the sinks (one :class:`~trainpace.sinks.base.FanOut`) as its window
+record; windows shorter than ``SINK_WINDOW_S`` go out together (their columns made in one
+pass too).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from trainpace.measure.summarize import Goal, figures
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.state import RunState
-from trainpace.records import Figures, StepRecord
+from trainpace.records import STEP_FIELDS, Figures, StepLine, StepValues
 from trainpace.runlog import Record
 from trainpace.series import StepSeries
 from trainpace.sinks.base import FanOut
@@ -33,8 +35,9 @@ REFRESH_BUDGET = 0.002
 # work (and than a reader's eye) go to the sinks together, one console line, not hundreds a
 # second. A window at least this long has its own record, as documented.
 SINK_WINDOW_S = 0.05
+_T_S = STEP_FIELDS.index("t_s")
 
-WindowObserver = Callable[[Figures, list[StepRecord]], None]
+WindowObserver = Callable[[Figures, list[dict[str, Any]]], None]
 """Called on the writer thread with each window's figures and records (e.g. to exchange
 window statistics across ranks); what it raises is contained and reported once."""
 
@@ -43,7 +46,7 @@ window statistics across ranks); what it raises is contained and reported once."
 class Window:
     """One window handed over by the training thread."""
 
-    make_records: Callable[[], list[StepRecord]]  # called on the writer thread
+    make_records: Callable[[], list[StepValues]]  # called on the writer thread
     final: bool
     last_step: int  # the steps closed when it was handed over
     flush: bool = False  # its window record goes out now (a loader ran out)
@@ -61,8 +64,6 @@ class WindowPipeline:
         self.run_folder = run_folder
         self.sinks = sinks
         self.observers: list[WindowObserver] = []
-        # the last step record once a window's lines are in steps.jsonl (the job's ledger)
-        self.steps_written: Callable[[StepRecord], None] | None = None
         self._log_once = log_once
         self._clock = clock
         self._vitals = vitals
@@ -72,7 +73,7 @@ class WindowPipeline:
         self._system_written_s = -float("inf")
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
-        self._unsent: list[StepRecord] = []  # the records not in a window record yet
+        self._unsent: list[StepValues] = []  # the records not in a window record yet
         self._in_run = 0  # of them, those already in the run's columns (a new goal)
         self._ended = 0  # of them, those up to the last window's end (held back: a short one)
         self._sent_t_s = 0.0  # the run time the last window record reached
@@ -93,12 +94,10 @@ class WindowPipeline:
         they become the run's columns, and a window record to the sinks and observers."""
         last = windows[-1]
         made = [(window, window.make_records()) for window in windows]
-        lines = [record for _, records in made for record in records]
-        if self.run_folder is not None and lines:
+        if self.run_folder is not None:
             try:
-                self.run_folder.append_steps(lines)
-                if self.steps_written is not None:
-                    self.steps_written(lines[-1])
+                self.run_folder.append_steps([StepLine(*values) for _, records in made
+                                              for values in records])
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("writing the run folder (window)", exc)
         unsent = self._unsent
@@ -107,7 +106,7 @@ class WindowPipeline:
             if window.ends_window or window.final or window.flush:
                 self._ended = len(unsent)
             if unsent and (window.final or window.flush or (
-                    window.ends_window and unsent[-1]["t_s"] - self._sent_t_s >= SINK_WINDOW_S)):
+                    window.ends_window and unsent[-1][_T_S] - self._sent_t_s >= SINK_WINDOW_S)):
                 self._send(window.final)
                 unsent = self._unsent
         self._system(last.last_step)
@@ -127,7 +126,7 @@ class WindowPipeline:
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
         if len(self._unsent) > self._in_run:
-            self._into_run(StepSeries.from_records(self._unsent[self._in_run:]))
+            self._into_run(StepSeries.from_rows(self._unsent[self._in_run:]))
             self._in_run = len(self._unsent)
         self.state.follow(goal)
 
@@ -136,17 +135,17 @@ class WindowPipeline:
         once, here), and as a window record to the sinks and observers; then, now and then, a
         refreshed summary."""
         upto = len(self._unsent) if upto is None else upto
-        records, done = self._unsent[:upto], min(self._in_run, upto)
+        rows, done = self._unsent[:upto], min(self._in_run, upto)
         self._unsent, self._in_run = self._unsent[upto:], max(self._in_run - upto, 0)
         self._ended = 0
-        steps = StepSeries.from_records(records)
-        last_step = int(records[-1]["step"])
-        self._sent_t_s = float(records[-1]["t_s"])
+        steps = StepSeries.from_rows(rows)
+        last_step = int(rows[-1][0])
+        self._sent_t_s = float(rows[-1][_T_S])
         if done < len(steps):
-            self._into_run(steps if not done else StepSeries.from_records(records[done:]))
-        # the steps go only to those that read them
+            self._into_run(steps if not done else StepSeries.from_rows(rows[done:]))
+        # the steps go as records only to those that read them
         read = bool(self.observers or self.sinks.reads_steps)
-        self._window(steps, records if read else [], last_step, final)
+        self._window(steps, steps.records() if read else [], last_step, final)
         if not final:
             self._maybe_refresh(last_step)
 
@@ -155,7 +154,7 @@ class WindowPipeline:
         if self.state.tracker is not None:
             self.state.tracker.add(steps)
 
-    def _window(self, steps: StepSeries, records: list[StepRecord], last_step: int,
+    def _window(self, steps: StepSeries, records: list[dict[str, Any]], last_step: int,
                 final: bool) -> None:
         """The window record (figures, and the step records when someone reads them) of
         ``steps`` to the sinks, and to the window observers."""
