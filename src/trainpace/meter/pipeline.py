@@ -2,7 +2,7 @@
 
 Runs on the writer thread (:class:`~trainpace.sinks.background.Writer`). The training thread
 hands over the rows of each half window as they are; here they become ``steps.jsonl`` records
-(each one's values in the fields' order, no dict), whose lines go to the run folder at once
+(:data:`~trainpace.records.StepLine` structs, no dict), whose lines go to the run folder at once
 (one append for all the halves taken together). The records wait for the end of their window;
 then they become columns once (a :class:`~trainpace.series.StepSeries`, appended to the
 run's), and the window's figures come from the function that computes the run's. Each
@@ -17,11 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from trainpace.measure.summarize import Goal, figures
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.state import RunState
-from trainpace.records import STEP_FIELDS, Figures, StepLine, StepValues
+from trainpace.records import Figures
 from trainpace.runlog import Record
 from trainpace.series import StepSeries
 from trainpace.sinks.base import FanOut
@@ -35,7 +37,6 @@ REFRESH_BUDGET = 0.002
 # work (and than a reader's eye) go to the sinks together, one console line, not hundreds a
 # second. A window at least this long has its own record, as documented.
 SINK_WINDOW_S = 0.05
-_T_S = STEP_FIELDS.index("t_s")
 
 WindowObserver = Callable[[Figures, list[dict[str, Any]]], None]
 """Called on the writer thread with each window's figures and records (e.g. to exchange
@@ -46,7 +47,7 @@ window statistics across ranks); what it raises is contained and reported once."
 class Window:
     """One window handed over by the training thread."""
 
-    make_records: Callable[[], list[StepValues]]  # called on the writer thread
+    make_records: Callable[[], list[msgspec.Struct]]  # StepLines, made on the writer thread
     final: bool
     last_step: int  # the steps closed when it was handed over
     flush: bool = False  # its window record goes out now (a loader ran out)
@@ -73,7 +74,7 @@ class WindowPipeline:
         self._system_written_s = -float("inf")
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
-        self._unsent: list[StepValues] = []  # the records not in a window record yet
+        self._unsent: list[Any] = []  # the StepLines not in a window record yet
         self._in_run = 0  # of them, those already in the run's columns (a new goal)
         self._ended = 0  # of them, those up to the last window's end (held back: a short one)
         self._sent_t_s = 0.0  # the run time the last window record reached
@@ -96,8 +97,7 @@ class WindowPipeline:
         made = [(window, window.make_records()) for window in windows]
         if self.run_folder is not None:
             try:
-                self.run_folder.append_steps([StepLine(*values) for _, records in made
-                                              for values in records])
+                self.run_folder.append_steps([line for _, lines in made for line in lines])
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("writing the run folder (window)", exc)
         unsent = self._unsent
@@ -106,7 +106,7 @@ class WindowPipeline:
             if window.ends_window or window.final or window.flush:
                 self._ended = len(unsent)
             if unsent and (window.final or window.flush or (
-                    window.ends_window and unsent[-1][_T_S] - self._sent_t_s >= SINK_WINDOW_S)):
+                    window.ends_window and unsent[-1].t_s - self._sent_t_s >= SINK_WINDOW_S)):
                 self._send(window.final)
                 unsent = self._unsent
         self._system(last.last_step)
@@ -126,7 +126,7 @@ class WindowPipeline:
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
         if len(self._unsent) > self._in_run:
-            self._into_run(StepSeries.from_rows(self._unsent[self._in_run:]))
+            self._into_run(StepSeries.from_lines(self._unsent[self._in_run:]))
             self._in_run = len(self._unsent)
         self.state.follow(goal)
 
@@ -135,14 +135,14 @@ class WindowPipeline:
         once, here), and as a window record to the sinks and observers; then, now and then, a
         refreshed summary."""
         upto = len(self._unsent) if upto is None else upto
-        rows, done = self._unsent[:upto], min(self._in_run, upto)
+        lines, done = self._unsent[:upto], min(self._in_run, upto)
         self._unsent, self._in_run = self._unsent[upto:], max(self._in_run - upto, 0)
         self._ended = 0
-        steps = StepSeries.from_rows(rows)
-        last_step = int(rows[-1][0])
-        self._sent_t_s = float(rows[-1][_T_S])
+        steps = StepSeries.from_lines(lines)
+        last_step = int(lines[-1].step)
+        self._sent_t_s = float(lines[-1].t_s)
         if done < len(steps):
-            self._into_run(steps if not done else StepSeries.from_rows(rows[done:]))
+            self._into_run(steps if not done else StepSeries.from_lines(lines[done:]))
         # the steps go as records only to those that read them
         read = bool(self.observers or self.sinks.reads_steps)
         self._window(steps, steps.records() if read else [], last_step, final)
