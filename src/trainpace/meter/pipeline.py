@@ -74,6 +74,7 @@ class WindowPipeline:
         self._system_written_s = -float("inf")
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
+        self._made: list[tuple[Window, list[Any]]] = []  # written, not sent yet (StepLines)
         self._unsent: list[Any] = []  # the StepLines not in a window record yet
         self._in_run = 0  # of them, those already in the run's columns (a new goal)
         self._ended = 0  # of them, those up to the last window's end (held back: a short one)
@@ -88,18 +89,25 @@ class WindowPipeline:
                 self._log_once.report(f"writing the run folder ({record.kind})", exc)
         self.sinks.log(record)
 
-    def windows(self, windows: list[Window]) -> None:
-        """The halves handed over since the last call, taken together: their lines go to the
-        run folder now (one append), their records wait for their window's end. Once those
-        hold ``SINK_WINDOW_S`` of run time (at once at the end, or when a loader ran out),
-        they become the run's columns, and a window record to the sinks and observers."""
-        last = windows[-1]
+    def write(self, windows: list[Window]) -> None:
+        """The halves handed over since the last call, taken together: their records made,
+        their lines into the run folder (one append). What a SIGKILL would lose waits for
+        this only; the rest is :meth:`send`'s."""
         made = [(window, window.make_records()) for window in windows]
+        self._made += made
         if self.run_folder is not None:
             try:
                 self.run_folder.append_steps([line for _, lines in made for line in lines])
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("writing the run folder (window)", exc)
+
+    def send(self) -> None:
+        """The records written since the last call wait for their window's end. Once those
+        hold ``SINK_WINDOW_S`` of run time (at once at the end, or when a loader ran out),
+        they become the run's columns, and a window record to the sinks and observers."""
+        made, self._made = self._made, []
+        if not made:
+            return
         unsent = self._unsent
         for window, records in made:
             unsent += records
@@ -109,7 +117,7 @@ class WindowPipeline:
                     window.ends_window and unsent[-1].t_s - self._sent_t_s >= SINK_WINDOW_S)):
                 self._send(window.final)
                 unsent = self._unsent
-        self._system(last.last_step)
+        self._system(made[-1][0].last_step)
 
     @property
     def holding(self) -> bool:
