@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 import trainpace
+from trainpace.meter import facade
 from trainpace.runlog import STEPS_FILE, read_run
 
 
@@ -74,7 +75,11 @@ def test_a_sink_raising_systemexit_is_contained(tmp_path, caplog):
     assert sum("Exiting" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_tiny_steps_keep_the_run_folder_within_a_window(tmp_path):
+def test_tiny_steps_keep_the_run_folder_within_a_window(tmp_path, monkeypatch):
+    # The hand-over waits for the writer's previous lines; the bound on that wait (a stalled
+    # disk) is lifted here, so the check holds however loaded the machine is: what a real
+    # loop achieves in real time is measured by benchmarks/writer.py.
+    monkeypatch.setattr(facade, "LAG_WAIT_S", 600.0)
     window = 20
     meter = trainpace.Meter(tmp_path / "run", window=window, console=False, report=False,
                             count_flops=False)
