@@ -2,15 +2,15 @@
 
 Every other place that needs the fields of a step (the column store, the run-log reader, the
 run-folder writer) takes them from here, so the schema is written once. A step is a
-:class:`~trainpace.measure.steprow.StepRow` on the hot path; on the writer thread its record
-is a :data:`StepLine`, encoded as its ``steps.jsonl`` line and made the window's columns
-(:class:`~trainpace.series.StepSeries`, for the figures) directly; a dict
-(:class:`StepRecord`) only for whoever reads records.
+:class:`~trainpace.measure.steprow.StepRow` on the hot path; on the writer thread its
+record's values (:data:`StepValues`), which become the window's columns
+(:class:`~trainpace.series.StepSeries`, for the figures) and its ``steps.jsonl`` line
+(:data:`StepLine`) at once; a dict (:class:`StepRecord`) only for whoever reads records.
 """
 
 from __future__ import annotations
 
-from typing import TypedDict, get_type_hints
+from typing import Any, TypedDict, get_type_hints
 
 import msgspec
 
@@ -51,14 +51,17 @@ class StepRecord(TypedDict):
 STEP_FIELDS: tuple[str, ...] = tuple(StepRecord.__annotations__)
 """The fields of a step record, in file order."""
 
+StepValues = tuple[Any, ...]
+"""A step record's values in :data:`STEP_FIELDS` order: what the Meter's writer thread makes
+of each step. Its window's values become columns (:meth:`~trainpace.series.StepSeries.from_columns`)
+and lines (:data:`StepLine`) while they are in the CPU's caches; a dict is made only for
+whoever reads records (a dict per step would cost the writer several times more, and its
+GIL time is the loop's)."""
+
 StepLine: type[msgspec.Struct] = msgspec.defstruct(
     "StepLine", list(get_type_hints(StepRecord).items()), gc=False, module=__name__)
-"""A step record as the Meter's writer thread makes it: a struct with the fields of
-:class:`StepRecord` in file order, made positionally. It is the ``steps.jsonl`` line as it is
-encoded and the source of the window's columns (:meth:`~trainpace.series.StepSeries.from_lines`);
-a dict is made only for whoever reads records. A dict per step would cost the writer several
-times more, and its GIL time is the loop's; untracked by the garbage collector, the structs
-of a window waiting for its end add nothing to the collections a loop of tiny steps triggers."""
+"""A ``steps.jsonl`` line to encode: the record's fields as a struct, made positionally from
+its :data:`StepValues` (encoded several times faster than a dict)."""
 
 INTEGRAL_FIELDS: frozenset[str] = frozenset({"step", "samples", "tokens", "micro_batches"})
 """Fields that hold whole numbers (a column store keeps them as floats, NaN for None)."""

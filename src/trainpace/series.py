@@ -30,7 +30,6 @@ REQUIRED = ("step", "t_s", "step_s")  # a record without these is not a step
 CHUNK_LINES = 4096  # records turned into dicts at a time when the series is iterated
 CHUNK_STEPS = 1 << 16  # steps scanned at a time (missing steps): bounds the temporaries
 _ROW = operator.itemgetter(*COLUMNS)
-_GETTERS = tuple((name, operator.attrgetter(name)) for name in COLUMNS)
 _NAN = math.nan
 
 
@@ -78,21 +77,32 @@ class StepSeries:
             raise TypeError(str(exc)) from None
 
     @classmethod
-    def from_lines(cls, lines: Sequence[Any]) -> StepSeries:
-        """The steps of ``lines`` (structs with an attribute per field, numbers or None: the
-        Meter's :data:`~trainpace.records.StepLine`)."""
+    def from_columns(cls, columns: Sequence[Sequence[Any]]) -> StepSeries:
+        """The steps of ``columns``: one sequence of values (numbers or None) per field, in
+        COLUMNS order (the Meter's writer gathers a window's that way). Raises TypeError when
+        a value is neither a number nor null."""
         series = cls()
-        series.append_columns(line_columns(lines), len(lines))
+        try:
+            series.append_values(columns, len(columns[0]), required=())
+        except _Invalid as exc:
+            raise TypeError(str(exc)) from None
         return series
 
     def append_rows(self, rows: list[tuple[Any, ...]], required: Sequence[str]) -> None:
         """Append rows of values in COLUMNS order, all or nothing; _Invalid when a value is
         not a number or null (or a ``required`` one is null)."""
-        if not rows:
+        if rows:
+            self.append_values(list(zip(*rows, strict=True)), len(rows), required)
+
+    def append_values(self, columns: Sequence[Sequence[Any]], n: int,
+                      required: Sequence[str]) -> None:
+        """Append ``n`` steps given as one sequence of values per field, in COLUMNS order, all
+        or nothing; _Invalid when a value is not a number or null (or a ``required`` one is
+        null)."""
+        if not n:
             return
-        n = len(rows)
         staged: list[tuple[str, array[float] | float | None]] = []
-        for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True):
+        for name, values in zip(COLUMNS, columns, strict=True):
             try:
                 staged.append((name, array("d", values)))  # all numbers: one pass, in C
                 continue
@@ -256,24 +266,6 @@ class StepSeries:
     def nbytes(self) -> int:
         """Bytes the columns hold."""
         return sum(c.itemsize * len(c) for c in self._columns.values() if isinstance(c, array))
-
-
-def line_columns(lines: Sequence[Any]) -> list[tuple[str, array[float] | None]]:
-    """Step lines (structs with an attribute per field: the Meter's
-    :data:`~trainpace.records.StepLine`, a ``steps.jsonl`` line decoded) as one column per
-    field, in COLUMNS order: an array, or None when every value is None (NaN for a None
-    among numbers). No object per step: a column is one pass in C where it holds no None."""
-    columns: list[tuple[str, array[float] | None]] = []
-    for name, get in _GETTERS:
-        try:
-            columns.append((name, array("d", map(get, lines))))
-        except TypeError:  # None among them (a bool is a number here)
-            values = list(map(get, lines))
-            if values.count(None) == len(values):
-                columns.append((name, None))
-            else:
-                columns.append((name, array("d", [_NAN if v is None else v for v in values])))
-    return columns
 
 
 def jumps_if_increasing(steps: np.ndarray) -> np.ndarray | None:

@@ -9,6 +9,7 @@ opened without blocking and must be a regular file (:func:`trainpace.inputs.open
 from __future__ import annotations
 
 import math
+import operator
 import os
 from array import array
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import orjson
 
 from trainpace.errors import RunFolderError
 from trainpace.inputs import open_regular
-from trainpace.series import COLUMNS, REQUIRED, StepSeries, jumps_if_increasing, line_columns
+from trainpace.series import COLUMNS, REQUIRED, StepSeries, jumps_if_increasing
 
 if TYPE_CHECKING:  # pathlib costs 9 ms to load (urllib, ipaddress): trace analysis avoids it
     from pathlib import Path
@@ -58,6 +59,8 @@ def _row_type() -> type[msgspec.Struct]:
     return msgspec.defstruct("StepLine", fields, gc=False)
 
 _DECODER = msgspec.json.Decoder(_row_type())
+
+_GETTERS = tuple((name, operator.attrgetter(name)) for name in COLUMNS)
 
 def read_steps(path: Path) -> StepsFile:
     """Read ``steps.jsonl`` at ``path`` into columns, a block of :data:`BLOCK_BYTES` at a time.
@@ -149,7 +152,16 @@ def _block(out: StepsFile, block: bytes, first: int, lines: int) -> int:
         return _block_by_line(out, block, first)
     if not rows:
         return 0
-    columns = line_columns(rows)
+    columns: list[tuple[str, array[float] | None]] = []
+    for name, get in _GETTERS:
+        try:
+            columns.append((name, array("d", map(get, rows))))
+        except TypeError:  # nulls (a bool column is fine: array takes bools)
+            values = list(map(get, rows))
+            if values.count(None) == len(values):
+                columns.append((name, None))
+            else:
+                columns.append((name, array("d", [_NAN if v is None else v for v in values])))
     required = [np.frombuffer(c, dtype=np.float64) for n, c in columns if n in REQUIRED
                 and c is not None]
     if bool(np.any(_impossible(*required))):

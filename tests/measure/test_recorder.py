@@ -2,7 +2,6 @@
 
 import threading
 
-import msgspec
 import pytest
 import torch
 
@@ -10,9 +9,10 @@ from trainpace.measure.recorder import StepRecorder
 from trainpace.records import STEP_FIELDS
 
 
-def as_records(lines):
-    """Step records (dicts) from the structs the recorder makes."""
-    return [msgspec.structs.asdict(line) for line in lines]
+def as_records(values):
+    """Step records (dicts) from their values in the fields' order."""
+    assert all(len(v) == len(STEP_FIELDS) for v in values)
+    return [dict(zip(STEP_FIELDS, v, strict=True)) for v in values]
 
 
 def take_records(rec, *, final=False):

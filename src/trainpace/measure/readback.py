@@ -13,11 +13,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import torch
 
 from trainpace.measure.clock import DeviceTimer, Marker
 from trainpace.measure.steprow import StepRow, records_of
+from trainpace.records import StepValues
 
 
 class DeviceReadback:
@@ -29,7 +29,7 @@ class DeviceReadback:
         self._copy: _Copy | None = None  # the one copy in flight
 
     def take(self, pending: deque[StepRow], *, final: bool, t0: float,
-             metered: bool) -> list[msgspec.Struct]:
+             metered: bool) -> list[StepValues]:
         """The records of ``pending``'s steps that can be read now (all of them, waiting for
         the device, with ``final``); the rows taken leave ``pending``."""
         timer = self.timer
@@ -95,7 +95,7 @@ class DeviceReadback:
         host.copy_(stacked, non_blocking=True)
         self._copy = _Copy(self.timer.mark(), host, slots, blocked)
 
-    def _finish_copy(self, final: bool, t0: float, metered: bool) -> list[msgspec.Struct]:
+    def _finish_copy(self, final: bool, t0: float, metered: bool) -> list[StepValues]:
         copy = self._copy
         if copy is not None:
             if final:

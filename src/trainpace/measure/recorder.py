@@ -22,13 +22,13 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-import msgspec
 import torch
 
 from trainpace.measure.batch import TokenCount, count_tokens, samples_in
 from trainpace.measure.clock import DeviceTimer, Marker
 from trainpace.measure.readback import DeviceReadback
 from trainpace.measure.steprow import StepRow, records_of
+from trainpace.records import StepValues
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -365,8 +365,8 @@ class StepRecorder:
 
     # -- the window boundary's side -------------------------------------------------------
 
-    def take_ready(self, *, final: bool = False) -> Callable[[], list[msgspec.Struct]]:
-        """Finished ``steps.jsonl`` records (as :data:`~trainpace.records.StepLine` structs),
+    def take_ready(self, *, final: bool = False) -> Callable[[], list[StepValues]]:
+        """Finished ``steps.jsonl`` records (their values: :data:`~trainpace.records.StepValues`),
         oldest first (those whose values can be read now), the making of them left to the
         caller of the function returned (the writer thread): on the host clock the rows are
         handed over as they are, which keeps the training thread's share of a window to a list

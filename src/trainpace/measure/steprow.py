@@ -12,11 +12,9 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-import msgspec
-
 from trainpace.measure.batch import TokenCount
 from trainpace.measure.clock import Marker
-from trainpace.records import StepLine
+from trainpace.records import StepValues
 
 
 class StepRow:
@@ -69,13 +67,13 @@ def mean_of(values: list[Any] | tuple[()]) -> float | None:
     return mean if math.isfinite(mean) else None
 
 
-def records_of(rows: Iterable[StepRow], t0: float | None, metered: bool) -> list[msgspec.Struct]:
-    """The rows' ``steps.jsonl`` records (:data:`~trainpace.records.StepLine`): the step
-    time is the device's time between the step's events where it was read
+def records_of(rows: Iterable[StepRow], t0: float | None, metered: bool) -> list[StepValues]:
+    """The rows' ``steps.jsonl`` records (their values, :data:`~trainpace.records.StepValues`):
+    the step time is the device's time between the step's events where it was read
     (``device_times``), else the host cycle; the time outside the steps taken out of it.
     One loop, no call per plain step: on a loop of tiny steps this is most of the writer's
     work per step."""
-    out: list[msgspec.Struct] = []
+    out: list[StepValues] = []
     append = out.append
     for row in rows:
         row.emitted = True
@@ -86,7 +84,7 @@ def records_of(rows: Iterable[StepRow], t0: float | None, metered: bool) -> list
             step_s, exposed_wait_s, h2d_s = times
         losses, metrics, tokens = row.losses, row.metrics, row.tokens
         loss, nonfinite = step_loss(losses) if losses else (None, None)
-        append(StepLine(  # positional, in the fields' order (keywords cost more)
+        append((
             row.step,
             row.end_s - t0,  # type: ignore[operator]  # t_s: a row is closed after touch()
             step_s,

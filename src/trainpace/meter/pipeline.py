@@ -2,7 +2,7 @@
 
 Runs on the writer thread (:class:`~trainpace.sinks.background.Writer`). The training thread
 hands over the rows of each half window as they are; here they become ``steps.jsonl`` records
-(:data:`~trainpace.records.StepLine` structs, no dict), whose lines go to the run folder at once
+(their values, no dict per step), whose lines go to the run folder at once
 (one append for all the halves taken together). The records wait for the end of their window;
 then they become columns once (a :class:`~trainpace.series.StepSeries`, appended to the
 run's), and the window's figures come from the function that computes the run's. Each
@@ -15,15 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import starmap
 from typing import Any
-
-import msgspec
 
 from trainpace.measure.summarize import Goal, figures
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.state import RunState
-from trainpace.records import Figures
+from trainpace.records import STEP_FIELDS, Figures, StepLine, StepValues
 from trainpace.runlog import Record
 from trainpace.series import StepSeries
 from trainpace.sinks.base import FanOut
@@ -37,6 +36,7 @@ REFRESH_BUDGET = 0.002
 # work (and than a reader's eye) go to the sinks together, one console line, not hundreds a
 # second. A window at least this long has its own record, as documented.
 SINK_WINDOW_S = 0.05
+_T_S = STEP_FIELDS.index("t_s")
 
 WindowObserver = Callable[[Figures, list[dict[str, Any]]], None]
 """Called on the writer thread with each window's figures and records (e.g. to exchange
@@ -47,7 +47,7 @@ window statistics across ranks); what it raises is contained and reported once."
 class Window:
     """One window handed over by the training thread."""
 
-    make_records: Callable[[], list[msgspec.Struct]]  # StepLines, made on the writer thread
+    make_records: Callable[[], list[StepValues]]  # called on the writer thread
     final: bool
     last_step: int  # the steps closed when it was handed over
     flush: bool = False  # its window record goes out now (a loader ran out)
@@ -74,8 +74,11 @@ class WindowPipeline:
         self._system_written_s = -float("inf")
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
-        self._made: list[tuple[Window, list[Any]]] = []  # written, not sent yet (StepLines)
-        self._unsent: list[Any] = []  # the StepLines not in a window record yet
+        # The steps written and not in a window record yet: their values, a list per field
+        # in STEP_FIELDS order; of them, the first _unsent are of windows send() went over.
+        self._columns: list[list[Any]] = [[] for _ in STEP_FIELDS]
+        self._made: list[tuple[Window, int]] = []  # written, not sent yet (and their steps)
+        self._unsent = 0
         self._in_run = 0  # of them, those already in the run's columns (a new goal)
         self._ended = 0  # of them, those up to the last window's end (held back: a short one)
         self._sent_t_s = 0.0  # the run time the last window record reached
@@ -91,33 +94,40 @@ class WindowPipeline:
 
     def write(self, windows: list[Window]) -> None:
         """The halves handed over since the last call, taken together: their records made,
-        their lines into the run folder (one append). What a SIGKILL would lose waits for
-        this only; the rest is :meth:`send`'s."""
-        made = [(window, window.make_records()) for window in windows]
-        self._made += made
+        their lines into the run folder (one append), their values kept as columns for
+        :meth:`send` (both made while the values are in the CPU's caches). What a SIGKILL
+        would lose waits for this only."""
+        rows: list[StepValues] = []
+        for window in windows:
+            made = window.make_records()
+            rows += made
+            self._made.append((window, len(made)))
+        if not rows:
+            return
         if self.run_folder is not None:
             try:
-                self.run_folder.append_steps([line for _, lines in made for line in lines])
+                self.run_folder.append_steps(list(starmap(StepLine, rows)))
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("writing the run folder (window)", exc)
+        for column, values in zip(self._columns, zip(*rows, strict=True), strict=True):
+            column.extend(values)
 
     def send(self) -> None:
-        """The records written since the last call wait for their window's end. Once those
+        """The steps written since the last call wait for their window's end. Once those
         hold ``SINK_WINDOW_S`` of run time (at once at the end, or when a loader ran out),
         they become the run's columns, and a window record to the sinks and observers."""
         made, self._made = self._made, []
-        if not made:
-            return
-        unsent = self._unsent
-        for window, records in made:
-            unsent += records
+        t_s = self._columns[_T_S]
+        for window, steps in made:
+            self._unsent += steps
             if window.ends_window or window.final or window.flush:
-                self._ended = len(unsent)
-            if unsent and (window.final or window.flush or (
-                    window.ends_window and unsent[-1].t_s - self._sent_t_s >= SINK_WINDOW_S)):
+                self._ended = self._unsent
+            if self._unsent and (window.final or window.flush or (
+                    window.ends_window and t_s[self._unsent - 1] - self._sent_t_s
+                    >= SINK_WINDOW_S)):
                 self._send(window.final)
-                unsent = self._unsent
-        self._system(made[-1][0].last_step)
+        if made:
+            self._system(made[-1][0].last_step)
 
     @property
     def holding(self) -> bool:
@@ -133,24 +143,29 @@ class WindowPipeline:
 
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
-        if len(self._unsent) > self._in_run:
-            self._into_run(StepSeries.from_lines(self._unsent[self._in_run:]))
-            self._in_run = len(self._unsent)
+        if self._unsent > self._in_run:
+            self._into_run(StepSeries.from_columns(
+                [column[self._in_run:self._unsent] for column in self._columns]))
+            self._in_run = self._unsent
         self.state.follow(goal)
 
     def _send(self, final: bool, upto: int | None = None) -> None:
         """The steps not sent yet (the first ``upto`` of them): into the run's columns (made
         once, here), and as a window record to the sinks and observers; then, now and then, a
         refreshed summary."""
-        upto = len(self._unsent) if upto is None else upto
-        lines, done = self._unsent[:upto], min(self._in_run, upto)
-        self._unsent, self._in_run = self._unsent[upto:], max(self._in_run - upto, 0)
+        upto = self._unsent if upto is None else upto
+        columns = [column[:upto] for column in self._columns]
+        for column in self._columns:
+            del column[:upto]
+        done = min(self._in_run, upto)
+        self._unsent, self._in_run = self._unsent - upto, max(self._in_run - upto, 0)
         self._ended = 0
-        steps = StepSeries.from_lines(lines)
-        last_step = int(lines[-1].step)
-        self._sent_t_s = float(lines[-1].t_s)
+        steps = StepSeries.from_columns(columns)
+        last_step = int(columns[0][-1])
+        self._sent_t_s = float(columns[_T_S][-1])
         if done < len(steps):
-            self._into_run(steps if not done else StepSeries.from_lines(lines[done:]))
+            self._into_run(steps if not done else StepSeries.from_columns(
+                [column[done:] for column in columns]))
         # the steps go as records only to those that read them
         read = bool(self.observers or self.sinks.reads_steps)
         self._window(steps, steps.records() if read else [], last_step, final)
