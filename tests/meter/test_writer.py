@@ -253,3 +253,27 @@ def test_steps_reach_the_writer_halfway_through_each_window_and_at_its_end(tmp_p
     assert handed == [(2, False), (5, True), (7, False), (8, True),
                       (10, False), (13, True), (15, False), (16, True), (16, True)]
     assert len(read_run(meter.path).steps) == 16
+
+
+def test_the_sinks_get_the_very_records_of_steps_jsonl(tmp_path, clock):
+    # One record per step from the writer's values: the lines on disk and the records a sink
+    # reads (made from the window's columns) are equal, types included (ints, None, bools).
+    import json
+
+    sink = Windows()
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=10, console=False,
+                            report=False, count_flops=False, sinks=[sink])
+    for i, b in enumerate(meter.loader([torch.zeros(3, 2)] * 47), start=1):
+        with meter.step(b):
+            clock.advance(1 / 256)
+            if i % 3 == 0:
+                meter.observe(loss=float("nan") if i == 9 else 1.0 / i)
+    meter.finish()
+    on_disk = [json.loads(line) for line in (meter.path / STEPS_FILE).read_text().splitlines()]
+    sent = [s for data in sink.records for s in data["steps"]]
+    assert [s["step"] for s in on_disk] == list(range(1, 48))
+    assert sent == on_disk
+    assert [type(sent[0][k]) for k in ("step", "samples", "micro_batches")] == [int] * 3
+    assert sent[8]["loss_nonfinite"] is True and sent[8]["loss"] is None
+    assert sent[5]["loss"] == 1.0 / 6 and sent[5]["loss_nonfinite"] is False
+    assert sent[0]["loss"] is None and sent[0]["exposed_wait_s"] is None

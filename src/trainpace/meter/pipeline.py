@@ -98,19 +98,19 @@ class WindowPipeline:
         :meth:`send` (both made while the values are in the CPU's caches). What a SIGKILL
         would lose waits for this only."""
         rows: list[StepValues] = []
+        made: list[tuple[Window, int]] = []
         for window in windows:
-            made = window.make_records()
-            rows += made
-            self._made.append((window, len(made)))
-        if not rows:
-            return
-        if self.run_folder is not None:
+            records = window.make_records()
+            rows += records
+            made.append((window, len(records)))
+        if rows and self.run_folder is not None:
             try:
                 self.run_folder.append_steps(list(starmap(StepLine, rows)))
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("writing the run folder (window)", exc)
         for column, values in zip(self._columns, zip(*rows, strict=True), strict=True):
             column.extend(values)
+        self._made += made  # with their values in the columns, for send()
 
     def send(self) -> None:
         """The steps written since the last call wait for their window's end. Once those
