@@ -277,3 +277,18 @@ def test_the_sinks_get_the_very_records_of_steps_jsonl(tmp_path, clock):
     assert sent[8]["loss_nonfinite"] is True and sent[8]["loss"] is None
     assert sent[5]["loss"] == 1.0 / 6 and sent[5]["loss_nonfinite"] is False
     assert sent[0]["loss"] is None and sent[0]["exposed_wait_s"] is None
+
+
+def test_a_hand_over_with_no_new_steps_is_no_failure(tmp_path, clock, caplog):
+    # The loader ran out (its window went out then): the end of the run hands over nothing new.
+    sink = Windows()
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=10, console=False,
+                            report=False, count_flops=False, sinks=[sink])
+    with caplog.at_level(logging.WARNING):
+        for b in meter.loader([torch.zeros(2)] * 10):
+            with meter.step(b):
+                clock.advance(0.01)
+        summary = meter.finish()
+    assert not [r for r in caplog.records if "failed" in r.getMessage()]
+    assert summary.steps.total == 10
+    assert [s["step"] for data in sink.records for s in data["steps"]] == list(range(1, 11))

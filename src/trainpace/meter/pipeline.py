@@ -108,8 +108,9 @@ class WindowPipeline:
                 self.run_folder.append_steps(list(starmap(StepLine, rows)))
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("writing the run folder (window)", exc)
-        for column, values in zip(self._columns, zip(*rows, strict=True), strict=True):
-            column.extend(values)
+        if rows:
+            for column, values in zip(self._columns, zip(*rows, strict=True), strict=True):
+                column.extend(values)
         self._made += made  # with their values in the columns, for send()
 
     def send(self) -> None:
