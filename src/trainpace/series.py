@@ -76,29 +76,46 @@ class StepSeries:
         except _Invalid as exc:
             raise TypeError(str(exc)) from None
 
+    @classmethod
+    def from_columns(cls, columns: Sequence[Sequence[Any]]) -> StepSeries:
+        """The steps of ``columns``: one sequence of values (numbers or None) per field, in
+        COLUMNS order (the Meter's writer gathers a window's that way). Raises TypeError when
+        a value is neither a number nor null."""
+        series = cls()
+        try:
+            series.append_values(columns, len(columns[0]), required=())
+        except _Invalid as exc:
+            raise TypeError(str(exc)) from None
+        return series
+
     def append_rows(self, rows: list[tuple[Any, ...]], required: Sequence[str]) -> None:
         """Append rows of values in COLUMNS order, all or nothing; _Invalid when a value is
         not a number or null (or a ``required`` one is null)."""
-        if not rows:
+        if rows:
+            self.append_values(list(zip(*rows, strict=True)), len(rows), required)
+
+    def append_values(self, columns: Sequence[Sequence[Any]], n: int,
+                      required: Sequence[str]) -> None:
+        """Append ``n`` steps given as one sequence of values per field, in COLUMNS order, all
+        or nothing; _Invalid when a value is not a number or null (or a ``required`` one is
+        null)."""
+        if not n:
             return
-        n = len(rows)
         staged: list[tuple[str, array[float] | float | None]] = []
-        for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True):
-            missing = values.count(None)
-            if missing == n:
-                if name in required:
-                    raise _Invalid(f"{name} is null")
-                staged.append((name, None))
+        for name, values in zip(COLUMNS, columns, strict=True):
+            try:
+                staged.append((name, array("d", values)))  # all numbers: one pass, in C
                 continue
+            except TypeError:  # nulls, or a value that is no number
+                pass
+            missing = values.count(None)
             if missing and name in required:
                 raise _Invalid(f"{name} is null")
-            first = values[0]
-            if not missing and values.count(first) == n and isinstance(first, (int, float)):
-                staged.append((name, float(first)))  # one value throughout: no array
+            if missing == n:
+                staged.append((name, None))
                 continue
             try:
-                staged.append((name, array("d", [_NAN if v is None else v for v in values]
-                                         if missing else values)))
+                staged.append((name, array("d", [_NAN if v is None else v for v in values])))
             except TypeError:
                 raise _Invalid(name) from None
         self.append_columns(staged, n)

@@ -9,9 +9,15 @@ from trainpace.measure.recorder import StepRecorder
 from trainpace.records import STEP_FIELDS
 
 
+def as_records(values):
+    """Step records (dicts) from their values in the fields' order."""
+    assert all(len(v) == len(STEP_FIELDS) for v in values)
+    return [dict(zip(STEP_FIELDS, v, strict=True)) for v in values]
+
+
 def take_records(rec, *, final=False):
     """The finished records, made at once (the Meter leaves that to its writer thread)."""
-    return rec.take_ready(final=final)()
+    return as_records(rec.take_ready(final=final)())
 
 
 def fetch(rec, clock, batch, wait_s):
@@ -316,7 +322,7 @@ def test_the_rows_handed_over_become_records_of_the_one_schema(clock, kind):
         rec.exit(batch, failed=False)
     make_records = rec.take_ready()
     assert take_records(rec) == []  # handed over: the rows left the recorder
-    records = make_records()
+    records = as_records(make_records())
     assert [tuple(r) for r in records] == [STEP_FIELDS] * 6
     assert [r["step"] for r in records] == list(range(1, 7))
     assert [r["step_s"] for r in records] == pytest.approx(

@@ -112,3 +112,45 @@ def test_nothing_held_back_means_no_idle_work():
     assert writer.wait_for(1, timeout_s=10)
     writer.close()
     assert calls == []
+
+
+def test_windows_count_written_before_their_figures_are_made():
+    # What a SIGKILL would lose waits for on_windows only: a hand-over waiting for the
+    # lines is not held up by the figures and sinks that follow (after_windows).
+    in_after, release = threading.Event(), threading.Event()
+
+    def after():
+        in_after.set()
+        release.wait(5)
+
+    writer = Writer(nothing, lambda e: None, after_windows=after)
+    writer.submit_window("w")
+    assert writer.wait_for(1, timeout_s=5)  # written, though its figures are still held
+    assert in_after.wait(5)
+    assert writer.windows_written == 1 and writer.windows_sent == 0
+    assert writer.wait_for(1, timeout_s=0.01, sent=True) is False
+    release.set()
+    assert writer.wait_for(1, timeout_s=5, sent=True)
+    writer.close()
+    assert writer.windows_sent == 1
+
+
+def test_jobs_and_windows_keep_their_order_and_windows_waiting_go_together():
+    seen = []
+    gate, busy = threading.Event(), threading.Event()
+
+    def hold():
+        busy.set()
+        gate.wait(5)
+
+    writer = Writer(lambda windows: seen.append(list(windows)), lambda e: None,
+                    after_windows=lambda: seen.append("after"))
+    writer.submit(hold)
+    assert busy.wait(5)
+    for i in range(3):
+        writer.submit_window(i)
+    writer.submit(seen.append, "job")
+    writer.submit_window(3)
+    gate.set()
+    writer.close()
+    assert seen == [[0, 1, 2], "after", "job", [3], "after"]

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from trainpace.measure.clock import DeviceTimer, Marker
-from trainpace.measure.steprow import StepRow, record_of
-from trainpace.records import StepRecord
+from trainpace.measure.steprow import StepRow, records_of
+from trainpace.records import StepValues
 
 
 class DeviceReadback:
@@ -29,7 +29,7 @@ class DeviceReadback:
         self._copy: _Copy | None = None  # the one copy in flight
 
     def take(self, pending: deque[StepRow], *, final: bool, t0: float,
-             metered: bool) -> list[StepRecord]:
+             metered: bool) -> list[StepValues]:
         """The records of ``pending``'s steps that can be read now (all of them, waiting for
         the device, with ``final``); the rows taken leave ``pending``."""
         timer = self.timer
@@ -95,7 +95,7 @@ class DeviceReadback:
         host.copy_(stacked, non_blocking=True)
         self._copy = _Copy(self.timer.mark(), host, slots, blocked)
 
-    def _finish_copy(self, final: bool, t0: float, metered: bool) -> list[StepRecord]:
+    def _finish_copy(self, final: bool, t0: float, metered: bool) -> list[StepValues]:
         copy = self._copy
         if copy is not None:
             if final:
@@ -104,13 +104,12 @@ class DeviceReadback:
                 copy.apply()
                 self._copy = copy = None
         blocked = copy.rows if copy is not None else set()
-        out: list[StepRecord] = []
+        ready: list[StepRow] = []
         while self._reading and id(self._reading[0]) not in blocked:
             row = self._reading.popleft()
             assert row.device_times is not None
-            step_s, exposed, h2d = row.device_times
-            out.append(record_of(row, t0, metered, step_s, exposed, h2d))
-        return out
+            ready.append(row)
+        return records_of(ready, t0, metered)
 
 
 @dataclass

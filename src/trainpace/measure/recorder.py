@@ -27,8 +27,8 @@ import torch
 from trainpace.measure.batch import TokenCount, count_tokens, samples_in
 from trainpace.measure.clock import DeviceTimer, Marker
 from trainpace.measure.readback import DeviceReadback
-from trainpace.measure.steprow import StepRow, host_records
-from trainpace.records import StepRecord
+from trainpace.measure.steprow import StepRow, records_of
+from trainpace.records import StepValues
 
 logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
@@ -365,11 +365,12 @@ class StepRecorder:
 
     # -- the window boundary's side -------------------------------------------------------
 
-    def take_ready(self, *, final: bool = False) -> Callable[[], list[StepRecord]]:
-        """Finished ``steps.jsonl`` records, oldest first (those whose values can be read now),
-        the making of them left to the caller of the function returned (the writer thread): on
-        the host clock the rows are handed over as they are, which keeps the training thread's
-        share of a window to a list copy. Without ``final`` it never blocks: a step whose device
+    def take_ready(self, *, final: bool = False) -> Callable[[], list[StepValues]]:
+        """Finished ``steps.jsonl`` records (their values: :data:`~trainpace.records.StepValues`),
+        oldest first (those whose values can be read now), the making of them left to the
+        caller of the function returned (the writer thread): on the host clock the rows are
+        handed over as they are, which keeps the training thread's share of a window to a list
+        copy. Without ``final`` it never blocks: a step whose device
         events have not completed, or whose device values are still being copied, waits for a
         later call. With ``final`` (end of run) it waits for the device and returns everything."""
         if self.timer is None:  # every value is already on the host
@@ -377,7 +378,7 @@ class StepRecorder:
             self._pending.clear()
             if rows:
                 rows[-1].emitted = True  # observe() looks no further back than this one
-            return partial(host_records, rows, self.t0, self._metered)
+            return partial(records_of, rows, self.t0, self._metered)
         assert self._readback is not None  # made with the timer
         t0 = self.t0 if self.t0 is not None else 0.0  # None: no step closed, none pending
         records = self._readback.take(self._pending, final=final, t0=t0, metered=self._metered)

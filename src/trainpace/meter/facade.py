@@ -188,8 +188,9 @@ class Meter:
         if self._job.monitor is not None:  # a rank of a distributed job
             self._pipeline.observers.append(self._job.window)
         self._writer_stalled = False
-        self._writer = Writer(self._pipeline.windows,
+        self._writer = Writer(self._pipeline.write,
                               lambda exc: self._log_once.report("writing the run", exc),
+                              after_windows=self._pipeline.send,
                               on_idle=self._pipeline.send_held,
                               holding=lambda: self._pipeline.holding, idle_s=SINK_WINDOW_S)
         self._loop = Loop(recorder=self._recorder, probes=self._probes, log_once=self._log_once,
@@ -412,8 +413,9 @@ class Meter:
 
     def _hand_over(self, final: bool, flush: bool, ends_window: bool) -> None:
         """The steps closed since the last hand-over (half a window), to the writer as they
-        are. When the writer is still on an earlier half (steps far shorter than its work per
-        step, holding the GIL it needs), wait for it, at most LAG_WAIT_S: a SIGKILL then loses
+        are. When the writer has not written an earlier half's lines yet (steps far shorter
+        than its work per step, holding the GIL it needs), wait for them (not for the figures
+        and sinks that follow), at most LAG_WAIT_S: a SIGKILL then loses
         the open half and the one handed over: a window at most. A writer that keeps up is
         never waited for; one that could not catch up once (a stalled disk) is not waited for
         again until it has."""
@@ -433,7 +435,7 @@ class Meter:
         """At a loader's end: the window's console line is out before the user's code goes on
         (an evaluation printing its own lines), within LINE_FLUSH_S."""
         if self.config.console and self._writer.wait_for(self._writer.windows_submitted,
-                                                         LINE_FLUSH_S):
+                                                         LINE_FLUSH_S, sent=True):
             self._sinks.flush(LINE_FLUSH_S, only=lambda sink: isinstance(sink, ConsoleSink))
 
     def _begin_run(self) -> Any:

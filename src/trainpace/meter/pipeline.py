@@ -1,25 +1,28 @@
 """The writer side of a window: records, columns, figures, the run folder, sinks, observers.
 
 Runs on the writer thread (:class:`~trainpace.sinks.background.Writer`). The training thread
-hands over the rows of each half window as they are; here they become ``steps.jsonl`` records,
-whose lines go to the run folder at once (one append for all the halves taken together). The
-records wait for the end of their window; then they become columns once (a
-:class:`~trainpace.series.StepSeries`, appended to the run's), and the window's figures come
-from the function that computes the run's. Each window's figures go to the sinks (one
-:class:`~trainpace.sinks.base.FanOut`) as its window record; windows shorter than
-``SINK_WINDOW_S`` go out together (their columns made in one pass too).
+hands over the rows of each half window as they are; here they become ``steps.jsonl`` records
+(their values, no dict per step), whose lines go to the run folder at once
+(one append for all the halves taken together). The records wait for the end of their window;
+then they become columns once (a :class:`~trainpace.series.StepSeries`, appended to the
+run's), and the window's figures come from the function that computes the run's. Each
+window's figures go to the sinks (one :class:`~trainpace.sinks.base.FanOut`) as its window
+record; windows shorter than ``SINK_WINDOW_S`` go out together (their columns made in one
+pass too).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import starmap
+from typing import Any
 
 from trainpace.measure.summarize import Goal, figures
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.state import RunState
-from trainpace.records import Figures, StepRecord
+from trainpace.records import STEP_FIELDS, Figures, StepLine, StepValues
 from trainpace.runlog import Record
 from trainpace.series import StepSeries
 from trainpace.sinks.base import FanOut
@@ -33,8 +36,9 @@ REFRESH_BUDGET = 0.002
 # work (and than a reader's eye) go to the sinks together, one console line, not hundreds a
 # second. A window at least this long has its own record, as documented.
 SINK_WINDOW_S = 0.05
+_T_S = STEP_FIELDS.index("t_s")
 
-WindowObserver = Callable[[Figures, list[StepRecord]], None]
+WindowObserver = Callable[[Figures, list[dict[str, Any]]], None]
 """Called on the writer thread with each window's figures and records (e.g. to exchange
 window statistics across ranks); what it raises is contained and reported once."""
 
@@ -43,7 +47,7 @@ window statistics across ranks); what it raises is contained and reported once."
 class Window:
     """One window handed over by the training thread."""
 
-    make_records: Callable[[], list[StepRecord]]  # called on the writer thread
+    make_records: Callable[[], list[StepValues]]  # called on the writer thread
     final: bool
     last_step: int  # the steps closed when it was handed over
     flush: bool = False  # its window record goes out now (a loader ran out)
@@ -61,8 +65,6 @@ class WindowPipeline:
         self.run_folder = run_folder
         self.sinks = sinks
         self.observers: list[WindowObserver] = []
-        # the last step record once a window's lines are in steps.jsonl (the job's ledger)
-        self.steps_written: Callable[[StepRecord], None] | None = None
         self._log_once = log_once
         self._clock = clock
         self._vitals = vitals
@@ -72,7 +74,11 @@ class WindowPipeline:
         self._system_written_s = -float("inf")
         self._last_refresh_s = 0.0
         self._refresh_cost_s = 0.0
-        self._unsent: list[StepRecord] = []  # the records not in a window record yet
+        # The steps written and not in a window record yet: their values, a list per field
+        # in STEP_FIELDS order; of them, the first _unsent are of windows send() went over.
+        self._columns: list[list[Any]] = [[] for _ in STEP_FIELDS]
+        self._made: list[tuple[Window, int]] = []  # written, not sent yet (and their steps)
+        self._unsent = 0
         self._in_run = 0  # of them, those already in the run's columns (a new goal)
         self._ended = 0  # of them, those up to the last window's end (held back: a short one)
         self._sent_t_s = 0.0  # the run time the last window record reached
@@ -86,31 +92,43 @@ class WindowPipeline:
                 self._log_once.report(f"writing the run folder ({record.kind})", exc)
         self.sinks.log(record)
 
-    def windows(self, windows: list[Window]) -> None:
-        """The halves handed over since the last call, taken together: their lines go to the
-        run folder now (one append), their records wait for their window's end. Once those
-        hold ``SINK_WINDOW_S`` of run time (at once at the end, or when a loader ran out),
-        they become the run's columns, and a window record to the sinks and observers."""
-        last = windows[-1]
-        made = [(window, window.make_records()) for window in windows]
-        lines = [record for _, records in made for record in records]
-        if self.run_folder is not None and lines:
+    def write(self, windows: list[Window]) -> None:
+        """The halves handed over since the last call, taken together: their records made,
+        their lines into the run folder (one append), their values kept as columns for
+        :meth:`send` (both made while the values are in the CPU's caches). What a SIGKILL
+        would lose waits for this only."""
+        rows: list[StepValues] = []
+        made: list[tuple[Window, int]] = []
+        for window in windows:
+            records = window.make_records()
+            rows += records
+            made.append((window, len(records)))
+        if rows and self.run_folder is not None:
             try:
-                self.run_folder.append_steps(lines)
-                if self.steps_written is not None:
-                    self.steps_written(lines[-1])
+                self.run_folder.append_steps(list(starmap(StepLine, rows)))
             except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
                 self._log_once.report("writing the run folder (window)", exc)
-        unsent = self._unsent
-        for window, records in made:
-            unsent += records
+        if rows:
+            for column, values in zip(self._columns, zip(*rows, strict=True), strict=True):
+                column.extend(values)
+        self._made += made  # with their values in the columns, for send()
+
+    def send(self) -> None:
+        """The steps written since the last call wait for their window's end. Once those
+        hold ``SINK_WINDOW_S`` of run time (at once at the end, or when a loader ran out),
+        they become the run's columns, and a window record to the sinks and observers."""
+        made, self._made = self._made, []
+        t_s = self._columns[_T_S]
+        for window, steps in made:
+            self._unsent += steps
             if window.ends_window or window.final or window.flush:
-                self._ended = len(unsent)
-            if unsent and (window.final or window.flush or (
-                    window.ends_window and unsent[-1]["t_s"] - self._sent_t_s >= SINK_WINDOW_S)):
+                self._ended = self._unsent
+            if self._unsent and (window.final or window.flush or (
+                    window.ends_window and t_s[self._unsent - 1] - self._sent_t_s
+                    >= SINK_WINDOW_S)):
                 self._send(window.final)
-                unsent = self._unsent
-        self._system(last.last_step)
+        if made:
+            self._system(made[-1][0].last_step)
 
     @property
     def holding(self) -> bool:
@@ -126,27 +144,32 @@ class WindowPipeline:
 
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
-        if len(self._unsent) > self._in_run:
-            self._into_run(StepSeries.from_records(self._unsent[self._in_run:]))
-            self._in_run = len(self._unsent)
+        if self._unsent > self._in_run:
+            self._into_run(StepSeries.from_columns(
+                [column[self._in_run:self._unsent] for column in self._columns]))
+            self._in_run = self._unsent
         self.state.follow(goal)
 
     def _send(self, final: bool, upto: int | None = None) -> None:
         """The steps not sent yet (the first ``upto`` of them): into the run's columns (made
         once, here), and as a window record to the sinks and observers; then, now and then, a
         refreshed summary."""
-        upto = len(self._unsent) if upto is None else upto
-        records, done = self._unsent[:upto], min(self._in_run, upto)
-        self._unsent, self._in_run = self._unsent[upto:], max(self._in_run - upto, 0)
+        upto = self._unsent if upto is None else upto
+        columns = [column[:upto] for column in self._columns]
+        for column in self._columns:
+            del column[:upto]
+        done = min(self._in_run, upto)
+        self._unsent, self._in_run = self._unsent - upto, max(self._in_run - upto, 0)
         self._ended = 0
-        steps = StepSeries.from_records(records)
-        last_step = int(records[-1]["step"])
-        self._sent_t_s = float(records[-1]["t_s"])
+        steps = StepSeries.from_columns(columns)
+        last_step = int(columns[0][-1])
+        self._sent_t_s = float(columns[_T_S][-1])
         if done < len(steps):
-            self._into_run(steps if not done else StepSeries.from_records(records[done:]))
-        # the steps go only to those that read them
+            self._into_run(steps if not done else StepSeries.from_columns(
+                [column[done:] for column in columns]))
+        # the steps go as records only to those that read them
         read = bool(self.observers or self.sinks.reads_steps)
-        self._window(steps, records if read else [], last_step, final)
+        self._window(steps, steps.records() if read else [], last_step, final)
         if not final:
             self._maybe_refresh(last_step)
 
@@ -155,7 +178,7 @@ class WindowPipeline:
         if self.state.tracker is not None:
             self.state.tracker.add(steps)
 
-    def _window(self, steps: StepSeries, records: list[StepRecord], last_step: int,
+    def _window(self, steps: StepSeries, records: list[dict[str, Any]], last_step: int,
                 final: bool) -> None:
         """The window record (figures, and the step records when someone reads them) of
         ``steps`` to the sinks, and to the window observers."""

@@ -42,6 +42,11 @@ def _open_own(path: Path, mode: int) -> int:
 
 
 
+def _step_of(line: Any) -> int:
+    """The step number of a line: a record, or a :data:`~trainpace.records.StepLine`."""
+    return int(line["step"] if isinstance(line, Mapping) else line.step)
+
+
 class RunFolderSink:
     """Writes one run folder (see :mod:`trainpace.runlog` for the format).
 
@@ -100,14 +105,14 @@ class RunFolderSink:
         try:
             self._append(STEPS_FILE, steps)
         except OSError as exc:
-            self._lost(int(steps[0]["step"]), int(steps[-1]["step"]), exc)
+            self._lost(_step_of(steps[0]), _step_of(steps[-1]), exc)
             return
         if self._failing is not None:
             self._failing = None
             ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in self.missing_steps)
             logger.warning("trainpace: %s is written again from step %s; steps %s are missing "
                            "from it (listed in meta.json as missing_steps)",
-                           self.path / STEPS_FILE, steps[0]["step"], ranges)
+                           self.path / STEPS_FILE, _step_of(steps[0]), ranges)
         if self._meta_stale:
             self._write_meta()
 
