@@ -24,7 +24,6 @@ from typing import Any
 
 _STOP = object()
 _WINDOW = object()  # tags a window on the queue: (_WINDOW, window)
-YIELD_S = 1e-4  # a pause of the writer that lets a woken thread take the GIL first
 
 
 class Writer:
@@ -56,7 +55,6 @@ class Writer:
         self.windows_submitted = 0
         self.windows_written = 0  # on_windows returned: their lines are in the run folder
         self.windows_sent = 0  # after_windows returned too: their records are at the sinks
-        self._waiting = 0  # threads in wait_for
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -81,16 +79,12 @@ class Writer:
         too): True, or False when ``timeout_s`` passed first."""
         deadline = time.monotonic() + timeout_s
         with self._done:
-            self._waiting += 1
-            try:
-                while self._count(sent) < window and self._thread.is_alive():
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return False
-                    self._done.wait(left)
-                return self._count(sent) >= window
-            finally:
-                self._waiting -= 1
+            while self._count(sent) < window and self._thread.is_alive():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._done.wait(left)
+            return self._count(sent) >= window
 
     def close(self, timeout_s: float | None = None) -> bool:
         """Run everything still queued, then stop the thread (idempotent). False when the
@@ -137,13 +131,7 @@ class Writer:
         self._contained(self._on_windows, windows)
         with self._done:
             self.windows_written += len(windows)
-            waiting = self._waiting
             self._done.notify_all()
-        if waiting:
-            # The thread woken (the training loop, at a hand-over) needs the GIL this thread
-            # holds: let it go before the window's figures, else it waits for them, up to the
-            # interpreter's switch interval.
-            time.sleep(YIELD_S)
         self._contained(self._after_windows)
         with self._done:
             self.windows_sent += len(windows)
