@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-from pathlib import Path
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from trainpace.dist.ranks import RankInfo, rank_folder
-from trainpace.runlog import META_SCHEMA
 from trainpace.measure.cost import cost_of
 from trainpace.measure.energy import EnergyReading
+from trainpace.runlog import META_SCHEMA
 from trainpace.summary import Communication, Cost, RankEntry, Summary, Time
 
-RANK_EXTRAS = ("local_rank", "node", "window_step_s_median", "cpu_count", "windows", "last_step", "final", "pre_collective_pct",
+RANK_EXTRAS = ("local_rank", "node", "window_step_s_median", "cpu_count", "windows",
+               "last_step", "final", "pre_collective_pct",
                "communication_pct", "util_pct", "temperature_c", "throttle_pct",
                "process_cpu_pct", "system_cpu_pct")
 

@@ -154,7 +154,8 @@ class RankState:
         latest = self.latest
         return {
             "rank": self.rank, "local_rank": self.local_rank, "node": self.node,
-            "host": self.host, "cpu_count": self.cpu_count, "windows": self.windows, "last_window": self.last_window,
+            "host": self.host, "cpu_count": self.cpu_count, "windows": self.windows,
+            "last_window": self.last_window,
             "last_step": self.last_step, "last_seen_unix": self.last_seen_unix,
             "final": self.final,
             "samples_per_s": self.samples / self.measured_s if self.measured_s > 0 else None,
