@@ -1,15 +1,21 @@
 """The job's diagnosis reads the steps of the rank that stands for the job (hand-made rank
 folders and an in-memory store: exact figures)."""
 
+import dataclasses
+import json
+
 import pytest
 
 from dist.fakes import MemoryStore, record, write_rank
+from trainpace.cli import main
 from trainpace.diagnosis import diagnose
 from trainpace.dist.folders import read_distributed
 from trainpace.dist.job_summary import job_cost, merged_summary, summary_dict
 from trainpace.dist.merge import Merger
 from trainpace.dist.monitor import RankMonitor
 from trainpace.dist.ranks import RankInfo
+from trainpace.measure.summarize import summary_for_run
+from trainpace.runlog import read_run
 from trainpace.summary import Cost, Device, RankEntry, Summary, Throughput, Time
 
 STEPS = 40
@@ -187,3 +193,37 @@ def test_a_two_level_jobs_end_reads_the_step_medians_of_rank_0s_node(tmp_path):
     merged = mons[0].finish(Summary(run_id="job", time=Time(step_s_median=0.25)))
     assert merged is not None
     assert [e.step_s_median for e in merged.ranks] == [0.25, pytest.approx(0.1), None, None]
+
+
+def _cpu_rank_with_power(folder, power_w):
+    """A CPU rank's sampler rows of its host's RAPL package (``power_w`` over 0–1 s) and its
+    summary.json (the device it ran on)."""
+    rows = [{"t_s": t, "rapl": {"package-0": [int(power_w * t * 1e6), 2**40]}}
+            for t in (0.0, 0.5, 1.0)]
+    (folder / "system.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = summary_for_run(read_run(folder))
+    summary = dataclasses.replace(summary, device=Device(kind="cpu"))
+    (folder / "summary.json").write_text(json.dumps(summary.to_dict()))
+
+
+@pytest.mark.parametrize(("hosts", "power_w"), [(("a", "b"), 50.0 + 70.0), (("h", "h"), 70.0)])
+def test_report_of_a_job_prices_every_ranks_measured_power(tmp_path, capsys, hosts, power_w):
+    # each host's package once: two hosts add up, two ranks of one host read the same package
+    run = tmp_path / "run"
+    for rank, (host, watts) in enumerate(zip(hosts, (50.0, 70.0), strict=True)):
+        write_rank(run, rank, [0.1] * 10, [0.0] * 10, host=host)
+        _cpu_rank_with_power(run / f"rank{rank}", watts)
+    assert read_distributed(run).energy.power_w_mean == pytest.approx(power_w)
+    assert main(["report", str(run), "--json", "--price-per-hour", "3.6"]) == 0
+    cost = json.loads(capsys.readouterr().out)["cost"]
+    assert cost["power_w_mean"] == pytest.approx(power_w)
+    assert cost["devices"] == len(set(hosts))
+
+
+def test_report_of_a_job_with_a_rank_without_readings_says_so(tmp_path, capsys):
+    run = tmp_path / "run"
+    for rank in (0, 1):
+        write_rank(run, rank, [0.1] * 10, [0.0] * 10, host=f"h{rank}")
+    _cpu_rank_with_power(run / "rank0", 50.0)
+    energy = read_distributed(run).energy
+    assert energy.power_w_mean is None and energy.missing.startswith("rank 1: ")

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from trainpace.errors import RunFolderError
     from trainpace.job.goodput import goodput
     from trainpace.job.ledger import Job, read_job
-    from trainpace.measure.cost import cost_of_run
+    from trainpace.measure.cost import cost_of, cost_of_run
     from trainpace.measure.summarize import summary_for_run
     from trainpace.report._text import safe_text
     from trainpace.report.console import print_report
@@ -99,8 +99,10 @@ def run(args: argparse.Namespace) -> int:
     prices = {"price_per_hour": args.price_per_hour, "grid_g_per_kwh": args.grid_g_per_kwh,
               "rated_power_w": args.rated_power_w}
     if any(value is not None for value in prices.values()):
-        summary = dataclasses.replace(summary, cost=cost_of_run(
-            summary, series.column("t_s"), system, **prices))
+        # a job: every rank's measured power, not that of the rank whose steps are shown
+        summary = dataclasses.replace(summary, cost=(
+            cost_of(summary, energy=ranks.energy, **prices) if ranks is not None
+            else cost_of_run(summary, series.column("t_s"), system, **prices)))
     mtbf_s = args.mtbf_hours * 3600.0 if args.mtbf_hours is not None else None
     diagnosis = diagnose(summary, steps=steps, system=system, meta=meta, thresholds=thresholds,
                          mtbf_s=mtbf_s)

@@ -24,6 +24,8 @@ from trainpace.dist.job_summary import merged_meta, merged_summary
 from trainpace.dist.merge import Merger, WindowRecord, window_record
 from trainpace.dist.ranks import RankInfo, rank_folders
 from trainpace.errors import RunFolderError
+from trainpace.measure.cost import measured_span
+from trainpace.measure.energy import EnergyReading, energy_between
 from trainpace.measure.summarize import summary_for_run
 from trainpace.runlog import RunData, read_run
 from trainpace.series import StepSeries
@@ -44,6 +46,8 @@ class DistributedRun:
     notes: list[str] = field(default_factory=list)
     ranks_read: list[int] = field(default_factory=list)
     merger: Merger | None = None  # the merge of the rank folders (None: rank 0's live one used)
+    # the job's mean power over each rank's measured steps (see job_energy)
+    energy: EnergyReading = field(default_factory=EnergyReading)
 
 
 def _unix(text: Any) -> float | None:
@@ -170,9 +174,9 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
     A rank whose ``summary.json`` is behind its steps (it died after writing it) is rebuilt
     from its steps; the job's step counts come from the rank that got furthest, its step
     times and the steps its diagnosis reads from the rank whose steps stand for the job
-    (``Merger.steps_rank``), and a note names each rank that ended early and its last step. Rank numbers and world sizes beyond
-    :data:`MAX_WORLD_SIZE` are damage, left out by name: the work is bounded by the folders
-    on disk, never by a number written in one.
+    (``Merger.steps_rank``), and a note names each rank that ended early and its last step.
+    Rank numbers and world sizes beyond :data:`MAX_WORLD_SIZE` are damage, left out by name:
+    the work is bounded by the folders on disk, never by a number written in one.
     """
     folder = Path(path)
     folders = rank_folders(folder)
@@ -222,7 +226,9 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
             shown = shown if isinstance(shown, int) and shown in runs else min(runs)
             meta["dist"] = {**dist, "steps_rank": shown}
             return DistributedRun(folder, top.summary, meta, runs[shown].series,
-                                  runs[shown].system, notes, sorted(runs))
+                                  runs[shown].system, notes, sorted(runs),
+                                  energy=job_energy(runs, summaries, live_ranks,
+                                                    cpu=top.summary.device.kind == "cpu"))
         notes.append(f"rank 0's live merge (summary.json, over {top.summary.steps.total} steps) "
                      f"is behind rank {furthest}'s {summaries[furthest].steps.total} steps: the "
                      f"{len(runs)} rank folders here are merged instead")
@@ -250,7 +256,31 @@ def read_distributed(path: str | Path) -> DistributedRun | None:
         default=None)
     summary = merged_summary(merger, base, done=True, rank_summaries=summaries)
     return DistributedRun(folder, summary, meta, runs[shown].series, runs[shown].system,
-                          notes, sorted(runs), merger)
+                          notes, sorted(runs), merger,
+                          energy=job_energy(runs, summaries, world,
+                                            cpu=summary.device.kind == "cpu"))
+
+
+def job_energy(runs: Mapping[int, RunData], summaries: Mapping[int, Summary], world: int, *,
+               cpu: bool) -> EnergyReading:
+    """The job's mean power over the measured steps: each rank's own, from its sampler rows
+    over its own measured span, summed once per accelerator (a rank) or, on the CPU, once per
+    host (every rank of a host reads the same package). Unknown, with the reason, when a
+    rank's folder is not here or a rank measured none."""
+    if len(runs) < world:
+        return EnergyReading(missing=f"{len(runs)} of {world} rank folders are here: the "
+                                     "others' power is unknown")
+    per_unit: dict[Any, float] = {}
+    source = None
+    for rank, run in sorted(runs.items()):
+        start, end = measured_span(run.series.column("t_s"), summaries[rank].steps.warmup)
+        reading = energy_between(run.system, start, end)
+        if reading.power_w_mean is None:
+            return EnergyReading(missing=f"rank {rank}: {reading.missing}")
+        per_unit[run.meta.get("host") if cpu else rank] = reading.power_w_mean
+        source = source or reading.source
+    return EnergyReading(power_w_mean=sum(per_unit.values()), source=source,
+                         devices=len(per_unit))
 
 
 def _ended_early(merger: Merger, furthest_step: int) -> list[str]:
