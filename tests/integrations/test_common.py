@@ -17,12 +17,17 @@ def progress(folder):
     return ledger_sink.STEP_LAYOUT.unpack_from((folder / PROGRESS_FILE).read_bytes())
 
 
+def _metered(folder, clock):
+    """A Meter writing the job ``folder`` on ``clock``, and a framework's iterations over it."""
+    meter = trainpace.Meter(folder, clock=clock, console=False, report=False, window=3,
+                            count_flops=False)
+    return meter, Iterations(meter, clock, skip_steps=0)
+
+
 def test_the_progress_map_has_the_step_at_its_optimizer_step_and_its_time_runs_to_the_fetch(
         tmp_path, clock):
     folder = tmp_path / "job"
-    meter = trainpace.Meter(folder, clock=clock, console=False, report=False, window=3,
-                            count_flops=False)
-    iterations = Iterations(meter, clock, skip_steps=0)
+    meter, iterations = _metered(folder, clock)
     batches = iter(iterations.fetches(meter.loader([torch.ones(2, 1)] * 3)))
     for step in (1, 2):
         iterations.user_begins(next(batches))
@@ -45,9 +50,7 @@ def test_the_progress_map_has_the_step_at_its_optimizer_step_and_its_time_runs_t
 
 def test_a_step_that_has_not_stepped_is_not_in_the_progress_map(tmp_path, clock):
     folder = tmp_path / "job"
-    meter = trainpace.Meter(folder, clock=clock, console=False, report=False, window=3,
-                            count_flops=False)
-    iterations = Iterations(meter, clock, skip_steps=0)
+    meter, iterations = _metered(folder, clock)
     iterations.user_begins(torch.ones(2, 1))
     clock.advance(0.25)
     iterations.user_ends(stepped=False, framework_step=0)  # a micro-batch of an accumulation
@@ -62,9 +65,7 @@ def test_a_meter_finished_after_an_optimizer_step_leaves_that_step_to_the_next_r
     and the next fetch. The run's end says the steps it closed (1); the progress map has step
     2, which the next run writes as the run's last progress, the step the framework did."""
     folder = tmp_path / "job"
-    meter = trainpace.Meter(folder, clock=clock, console=False, report=False, window=3,
-                            count_flops=False)
-    iterations = Iterations(meter, clock, skip_steps=0)
+    meter, iterations = _metered(folder, clock)
     batches = iter(iterations.fetches(meter.loader([torch.ones(2, 1)] * 3)))
     for step in (1, 2):
         iterations.user_begins(next(batches))

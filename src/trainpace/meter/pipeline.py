@@ -36,7 +36,7 @@ REFRESH_BUDGET = 0.002
 # work (and than a reader's eye) go to the sinks together, one console line, not hundreds a
 # second. A window at least this long has its own record, as documented.
 SINK_WINDOW_S = 0.05
-_T_S = STEP_FIELDS.index("t_s")
+_STEP, _T_S = STEP_FIELDS.index("step"), STEP_FIELDS.index("t_s")
 
 WindowObserver = Callable[[Figures, list[dict[str, Any]]], None]
 """Called on the writer thread with each window's figures and records (e.g. to exchange
@@ -162,7 +162,7 @@ class WindowPipeline:
         self._unsent, self._in_run = self._unsent - upto, max(self._in_run - upto, 0)
         self._ended = 0
         steps = StepSeries.from_columns(columns)
-        last_step = int(columns[0][-1])
+        last_step = int(columns[_STEP][-1])
         self._sent_t_s = float(columns[_T_S][-1])
         if done < len(steps):
             self._into_run(steps if not done else StepSeries.from_columns(
