@@ -1,5 +1,8 @@
 """Steps slowed by other processes are not warm-up: injected step times and CPU readings."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -90,3 +93,16 @@ def test_the_summary_gives_the_whole_measured_run_and_the_steady_span():
     assert unknown.steps.slowed_by_others is None
     assert unknown.throughput.steady_samples_per_s is None
     assert unknown.steps.warmup == 103
+
+
+def test_judging_readings_imports_nothing_on_the_writer_thread():
+    # numpy's percentile and median import numpy.ma (12 ms, holding the GIL) on their first
+    # call: on the writer thread mid-run that lands on a training step.
+    code = (
+        "import sys, numpy as np\n"
+        "from trainpace.measure.contention import crowded_readings\n"
+        "columns = {'system_cpu_pct': np.array([90.0, 95.0]), 'process_cpu_pct': np.array([60.0, 20.0])}\n"
+        "crowded_readings(columns, 2)\n"
+        "print('numpy.ma' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -154,3 +154,79 @@ def test_jobs_and_windows_keep_their_order_and_windows_waiting_go_together():
     gate.set()
     writer.close()
     assert seen == [[0, 1, 2], "after", "job", [3], "after"]
+
+
+def test_windows_handed_over_between_parts_get_their_lines_before_the_parts_go_on():
+    # The figures and sinks come in parts; a window handed over meanwhile is written (what
+    # a SIGKILL would lose) at the next pause, not after the whole record's work.
+    seen, in_part, go_on = [], threading.Event(), threading.Event()
+
+    def parts():
+        seen.append("part 1")
+        in_part.set()
+        go_on.wait(5)
+        yield
+        seen.append("part 2")
+
+    writer = Writer(lambda windows: seen.append(list(windows)), lambda e: None,
+                    after_windows=lambda: parts() if len(seen) < 3 else None)
+    writer.submit_window("a")
+    assert in_part.wait(5)
+    writer.submit_window("b")
+    go_on.set()
+    writer.close()
+    assert seen == [["a"], "part 1", ["b"], "part 2"]
+    assert writer.windows_written == writer.windows_sent == 2
+
+
+def test_a_job_queued_before_windows_keeps_them_behind_it_while_parts_run():
+    seen, in_part, go_on = [], threading.Event(), threading.Event()
+
+    def parts():
+        seen.append("part 1")
+        in_part.set()
+        go_on.wait(5)
+        yield
+        seen.append("part 2")
+
+    writer = Writer(lambda windows: seen.append(list(windows)), lambda e: None,
+                    after_windows=lambda: parts() if not in_part.is_set() else None)
+    writer.submit_window("a")
+    assert in_part.wait(5)
+    writer.submit(seen.append, "job")
+    writer.submit_window("b")
+    go_on.set()
+    writer.close()
+    assert seen == [["a"], "part 1", "part 2", "job", ["b"]]
+
+
+def test_the_writer_pauses_between_parts_only():
+    pauses = []
+
+    def parts():
+        yield
+        yield
+
+    def pause_s():
+        pauses.append(1)
+        return 0.0
+
+    writer = Writer(nothing, lambda e: None, after_windows=parts, pause_s=pause_s)
+    writer.submit_window("w")
+    writer.close()
+    assert len(pauses) == 2  # three parts, two pauses
+    assert writer.windows_sent == 1
+
+
+def test_a_part_that_raises_is_reported_and_the_window_still_counts_sent():
+    errors = []
+
+    def parts():
+        yield
+        raise ValueError("figures")
+
+    writer = Writer(nothing, errors.append, after_windows=parts)
+    writer.submit_window("w")
+    writer.close()
+    assert [type(e) for e in errors] == [ValueError]
+    assert writer.windows_sent == 1

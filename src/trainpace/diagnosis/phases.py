@@ -188,7 +188,8 @@ def find_phases(ctx: Context) -> list[Phase]:
         signs = host_signs(ctx, [(start, stop)])
         phases.append(Phase(
             first=a, last=b, start_step=int(line.step[a]), stop_step=int(line.step[b]),
-            start_s=start, stop_s=stop, slowdown=float(np.median(slow)) / line.steady_s,
+            # (a phase has steps: its median is never None)
+            start_s=start, stop_s=stop, slowdown=(median(slow) or 0.0) / line.steady_s,
             wall_pct=wall_pct, extra_s=extra,
             cause=_cause(ctx, line, (a, b), signs, steady, extra, wait_extra),
             signs=signs,

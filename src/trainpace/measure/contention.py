@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from trainpace.stats import percentile
+
 # The machine counts as busy with under a fifth of its CPU idle, and as crowded when other
 # processes keep 30% of it busy: the diagnosis's defaults for CPU contention (thresholds.py).
 BUSY_CPU_PCT = 80.0
@@ -70,7 +72,7 @@ def crowded_readings(columns: Mapping[str, np.ndarray], cpu_count: int | None) -
         return None
     share = np.minimum(100.0, process / cpu_count)  # of the whole machine, 0–100
     others = system - share
-    usual = float(np.percentile(share[known], USUAL_SHARE_PERCENTILE))
+    usual = percentile(share[known], USUAL_SHARE_PERCENTILE) or 0.0  # known.any(): never None
     with np.errstate(invalid="ignore"):
         crowded = known & (system >= BUSY_CPU_PCT) & (others >= OTHERS_CPU_PCT) & (
             share <= SHARE_DROP * usual)

@@ -192,7 +192,8 @@ class Meter:
                               lambda exc: self._log_once.report("writing the run", exc),
                               after_windows=self._pipeline.send,
                               on_idle=self._pipeline.send_held,
-                              holding=lambda: self._pipeline.holding, idle_s=SINK_WINDOW_S)
+                              holding=lambda: self._pipeline.holding, idle_s=SINK_WINDOW_S,
+                              pause_s=self._pipeline.part_pause_s)
         self._loop = Loop(recorder=self._recorder, probes=self._probes, log_once=self._log_once,
                           window=config.window, hand_over=self._hand_over,
                           first_step=self._begin_run, loader_done=self._console_line_out)

@@ -8,12 +8,14 @@ then they become columns once (a :class:`~trainpace.series.StepSeries`, appended
 run's), and the window's figures come from the function that computes the run's. Each
 window's figures go to the sinks (one :class:`~trainpace.sinks.base.FanOut`) as its window
 record; windows shorter than ``SINK_WINDOW_S`` go out together (their columns made in one
-pass too).
+pass too). That work comes in parts (:meth:`WindowPipeline.send` yields between two), which
+the writer paces (:meth:`WindowPipeline.part_pause_s`), so that no step waits for all of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import starmap
 from typing import Any
@@ -36,6 +38,12 @@ REFRESH_BUDGET = 0.002
 # work (and than a reader's eye) go to the sinks together, one console line, not hundreds a
 # second. A window at least this long has its own record, as documented.
 SINK_WINDOW_S = 0.05
+# The writer's pause between two parts of a window record's work (see
+# :mod:`trainpace.sinks.background`): the loop's recent real time per step, so that a step
+# pays for one part at most, within these bounds (the record is at the sinks a few pauses
+# later).
+PART_PAUSE_MIN_S = 0.0005
+PART_PAUSE_MAX_S = 0.01
 _STEP, _T_S = STEP_FIELDS.index("step"), STEP_FIELDS.index("t_s")
 
 WindowObserver = Callable[[Figures, list[dict[str, Any]]], None]
@@ -82,6 +90,10 @@ class WindowPipeline:
         self._in_run = 0  # of them, those already in the run's columns (a new goal)
         self._ended = 0  # of them, those up to the last window's end (held back: a short one)
         self._sent_t_s = 0.0  # the run time the last window record reached
+        # real time per step between the last two calls of write(), for part_pause_s():
+        # the pause is about the GIL, in real time, whatever clock the run is timed by
+        self._written_at_s = time.perf_counter()
+        self._step_s_real = 0.0
 
     def emit(self, record: Record) -> None:
         """To the run folder (now, here) and to the sinks."""
@@ -97,6 +109,7 @@ class WindowPipeline:
         their lines into the run folder (one append), their values kept as columns for
         :meth:`send` (both made while the values are in the CPU's caches). What a SIGKILL
         would lose waits for this only."""
+        now = time.perf_counter()
         rows: list[StepValues] = []
         made: list[tuple[Window, int]] = []
         for window in windows:
@@ -112,11 +125,15 @@ class WindowPipeline:
             for column, values in zip(self._columns, zip(*rows, strict=True), strict=True):
                 column.extend(values)
         self._made += made  # with their values in the columns, for send()
+        if rows:
+            self._step_s_real = (now - self._written_at_s) / len(rows)
+            self._written_at_s = now
 
-    def send(self) -> None:
+    def send(self) -> Iterator[None]:
         """The steps written since the last call wait for their window's end. Once those
         hold ``SINK_WINDOW_S`` of run time (at once at the end, or when a loader ran out),
-        they become the run's columns, and a window record to the sinks and observers."""
+        they become the run's columns, and a window record to the sinks and observers. In
+        parts: it yields between two of them (the writer's pause)."""
         made, self._made = self._made, []
         t_s = self._columns[_T_S]
         for window, steps in made:
@@ -126,7 +143,7 @@ class WindowPipeline:
             if self._unsent and (window.final or window.flush or (
                     window.ends_window and t_s[self._unsent - 1] - self._sent_t_s
                     >= SINK_WINDOW_S)):
-                self._send(window.final)
+                yield from self._send(window.final)
         if made:
             self._system(made[-1][0].last_step)
 
@@ -136,11 +153,11 @@ class WindowPipeline:
         far); the first half of an open window is not held back, it is on its way."""
         return self._ended > 0
 
-    def send_held(self) -> None:
+    def send_held(self) -> Iterator[None]:
         """No window came for ``SINK_WINDOW_S`` (the loop stopped between windows: an
         evaluation, a hang): the ended windows held back go out now, as for any window."""
         if self._ended:
-            self._send(final=False, upto=self._ended)
+            yield from self._send(final=False, upto=self._ended)
 
     def follow(self, goal: Goal) -> None:
         """A new goal, followed from the run's first step (every step written so far)."""
@@ -150,10 +167,16 @@ class WindowPipeline:
             self._in_run = self._unsent
         self.state.follow(goal)
 
-    def _send(self, final: bool, upto: int | None = None) -> None:
+    def part_pause_s(self) -> float:
+        """The writer's pause between two parts of a window record's work: the loop's real
+        time per step lately, within ``PART_PAUSE_MIN_S``..``PART_PAUSE_MAX_S``."""
+        return min(max(self._step_s_real, PART_PAUSE_MIN_S), PART_PAUSE_MAX_S)
+
+    def _send(self, final: bool, upto: int | None = None) -> Iterator[None]:
         """The steps not sent yet (the first ``upto`` of them): into the run's columns (made
         once, here), and as a window record to the sinks and observers; then, now and then, a
-        refreshed summary."""
+        refreshed summary. Yields between its parts, but at the end of the run (``final``:
+        no step left to give way to)."""
         upto = self._unsent if upto is None else upto
         columns = [column[:upto] for column in self._columns]
         for column in self._columns:
@@ -161,16 +184,21 @@ class WindowPipeline:
         done = min(self._in_run, upto)
         self._unsent, self._in_run = self._unsent - upto, max(self._in_run - upto, 0)
         self._ended = 0
-        steps = StepSeries.from_columns(columns)
         last_step = int(columns[_STEP][-1])
         self._sent_t_s = float(columns[_T_S][-1])
+        if not final:
+            yield
+        steps = StepSeries.from_columns(columns)
         if done < len(steps):
             self._into_run(steps if not done else StepSeries.from_columns(
                 [column[done:] for column in columns]))
+        if not final:
+            yield
         # the steps go as records only to those that read them
         read = bool(self.observers or self.sinks.reads_steps)
-        self._window(steps, steps.records() if read else [], last_step, final)
+        yield from self._window(steps, steps.records() if read else [], last_step, final)
         if not final:
+            yield
             self._maybe_refresh(last_step)
 
     def _into_run(self, steps: StepSeries) -> None:
@@ -179,11 +207,14 @@ class WindowPipeline:
             self.state.tracker.add(steps)
 
     def _window(self, steps: StepSeries, records: list[dict[str, Any]], last_step: int,
-                final: bool) -> None:
+                final: bool) -> Iterator[None]:
         """The window record (figures, and the step records when someone reads them) of
-        ``steps`` to the sinks, and to the window observers."""
+        ``steps`` to the sinks, and to the window observers (in parts, as :meth:`_send`)."""
         state = self.state
-        window = figures(steps, state.warmup(final=final))
+        warmup = state.warmup(final=final)
+        if not final:
+            yield
+        window = figures(steps, warmup)
         if state.tracker is not None:
             progress = state.tracker.progress()
             window["time_to_target_s"] = progress.time_to_target_s
@@ -194,12 +225,16 @@ class WindowPipeline:
             samples, tokens = window.get("samples_per_s"), window.get("tokens_per_s")
             window["usd_per_million_samples"] = price / 3600 / samples * 1e6 if samples else None
             window["usd_per_million_tokens"] = price / 3600 / tokens * 1e6 if tokens else None
+        if not final:
+            yield
         t_s = steps.column("t_s")
         window.update(self._device_window(  # type: ignore[typeddict-item]
             float(t_s[0] - steps.column("step_s")[0]), float(t_s[-1])))
         # the steps go only to those that read them (the records were kept for them)
         self.sinks.log(Record("window", {"window": window, "steps": records}, last_step))
         for observer in self.observers:
+            if not final:
+                yield
             try:
                 observer(window, records)
             except BaseException as exc:  # noqa: BLE001 - an observer never ends the writer

@@ -5,8 +5,13 @@ queue, in C) and goes on; the writer takes every window waiting when it gets to 
 call (coalesced), so the lines on disk keep up with any step rate without the training thread
 ever waiting for it. Each batch of windows is written first (``on_windows``: their lines in
 the run folder, all that a SIGKILL would lose) and counted written at once; the rest of their
-work (``after_windows``: figures, sinks) follows. Other work (meta.json, a new goal) is queued
-with :meth:`Writer.submit` and runs in order with the windows.
+work (``after_windows``: figures, sinks) follows, paced: it comes in parts, and between two
+parts the writer first writes the lines of any window handed over meanwhile, then sleeps
+(``pause_s()``). Each part holds the GIL; without the pauses a training thread that needs it
+would wait for the whole of the work (the interpreter takes the GIL back from a thread only
+after its switch interval, 5 ms), and the step after a window boundary would pay for it.
+Other work (meta.json, a new goal) is queued with :meth:`Writer.submit` and runs in order with
+the windows.
 
 Whatever a job raises, ``BaseException`` included, is contained, reported once, and never
 reaches the training loop.
@@ -18,38 +23,46 @@ import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from queue import Empty, SimpleQueue
 from typing import Any
 
 _STOP = object()
 _WINDOW = object()  # tags a window on the queue: (_WINDOW, window)
 
+Parts = Iterable[object] | None
+"""What ``after_windows`` and ``on_idle`` return: their work in parts (a generator that yields
+between two parts), or None when they did it all in one go."""
+
 
 class Writer:
     """Runs submitted calls one after another on a daemon thread; ``close()`` drains and joins.
 
     ``on_windows`` takes the windows handed to :meth:`submit_window`: all those waiting when
-    the thread gets to them, in one call, in order; then ``after_windows()`` runs. While
-    ``holding()`` says work was held back for later windows, ``on_idle`` runs when no job
-    comes for ``idle_s``: a loop that stops between windows (an evaluation, a hang) still
-    gets its last steps out.
+    the thread gets to them, in one call, in order; then ``after_windows()`` runs, in its
+    parts (see the module). While ``holding()`` says work was held back for later windows,
+    ``on_idle`` runs when no job comes for ``idle_s``: a loop that stops between windows (an
+    evaluation, a hang) still gets its last steps out.
     """
 
     def __init__(self, on_windows: Callable[[list[Any]], None],
                  on_error: Callable[[BaseException], None], name: str = "trainpace-writer",
-                 *, after_windows: Callable[[], None] = lambda: None,
-                 on_idle: Callable[[], None] = lambda: None,
-                 holding: Callable[[], bool] = lambda: False, idle_s: float = 0.05) -> None:
+                 *, after_windows: Callable[[], Parts] = lambda: None,
+                 on_idle: Callable[[], Parts] = lambda: None,
+                 holding: Callable[[], bool] = lambda: False, idle_s: float = 0.05,
+                 pause_s: Callable[[], float] = lambda: 0.0) -> None:
         self._on_windows = on_windows
         self._after_windows = after_windows
         self._on_error = on_error
         self._on_idle = on_idle
         self._holding = holding
         self._idle_s = idle_s
+        self._pause_s = pause_s
         # a queue in C: a put costs the training thread no Python-level locking, and the
         # writer waits for it without waking up in between
         self._queue: SimpleQueue[Any] = SimpleQueue()
+        # taken from the queue between two parts of a window's work, not run yet (in order)
+        self._taken: list[Any] = []
         self._numbers = itertools.count(1)
         self._done = threading.Condition(threading.Lock())
         self.windows_submitted = 0
@@ -102,40 +115,73 @@ class Writer:
     def _run(self) -> None:
         queue = self._queue
         while True:
-            try:
-                item = queue.get(timeout=self._idle_s) if self._holding() else queue.get()
-            except Empty:  # nothing came for idle_s while work was held back
-                self._contained(self._on_idle)
-                continue
-            batch = [item]
-            while True:  # every job waiting: its windows taken together
+            if not self._taken:
                 try:
-                    batch.append(queue.get_nowait())
-                except Empty:
-                    break
-            windows: list[Any] = []
-            for item in batch:
-                if item is not _STOP and item[0] is _WINDOW:
-                    windows.append(item[1])
+                    item = queue.get(timeout=self._idle_s) if self._holding() else queue.get()
+                except Empty:  # nothing came for idle_s while work was held back
+                    self._paced(self._on_idle)
+                    self._send_written()
                     continue
-                if windows:
-                    self._windows(windows)
-                    windows = []
-                if item is _STOP:
-                    return
-                self._contained(item[0], *item[1])
+                self._taken.append(item)
+            batch = self._taken + self._waiting()
+            windows = list(itertools.takewhile(_is_window, batch))  # taken together
+            # what follows keeps its place ahead of anything taken while these are sent
+            self._taken = batch[len(windows):]
             if windows:
-                self._windows(windows)
+                self._windows([window for _, window in windows])
+                continue
+            item = self._taken.pop(0)
+            if item is _STOP:
+                return
+            self._contained(item[0], *item[1])
+
+    def _waiting(self) -> list[Any]:
+        """Everything on the queue now, without waiting."""
+        items = []
+        while True:
+            try:
+                items.append(self._queue.get_nowait())
+            except Empty:
+                return items
 
     def _windows(self, windows: list[Any]) -> None:
+        self._write(windows)
+        self._send_written()
+
+    def _write(self, windows: list[Any]) -> None:
         self._contained(self._on_windows, windows)
         with self._done:
             self.windows_written += len(windows)
             self._done.notify_all()
-        self._contained(self._after_windows)
-        with self._done:
-            self.windows_sent += len(windows)
-            self._done.notify_all()
+
+    def _send_written(self) -> None:
+        """``after_windows`` for the windows written and not sent yet (again, for those
+        written between its parts)."""
+        while self.windows_sent < self.windows_written:
+            written = self.windows_written
+            self._paced(self._after_windows)
+            with self._done:
+                self.windows_sent = written
+                self._done.notify_all()
+
+    def _paced(self, work: Callable[[], Parts]) -> None:
+        """``work()``, and between two of its parts: the lines of the windows handed over
+        meanwhile (up to the first other job, which keeps its place), then a pause."""
+        try:
+            parts = work()
+            for _ in parts or ():
+                if not self._taken:  # else a job waits ahead of what came: keep the order
+                    waiting = self._waiting()
+                    lines = list(itertools.takewhile(_is_window, waiting))
+                    self._taken = waiting[len(lines):]
+                    if lines:
+                        self._write([item[1] for item in lines])
+                pause_s = self._pause_s()
+                if pause_s > 0:
+                    time.sleep(pause_s)
+        except BaseException as exc:  # noqa: BLE001 - the writer must outlive one bad job
+            with contextlib.suppress(BaseException):  # reporting must not end it either
+                self._on_error(exc)
 
     def _contained(self, fn: Callable[..., object], *args: Any) -> None:
         try:
@@ -143,3 +189,7 @@ class Writer:
         except BaseException as exc:  # noqa: BLE001 - the writer must outlive one bad job
             with contextlib.suppress(BaseException):  # reporting must not end it either
                 self._on_error(exc)
+
+
+def _is_window(item: Any) -> bool:
+    return item is not _STOP and item[0] is _WINDOW

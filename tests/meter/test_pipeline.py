@@ -1,0 +1,91 @@
+"""The writer side of a window: its record's work comes in parts, paced by the loop's steps."""
+
+import torch
+
+from trainpace.config import MeterConfig
+from trainpace.meter import pipeline
+from trainpace.meter.log_once import LogOnce
+from trainpace.meter.pipeline import PART_PAUSE_MAX_S, PART_PAUSE_MIN_S, Window, WindowPipeline
+from trainpace.meter.state import RunState
+from trainpace.records import STEP_FIELDS
+from trainpace.sinks.base import FanOut
+
+
+class RealTime:
+    """Stands for the real clock the pause is measured on."""
+
+    def __init__(self):
+        self.now_s = 64.0  # exact in binary: the differences below are too
+
+    def perf_counter(self):
+        return self.now_s
+
+
+class Recording:
+    reads_steps = False
+
+    def __init__(self):
+        self.kinds = []
+
+    def log(self, record):
+        self.kinds.append(record.kind)
+
+    def close(self):
+        pass
+
+
+class Refreshed:
+    def to_dict(self):
+        return {}
+
+
+def step_values(first, count, step_s):
+    """``count`` plain steps of ``step_s`` each from step ``first`` (run time = step * step_s)."""
+    fields = dict.fromkeys(STEP_FIELDS)
+    rows = []
+    for step in range(first, first + count):
+        fields.update(step=step, t_s=step * step_s, step_s=step_s, wait_s=0.0, samples=4,
+                      micro_batches=1)
+        rows.append(tuple(fields[name] for name in STEP_FIELDS))
+    return rows
+
+
+def make_pipeline(monkeypatch, sink):
+    real = RealTime()
+    monkeypatch.setattr(pipeline, "time", real)
+    sinks = FanOut([sink])
+    made = WindowPipeline(state=RunState(MeterConfig(), torch.device("cpu"), "r"),
+                          run_folder=None, sinks=sinks, log_once=LogOnce(),
+                          clock=lambda: 0.0, vitals=lambda: None,
+                          refresh=lambda now: Refreshed())
+    return made, real, sinks
+
+
+def window(rows, *, final=False):
+    return Window(lambda: rows, final=final, last_step=rows[-1][0])
+
+
+def test_the_pause_is_the_loops_real_time_per_step_within_bounds(monkeypatch):
+    made, real, sinks = make_pipeline(monkeypatch, Recording())
+    real.now_s += 0.0390625  # 20 steps in 39 ms of real time: 1.95 ms a step
+    made.write([window(step_values(1, 20, 0.1))])
+    assert made.part_pause_s() == 0.0390625 / 20
+    real.now_s += 0.001  # 20 steps in 1 ms: far below the least pause
+    made.write([window(step_values(21, 20, 0.1))])
+    assert made.part_pause_s() == PART_PAUSE_MIN_S
+    real.now_s += 5.0  # an evaluation between two windows: at most the longest pause
+    made.write([window(step_values(41, 20, 0.1))])
+    assert made.part_pause_s() == PART_PAUSE_MAX_S
+    sinks.close(5.0)
+
+
+def test_a_window_record_goes_out_in_parts_and_the_runs_last_in_one(monkeypatch):
+    sink = Recording()
+    made, _real, sinks = make_pipeline(monkeypatch, sink)
+    made.write([window(step_values(1, 20, 0.01))])  # 0.2 s of run time: its own record
+    parts = list(made.send())
+    assert len(parts) >= 3  # columns, run series, figures, ... each a part
+    made.write([window(step_values(21, 20, 0.01), final=True)])
+    assert list(made.send()) == []  # the end of the run: no step left to give way to
+    sinks.close(5.0)
+    assert sink.kinds.count("window") == 2
