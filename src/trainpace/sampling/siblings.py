@@ -20,8 +20,8 @@ themselves; those are the job's own ranks, not "other processes". The rule that 
 
 A process that cannot be read (another user's, gone) is not a sibling: its CPU stays
 "others", as it was before the rule. Ranks of the same job under another parent (two
-``torchrun`` agents on one host, one per node of a multi-node job) are not found: each
-agent's ranks are the other agent's "others".
+``torchrun`` agents on one host, one per node of a multi-node job), or each started through a
+wrapper of its own (a shell per rank), are not found: their CPU stays others'.
 
 Linux only: the children come from the kernel's ``/proc/<pid>/task/<tid>/children`` lists
 (psutil's scan where the kernel keeps none). Each child is judged once (its pid's verdict is
