@@ -2,13 +2,14 @@
 fake /proc and injected CPU times (exact figures)."""
 
 import os
+from types import SimpleNamespace
 
 from sampling.test_host import HOST_KEYS, Clock, FakePsutil
 from sampling.test_siblings import JOB, PYTHON, add_process
 from trainpace.sampling.host import JOB_KEY, HostSource
 
 
-def job_host(root, cpu_s, *, job=True, procfs=True):
+def job_host(root, cpu_s, *, job=True, procfs=True, ps=None):
     """Process 1 (with worker 7) under launcher 100, beside rank 2 (with worker 21)."""
     root.mkdir(parents=True, exist_ok=True)
     add_process(root, 100, parent=5, children={100: [1, 2]})
@@ -24,7 +25,7 @@ def job_host(root, cpu_s, *, job=True, procfs=True):
         return cpu_s[pid]
 
     clock = Clock()
-    host = HostSource(1, psutil_module=FakePsutil(), clock=clock, cgroup=False, proc=root,
+    host = HostSource(1, psutil_module=ps or FakePsutil(), clock=clock, cgroup=False, proc=root,
                       procfs=procfs, slow_every_s=1.0, process_cpu_s=cpu_of, job=job)
     return host, clock
 
@@ -86,3 +87,40 @@ def test_the_same_executable_is_part_of_the_rule(tmp_path):
     os.symlink(PYTHON + "-other", tmp_path / "x" / "2" / "exe")
     host.read()
     assert sorted(host.job_pids) == [1, 7]
+
+
+class TreePsutil(FakePsutil):
+    """psutil's scan of a process tree: {pid: [child pids]}."""
+
+    def __init__(self, tree):
+        super().__init__()
+        self.tree = tree
+
+    def Process(self, pid=None):  # noqa: N802 - psutil's name
+        if pid in (None, 1):
+            return super().Process(pid)
+        tree = self.tree
+
+        class Handle:
+            def children(self, recursive=False):
+                found, queue = [], list(tree.get(pid, ()))
+                while queue:
+                    child = queue.pop(0)
+                    found.append(child)
+                    queue.extend(tree.get(child, ()) if recursive else ())
+                return [SimpleNamespace(pid=child) for child in found]
+
+        return Handle()
+
+
+def test_without_the_kernels_children_lists_psutil_finds_the_siblings_and_their_workers(
+        tmp_path):
+    cpu_s = {1: 10.0, 7: 1.0, 2: 10.0, 21: 1.0}
+    host, clock = job_host(tmp_path, cpu_s, ps=TreePsutil({100: [1, 2], 2: [21], 21: [22]}))
+    for path in tmp_path.glob("*/task/*/children"):
+        path.unlink()
+    host.read()
+    assert sorted(host.job_pids) == [1, 2, 21, 22]  # 1's worker 7 is psutil's to find: none
+    clock.now = 1.0
+    cpu_s.update({1: 10.5, 2: 10.5, 21: 1.5})
+    assert host.read()[JOB_KEY] == 150.0
