@@ -106,3 +106,40 @@ def test_judging_readings_imports_nothing_on_the_writer_thread():
         "print('numpy.ma' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# One of two ranks of a job on a 2-core machine (each reading: system %, this process %, the
+# job's % on this host: this rank and its sibling rank).
+ALONE = {"system_cpu_pct": 100.0, "process_cpu_pct": 195.0, "job_cpu_pct": 200.0}
+BOTH_RANKS = {"system_cpu_pct": 100.0, "process_cpu_pct": 100.0, "job_cpu_pct": 200.0}
+UNRELATED = {"system_cpu_pct": 100.0, "process_cpu_pct": 100.0, "job_cpu_pct": 100.0}
+
+
+def test_a_jobs_own_ranks_are_not_other_processes():
+    # this rank usually had the machine (its sibling waited); then each rank had 50% of it:
+    # the job's own load, not others'
+    rows = [{"t_s": 0.1 * (i + 1), **ALONE} for i in range(9)]
+    assert crowded_readings(host_columns([*rows, {"t_s": 1.0, **BOTH_RANKS}]),
+                            CORES).tolist() == [False] * 10
+    # the same 50% while an unrelated process takes the other half: others took the CPU
+    assert crowded_readings(host_columns([*rows, {"t_s": 1.0, **UNRELATED}]),
+                            CORES).tolist() == [False] * 9 + [True]
+    # without the job column (a single process's readings) the sibling counted as others
+    single = [{k: v for k, v in row.items() if k != "job_cpu_pct"}
+              for row in [*rows, {"t_s": 1.0, **BOTH_RANKS}]]
+    assert crowded_readings(host_columns(single), CORES).tolist() == [False] * 9 + [True]
+
+
+def test_steps_a_sibling_rank_slowed_are_the_jobs_own_and_an_unrelated_hogs_are_not():
+    step_s = np.array([0.5, 0.3, 0.2] + [0.05] * 100 + [0.02] * 200)
+    end_s = np.cumsum(step_s)
+
+    def readings(then):  # ``then`` from 1 s to 6 s (steps 4–103), ALONE otherwise
+        return host_columns([{"t_s": float(t), "host": then if 1.0 < t - 0.05 <= 6.0 else ALONE}
+                             for t in np.arange(0.1, end_s[-1] + 0.2, 0.1)])
+
+    slowed = slowed_by_others(step_s, end_s, readings(BOTH_RANKS), CORES)
+    assert slowed is not None and not slowed.any()
+    slowed = slowed_by_others(step_s, end_s, readings(UNRELATED), CORES)
+    assert np.flatnonzero(slowed).tolist() == list(range(3, 103))
+    assert warmup_steps(step_s, "auto", slowed) == 3

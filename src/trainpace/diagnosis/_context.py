@@ -255,7 +255,7 @@ class Context:
         """The sampler rows' host readings as columns (``t_s`` and each ``host.*`` key)."""
         keys = ("system_cpu_pct", "process_cpu_pct", "main_cpu_pct", "memory_used_pct",
                 "available_gb", "main_demand_pct", "workers_demand_pct", "workers", "rss_gb",
-                "memory_total_gb")
+                "memory_total_gb", "job_cpu_pct")
         rows = [r for r in self.system or () if number_or_none(r.get("t_s")) is not None]
         out = {"t_s": np.array([float(r["t_s"]) for r in rows], dtype=np.float64)}
         for key in keys:

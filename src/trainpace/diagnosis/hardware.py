@@ -212,9 +212,24 @@ def device_util(ctx: Context) -> Outcome:
     batch = ctx.samples_per_step
     batch_text = f" (now {batch:.0f} samples per step)" if batch else ""
     finding_id = "device_idle"
-    if d.kind == "cpu" and system_cpu is not None and system_cpu >= t.cpu_contention_system_pct:
+    busy = (d.kind == "cpu" and system_cpu is not None
+            and system_cpu >= t.cpu_contention_system_pct)
+    job, cores = ctx.measured_mean("job_cpu_pct"), ctx.cpu_count
+    if busy and system_cpu is not None and job is not None and cores:
+        # one of several ranks on the host: the busy share left to others decides
+        evidence["job_cpu_pct"] = job
+        busy = system_cpu - min(100.0, job / cores) >= t.cpu_others_pct
+        if not busy:
+            title = (f"The job's ranks on this host keep its CPU {system_cpu:.0f}% busy: this "
+                     f"rank's threads get {d.util_pct:.0f}% of their time")
+            advice = ["the ranks' threads together want more cores than the host has: "
+                      "torch.set_num_threads(cores ÷ ranks on the host) in each rank, "
+                      f"now {s.host.cpu_threads or 'unknown'} — {adv.gain_text(lost)}"]
+            return verdict(finding_id, "warning", title, evidence, advice,
+                           bottleneck="host_overhead", lost_pct=lost)
+    if busy:
         finding_id = "cpu_contention"
-        process, cores = s.host.process_cpu_pct, ctx.cpu_count
+        process = s.host.process_cpu_pct
         share = (f"; this process had {min(100.0, process / cores):.0f}% of the machine"
                  if process is not None and cores else "")
         evidence["process_share_pct"] = (min(100.0, process / cores)

@@ -1,6 +1,10 @@
 """What the host was doing over some spans of the run: the sampler's readings (the machine's
 busy CPU against this process's share of it, memory, the GPU's throttle flags), time-weighted.
 
+Where the readings have ``job_cpu_pct`` (one of several ranks of a job on the host, see
+:mod:`~trainpace.sampling.siblings`) other processes are the machine's busy CPU less the
+job's share, not this process's: the sibling ranks' CPU is the job's own.
+
 The slow phases, the step-time outliers and the drift name their cause from these.
 """
 
@@ -26,14 +30,27 @@ class HostSigns:
     system_cpu_pct: float | None  # the whole machine's busy share, 0–100
     process_cpu_pct: float | None  # this process and its workers, 100 = one core
     process_share_pct: float | None  # the same as a share of the machine, 0–100
-    others_pct: float | None  # the machine's CPU busy with other processes, 0–100
+    others_pct: float | None  # the machine's CPU busy with other processes (not the job's), 0–100
     memory_used_pct_max: float | None
     throttled_pct: float | None
     temperature_c_max: float | None
     rss_gb: float | None = None  # this process's resident memory (time-weighted)
+    # the job's ranks on this host with their workers, 100 = one core, and their share of the
+    # machine, 0–100 (None: a single process)
+    job_cpu_pct: float | None = None
+    job_share_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields; the job's only where known (a single process's are as they were)."""
+        out = asdict(self)
+        if self.job_cpu_pct is None:
+            del out["job_cpu_pct"], out["job_share_pct"]
+        return out
+
+    @property
+    def own_share_pct(self) -> float | None:
+        """The share of the machine that is not others': the job's, else this process's."""
+        return self.job_share_pct if self.job_share_pct is not None else self.process_share_pct
 
     def contended(self, t: Thresholds, baseline: HostSigns | None = None) -> bool:
         """Other processes took a large share of a busy CPU — more than in ``baseline``, or
@@ -45,7 +62,7 @@ class HostSigns:
         if baseline is None or baseline.others_pct is None:
             return True
         more_others = self.others_pct - baseline.others_pct >= 0.5 * t.cpu_others_pct
-        share, base_share = self.process_share_pct, baseline.process_share_pct
+        share, base_share = self.own_share_pct, baseline.own_share_pct
         less_mine = share is not None and base_share is not None and share <= 0.7 * base_share
         return more_others or less_mine
 
@@ -69,6 +86,8 @@ class HostSigns:
             return "no host CPU reading"
         mine = (f", this process had {self.process_share_pct:.0f}% of it"
                 if self.process_share_pct is not None else "")
+        if self.job_share_pct is not None:
+            mine += f", its job's ranks on this host {self.job_share_pct:.0f}%"
         return f"the machine's CPU was {self.system_cpu_pct:.0f}% busy{mine}"
 
 
@@ -103,9 +122,12 @@ def host_signs(ctx: Context, spans: Sequence[tuple[float, float]]) -> HostSigns 
         return None
     system = _weighted(rows["system_cpu_pct"], weights)
     process = _weighted(rows["process_cpu_pct"], weights)
+    job = _weighted(rows["job_cpu_pct"], weights)
     cores = ctx.cpu_count
     share = min(100.0, process / cores) if process is not None and cores else None
-    others = max(0.0, system - share) if system is not None and share is not None else None
+    job_share = min(100.0, job / cores) if job is not None and cores else None
+    own = job_share if job_share is not None else share
+    others = max(0.0, system - own) if system is not None and own is not None else None
     memory = rows["memory_used_pct"][weights > 0]
     temps = rows["temperature_c"][weights > 0]
     return HostSigns(
@@ -118,6 +140,8 @@ def host_signs(ctx: Context, spans: Sequence[tuple[float, float]]) -> HostSigns 
         throttled_pct=_weighted(rows["throttled"], weights),
         temperature_c_max=float(np.nanmax(temps)) if np.isfinite(temps).any() else None,
         rss_gb=_weighted(rows["rss_gb"], weights),
+        job_cpu_pct=job,
+        job_share_pct=job_share,
     )
 
 

@@ -37,17 +37,23 @@ def host_overhead(ctx: Context) -> Outcome:
                  and s.device.kind not in (None, "cpu"))
     if saturated and h.system_cpu_pct is not None:
         cores = ctx.cpu_count
-        share = (min(100.0, h.process_cpu_pct / cores)
-                 if h.process_cpu_pct is not None and cores else None)
+        # one of several ranks on the host: the job's ranks are its own, not others
+        job = ctx.measured_mean("job_cpu_pct")
+        mine = job if job is not None else h.process_cpu_pct
+        share = min(100.0, mine / cores) if mine is not None and cores else None
         others = max(0.0, h.system_cpu_pct - share) if share is not None else None
         evidence = {"system_cpu_pct": h.system_cpu_pct, "process_cpu_pct": h.process_cpu_pct,
                     "cpu_count": cores, "process_share_pct": share, "others_pct": others}
+        if job is not None:
+            evidence["job_cpu_pct"] = job
+        whose = ("this job's ranks on this host and their workers" if job is not None
+                 else "this run and its workers")
         if others is not None and others >= t.cpu_others_pct:
             # the machine's, not the run's: no bottleneck in the user's code is named
             verdicts.append(Verdict(Finding(
                 id="host_cpu", severity="warning",
                 title=f"The host CPUs are {h.system_cpu_pct:.0f}% busy, {others:.0f}% of them "
-                      f"with other processes (this run and its workers: {share:.0f}%)",
+                      f"with other processes ({whose}: {share:.0f}%)",
                 evidence=evidence,
                 advice=["other processes take the cores that feed the device: run where the "
                         "cores are free; nothing in the training needs to change for it"]),

@@ -9,6 +9,11 @@ process's own warm-up: compiling, growing the allocator or filling caches, the p
 its CPU share; crowded out, it loses it. On a machine loaded the same way all run long no
 step is singled out, and warm-up is found from the step times alone.
 
+*This process* is the job where the readings have ``job_cpu_pct`` (one of several ranks on
+the host: this process, its sibling ranks and their workers, see
+:mod:`~trainpace.sampling.siblings`): the job's own ranks are not other processes, and its
+share of the machine is what others are judged against. Elsewhere it is ``process_cpu_pct``.
+
 Pure functions of the readings: the Meter (live) and ``trainpace report`` (from
 ``system.jsonl``) get the same answer.
 """
@@ -31,26 +36,25 @@ OTHERS_CPU_PCT = 30.0
 # least; a process that keeps its share is doing its own work).
 SHARE_DROP = 0.7
 USUAL_SHARE_PERCENTILE = 90.0
+# the columns of :func:`host_columns`
+HOST_COLUMNS = ("t_s", "system_cpu_pct", "process_cpu_pct", "job_cpu_pct")
 
 
 def host_columns(rows: Iterable[Mapping[str, Any]]) -> dict[str, np.ndarray]:
-    """``t_s``, ``system_cpu_pct`` and ``process_cpu_pct`` of sampler rows as columns (NaN
-    unknown); a row of ``system.jsonl`` nests the host readings under ``host``, a row kept
-    by the Meter has them flat."""
-    t: list[float | None] = []
-    system: list[float | None] = []
-    process: list[float | None] = []
+    """:data:`HOST_COLUMNS` of sampler rows as columns (NaN unknown; ``job_cpu_pct`` is
+    unknown in a single process's rows); a row of ``system.jsonl`` nests the host readings
+    under ``host``, a row kept by the Meter has them flat."""
+    columns: dict[str, list[float | None]] = {name: [] for name in HOST_COLUMNS}
     for row in rows:
         t_s = _number(row.get("t_s"))
         if t_s is None:
             continue
         host = row.get("host")
         readings = host if isinstance(host, Mapping) else row
-        t.append(t_s)
-        system.append(_number(readings.get("system_cpu_pct")))
-        process.append(_number(readings.get("process_cpu_pct")))
-    return {"t_s": _column(t), "system_cpu_pct": _column(system),
-            "process_cpu_pct": _column(process)}
+        columns["t_s"].append(t_s)
+        for name in HOST_COLUMNS[1:]:
+            columns[name].append(_number(readings.get(name)))
+    return {name: _column(values) for name, values in columns.items()}
 
 
 def _column(values: list[float | None]) -> np.ndarray:
@@ -64,13 +68,17 @@ def _number(value: Any) -> float | None:
 
 
 def crowded_readings(columns: Mapping[str, np.ndarray], cpu_count: int | None) -> np.ndarray | None:
-    """Per reading: did other processes take the CPU from this one (see the module
-    docstring)? None without CPU readings or a core count."""
-    system, process = columns["system_cpu_pct"], columns["process_cpu_pct"]
-    known = np.isfinite(system) & np.isfinite(process)
+    """Per reading: did other processes take the CPU from this one, or from its job where
+    ``job_cpu_pct`` is known (see the module docstring)? None without CPU readings or a
+    core count."""
+    system, mine = columns["system_cpu_pct"], columns["process_cpu_pct"]
+    job = columns.get("job_cpu_pct")
+    if job is not None and np.isfinite(job).any():
+        mine = np.where(np.isfinite(job), job, mine)
+    known = np.isfinite(system) & np.isfinite(mine)
     if not cpu_count or not known.any():
         return None
-    share = np.minimum(100.0, process / cpu_count)  # of the whole machine, 0–100
+    share = np.minimum(100.0, mine / cpu_count)  # of the whole machine, 0–100
     others = system - share
     usual = percentile(share[known], USUAL_SHARE_PERCENTILE) or 0.0  # known.any(): never None
     with np.errstate(invalid="ignore"):

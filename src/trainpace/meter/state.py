@@ -17,7 +17,7 @@ import torch
 
 from trainpace.config import MeterConfig
 from trainpace.devices.ceilings import cpu_name
-from trainpace.measure.contention import host_columns, slowed_by_others
+from trainpace.measure.contention import HOST_COLUMNS, host_columns, slowed_by_others
 from trainpace.measure.cost import cost_of_run, measured_span
 from trainpace.measure.summarize import Goal, TargetTracker, summarize, warmup_steps
 from trainpace.measure.vitals import DeviceVitals
@@ -33,7 +33,7 @@ SYSTEM_ROW_KEYS = ("t_s", "device_util_pct", "memory_used_pct", "temperature_c",
 ENERGY_KEYS = ("index", "energy_mj", "power_w")  # of each GPU: the cost's energy
 # the host readings the diagnosis reads over time (CPU contention, the loading's CPU demand)
 SYSTEM_HOST_KEYS = ("system_cpu_pct", "process_cpu_pct", "main_cpu_pct", "main_demand_pct",
-                    "workers_demand_pct")
+                    "workers_demand_pct", "job_cpu_pct")
 
 
 class RunState:
@@ -54,8 +54,7 @@ class RunState:
         self.system_rows: deque[dict[str, Any]] = deque(maxlen=SYSTEM_ROWS_KEPT)
         # the same rows' CPU readings as columns, for the steps other processes slowed
         self._cpu_rows: dict[str, deque[float]] = {
-            key: deque(maxlen=SYSTEM_ROWS_KEPT)
-            for key in ("t_s", "system_cpu_pct", "process_cpu_pct")}
+            key: deque(maxlen=SYSTEM_ROWS_KEPT) for key in HOST_COLUMNS}
         self._cpu_count = cpu_count if cpu_count is not None else usable_cpus()
         self.loader: dict[str, Any] | None = None
         self._warmup_count = 0

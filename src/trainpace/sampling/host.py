@@ -24,6 +24,12 @@ CPU-time clocks (:mod:`~trainpace.sampling.procfs`): a reading is a few ``pread`
 no longer a multiple of 10%); ``cpu_clocks=False`` reads the ticks.
 
 Memory respects a cgroup limit (containers, :mod:`~trainpace.sampling.cgroup`).
+
+``job_cpu_pct`` is the job's CPU on this host, 100 = one core: ``process_cpu_pct`` plus this
+process's sibling ranks with their descendants (the rule, and when it applies, in
+:mod:`~trainpace.sampling.siblings`); those are refreshed with the descendants and counted
+the same way. The key is in a reading only where the rule applies (one of several local
+ranks, on Linux): a single process's readings are what they were.
 """
 
 from __future__ import annotations
@@ -49,20 +55,23 @@ from trainpace.sampling.procfs import (
     statm_rss_bytes,
     system_times,
 )
+from trainpace.sampling.siblings import SiblingRanks, several_local_ranks
 
-__all__ = ["HOST_KEYS", "CgroupMemory", "HostSource", "find_cgroup_memory"]
+__all__ = ["HOST_KEYS", "JOB_KEY", "CgroupMemory", "HostSource", "find_cgroup_memory"]
 
 HOST_KEYS: tuple[str, ...] = (
     "process_cpu_pct", "main_cpu_pct", "system_cpu_pct", "workers", "rss_gb",
     "available_gb", "memory_total_gb", "memory_used_pct", "main_demand_pct",
     "workers_demand_pct",
 )
+JOB_KEY = "job_cpu_pct"  # a reading's key where this process is one of several local ranks
 
 Memory = tuple[float | None, float | None, float | None, float | None]
 # (rss, available, total: GB; used %)
 # one reading's cumulative counters: at, main CPU s, idle, total jiffies, main demand s,
-# {worker pid: CPU s}, {worker pid: demand s}
-Times = tuple[float, float, float, float, float | None, dict[int, float], dict[int, float]]
+# {worker pid: CPU s}, {worker pid: demand s}, {sibling rank or its descendant: CPU s}
+Times = tuple[float, float, float, float, float | None, dict[int, float], dict[int, float],
+              dict[int, float]]
 
 
 class HostSource:
@@ -80,7 +89,10 @@ class HostSource:
         procfs: bool | None = None,
         cpu_clocks: bool | None = None,
         process_cpu_s: Callable[[int], float] | None = None,
+        job: bool | None = None,
     ) -> None:
+        """``job``: read ``job_cpu_pct`` (None: where this process is one of several local
+        ranks, :func:`~trainpace.sampling.siblings.several_local_ranks`)."""
         if psutil_module is None:
             import psutil
 
@@ -111,6 +123,13 @@ class HostSource:
         self._children: list[Any] = []  # psutil processes (the psutil way)
         # the procfs way, per descendant: pid, its ``cpu_of`` key, its stat and schedstat files
         self._workers: list[tuple[int, int, str, str]] = []
+        if job is None:
+            job = several_local_ranks()
+        self._siblings = (SiblingRanks(self._pid, proc=self._proc, children_of=self._children_of)
+                          if job and self._procfs else None)
+        self._job_lists = ProcFiles()  # the sibling ranks' children lists
+        # per sibling rank and descendant of one: pid, its ``cpu_of`` key, its stat file
+        self._job: list[tuple[int, int, str]] = []
         own = f"{self._proc}/{self._pid}"
         self._stat_path, self._schedstat_path = f"{own}/stat", f"{own}/schedstat"
         self._system_path = f"{self._proc}/stat"
@@ -123,10 +142,21 @@ class HostSource:
         clock_id = None if self._ticks or self._cpu_by_pid else process_clock(pid)
         return pid if clock_id is None else clock_id
 
+    @property
+    def job_pids(self) -> list[int]:
+        """The processes ``job_cpu_pct`` counts as of the last refresh: this one, its
+        descendants, its sibling ranks and theirs ([] where it reads no job column)."""
+        if self._siblings is None:
+            return []
+        return [self._pid, *(w[0] for w in self._workers), *(j[0] for j in self._job)]
+
     def close(self) -> None:
         """Close the files kept open (also done when the source is collected)."""
         self._files.close()
         self._lists.close()
+        self._job_lists.close()
+        if self._siblings is not None:
+            self._siblings.close()
 
     def read(self) -> dict[str, float | int | None]:
         """One reading: :data:`HOST_KEYS`, None where unknown (CPU: on the first reading)."""
@@ -140,10 +170,10 @@ class HostSource:
     def _row(self, times: Times | None) -> dict[str, float | int | None]:
         """The row of a reading's counters against the previous reading's."""
         rss, available, total, used = self._memory
-        process = main = system = main_demand = workers_demand = None
+        process = main = system = main_demand = workers_demand = job = None
         workers = None
         if times is not None:
-            at, main_s, idle, jiffies, demand_s, worker_cpu, worker_demand = times
+            at, main_s, idle, jiffies, demand_s, worker_cpu, worker_demand, job_cpu = times
             workers = len(worker_cpu)
             previous, self._previous = self._previous, times
             if previous is not None and at > previous[0]:
@@ -160,15 +190,21 @@ class HostSource:
                     wanted = sum(d - before[pid] for pid, d in worker_demand.items()
                                  if pid in before)
                     workers_demand = max(0.0, 100.0 * wanted / elapsed)
+                if self._siblings is not None:
+                    job = process + _new_cpu_pct(job_cpu, previous[7], elapsed)
                 if jiffies > previous[3]:
                     busy = (jiffies - previous[3]) - (idle - previous[2])
                     system = 100.0 * busy / (jiffies - previous[3])
                 if demand_s is not None and previous[4] is not None:
                     main_demand = max(0.0, 100.0 * (demand_s - previous[4]) / elapsed)
-        return {"process_cpu_pct": process, "main_cpu_pct": main, "system_cpu_pct": system,
-                "workers": workers, "rss_gb": rss, "available_gb": available,
-                "memory_total_gb": total, "memory_used_pct": used,
-                "main_demand_pct": main_demand, "workers_demand_pct": workers_demand}
+        row: dict[str, float | int | None] = {
+            "process_cpu_pct": process, "main_cpu_pct": main, "system_cpu_pct": system,
+            "workers": workers, "rss_gb": rss, "available_gb": available,
+            "memory_total_gb": total, "memory_used_pct": used,
+            "main_demand_pct": main_demand, "workers_demand_pct": workers_demand}
+        if self._siblings is not None:
+            row[JOB_KEY] = job
+        return row
 
     def _read_procfs(self, now: float) -> Times | None:
         read, cpu_of, ticks = self._files.read, self._cpu_of, self._ticks
@@ -195,8 +231,13 @@ class HostSource:
             wanted = schedstat_s(read(schedstat_path, SCHEDSTAT_BYTES))
             if wanted is not None:
                 demand[pid] = wanted
+        job: dict[int, float] = {}
+        for pid, key, stat_path in self._job:  # none: a single process
+            cpu = stat_cpu_s(read(stat_path)) if ticks else _cpu_or_none(cpu_of, key)
+            if cpu is not None:
+                job[pid] = cpu
         return (now, main, system[0], system[1],
-                schedstat_s(read(self._schedstat_path, SCHEDSTAT_BYTES)), workers, demand)
+                schedstat_s(read(self._schedstat_path, SCHEDSTAT_BYTES)), workers, demand, job)
 
     def _read_psutil(self, now: float) -> Times | None:
         ps = self._psutil
@@ -216,7 +257,7 @@ class HostSource:
         idle = system.idle + getattr(system, "iowait", 0.0)
         # Linux counts guest time inside user time already
         total = sum(system) - getattr(system, "guest", 0.0) - getattr(system, "guest_nice", 0.0)
-        return (now, main, idle, total, None, workers, {})
+        return (now, main, idle, total, None, workers, {}, {})
 
     # -- each slow_every_s: the descendants and the memory --------------------------------
 
@@ -228,7 +269,7 @@ class HostSource:
         except self._psutil.Error:
             pids = []
         if self._procfs:
-            self._follow(pids)
+            self._follow(pids, self._job_tree())
         else:
             self._children = self._psutil_children(pids)
         self._memory = self._read_memory()
@@ -238,10 +279,33 @@ class HostSource:
         if self._has_lists is None:
             self._has_lists = os.path.exists(
                 f"{self._proc}/{self._pid}/task/{self._pid}/children")
-        return descendant_pids(self._proc, self._pid, self._lists) if self._has_lists else None
+        return descendant_pids(self._proc, [self._pid], self._lists) if self._has_lists else None
 
-    def _follow(self, pids: list[int]) -> None:
-        """Read these descendants from now on (the files of one that ended are closed)."""
+    def _children_of(self, pid: int) -> list[int]:
+        """``pid``'s children from psutil's scan (kernels without children lists)."""
+        try:
+            return [child.pid for child in self._psutil.Process(pid).children()]
+        except self._psutil.Error:
+            return []
+
+    def _job_tree(self) -> list[int]:
+        """The sibling ranks and their descendants ([] for a single process)."""
+        if self._siblings is None:
+            return []
+        siblings = self._siblings.find()
+        if not siblings or self._has_lists:
+            return siblings + descendant_pids(self._proc, siblings, self._job_lists)
+        tree = list(siblings)
+        for pid in siblings:
+            try:
+                tree.extend(c.pid for c in self._psutil.Process(pid).children(recursive=True))
+            except self._psutil.Error:
+                continue
+        return tree
+
+    def _follow(self, pids: list[int], job: list[int]) -> None:
+        """Read these descendants, and the job's other processes on this host, from now on
+        (the files of one that ended are closed)."""
         proc = self._proc
         keep = {self._stat_path, self._schedstat_path, self._system_path,
                 f"{proc}/{self._pid}/statm", f"{proc}/meminfo"}
@@ -254,6 +318,11 @@ class HostSource:
             # ProcFiles.read closes it, so a pid used again is read from its own files
             keep.update((stat_path, schedstat_path))
             workers.append((pid, self._cpu_key(pid), stat_path, schedstat_path))
+        self._job = []
+        for pid in job:
+            stat_path = f"{proc}/{pid}/stat"
+            keep.add(stat_path)
+            self._job.append((pid, self._cpu_key(pid), stat_path))
         self._files.forget_all_but(keep)  # workers that ended
         self._workers = workers
 
@@ -304,6 +373,12 @@ class HostSource:
                 available = min(available, total_bytes)
         return (rss, available / 1e9, total_bytes / 1e9,
                 100.0 * (total_bytes - available) / total_bytes)
+
+
+def _new_cpu_pct(now: dict[int, float], before: dict[int, float], elapsed: float) -> float:
+    """The CPU % of the processes read both times (one first seen now counts from the next)."""
+    return max(100.0 * sum(cpu - before[pid] for pid, cpu in now.items() if pid in before)
+               / elapsed, 0.0)
 
 
 def _cpu_or_none(cpu_of: Callable[[int], float], key: int) -> float | None:

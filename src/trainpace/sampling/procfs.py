@@ -21,6 +21,7 @@ import os
 import sys
 import time
 import weakref
+from collections.abc import Sequence
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -178,15 +179,16 @@ def _value_after(data: bytes, key: bytes) -> bytes | None:
 LIST_BYTES = 65536  # a children list: ~7 bytes a pid
 
 
-def descendant_pids(proc: str, pid: int, lists: ProcFiles) -> list[int]:
-    """``pid``'s descendants, from the children list of each of their threads.
+def descendant_pids(proc: str, roots: Sequence[int], lists: ProcFiles) -> list[int]:
+    """The descendants of the processes ``roots``, from the children list of each of their
+    threads.
 
     ``lists`` keeps those lists open from one call to the next; the lists of threads and
     processes that ended are closed.
     """
     found: list[int] = []
     seen: set[str] = set()
-    queue = [pid]
+    queue = list(roots)
     while queue:
         parent = queue.pop()
         try:
