@@ -156,46 +156,51 @@ def test_jobs_and_windows_keep_their_order_and_windows_waiting_go_together():
     assert seen == [[0, 1, 2], "after", "job", [3], "after"]
 
 
+class TwoParts:
+    """A window record's work in two parts; the first waits for ``go_on`` (once only: later
+    windows' records are done in one go)."""
+
+    def __init__(self, seen):
+        self.seen = seen
+        self.in_part, self.go_on = threading.Event(), threading.Event()
+
+    def __call__(self):
+        return None if self.in_part.is_set() else self.parts()
+
+    def parts(self):
+        self.seen.append("part 1")
+        self.in_part.set()
+        self.go_on.wait(5)
+        yield
+        self.seen.append("part 2")
+
+
 def test_windows_handed_over_between_parts_get_their_lines_before_the_parts_go_on():
     # The figures and sinks come in parts; a window handed over meanwhile is written (what
     # a SIGKILL would lose) at the next pause, not after the whole record's work.
-    seen, in_part, go_on = [], threading.Event(), threading.Event()
-
-    def parts():
-        seen.append("part 1")
-        in_part.set()
-        go_on.wait(5)
-        yield
-        seen.append("part 2")
-
+    seen = []
+    work = TwoParts(seen)
     writer = Writer(lambda windows: seen.append(list(windows)), lambda e: None,
-                    after_windows=lambda: parts() if len(seen) < 3 else None)
+                    after_windows=work)
     writer.submit_window("a")
-    assert in_part.wait(5)
+    assert work.in_part.wait(5)
     writer.submit_window("b")
-    go_on.set()
+    work.go_on.set()
     writer.close()
     assert seen == [["a"], "part 1", ["b"], "part 2"]
     assert writer.windows_written == writer.windows_sent == 2
 
 
 def test_a_job_queued_before_windows_keeps_them_behind_it_while_parts_run():
-    seen, in_part, go_on = [], threading.Event(), threading.Event()
-
-    def parts():
-        seen.append("part 1")
-        in_part.set()
-        go_on.wait(5)
-        yield
-        seen.append("part 2")
-
+    seen = []
+    work = TwoParts(seen)
     writer = Writer(lambda windows: seen.append(list(windows)), lambda e: None,
-                    after_windows=lambda: parts() if not in_part.is_set() else None)
+                    after_windows=work)
     writer.submit_window("a")
-    assert in_part.wait(5)
+    assert work.in_part.wait(5)
     writer.submit(seen.append, "job")
     writer.submit_window("b")
-    go_on.set()
+    work.go_on.set()
     writer.close()
     assert seen == [["a"], "part 1", "part 2", "job", ["b"]]
 
