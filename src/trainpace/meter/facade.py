@@ -38,9 +38,7 @@ logged once and the training goes on.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import datetime as dt
-import inspect
 import logging
 import os
 import sys
@@ -75,6 +73,7 @@ from trainpace.meter.outputs import checked_sinks, keyword_sinks
 from trainpace.meter.pipeline import SINK_WINDOW_S, Window, WindowPipeline
 from trainpace.meter.probes import StepProbes, profile_window
 from trainpace.meter.signals import TermGuard
+from trainpace.meter.signature import with_the_settings
 from trainpace.meter.state import RunState, device_name
 from trainpace.meter.summaries import Summaries
 from trainpace.report.console import print_report
@@ -536,20 +535,4 @@ def _at_exit_of(meter: Meter) -> Callable[[], None]:
     return hook
 
 
-def _with_the_settings(meter: type[Meter]) -> None:
-    """The Meter's signature and settings list, made from MeterConfig's fields: what
-    ``help()``, notebooks and IDEs that read signatures at run time show."""
-    init = meter.__init__
-    own = inspect.signature(init).parameters
-    settings = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                  annotation=f.type)
-                for f in dataclasses.fields(MeterConfig) if f.name != "out"]
-    init.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [own["self"], own["out"], *settings, own["sinks"], own["stream"], own["clock"],
-         own["made_by"]])
-    listed = "\n".join(f"        {f.name}={f.default!r}" for f in dataclasses.fields(MeterConfig)
-                       if f.name != "out")
-    meter.__doc__ = f"{meter.__doc__}\n    The settings and their defaults:\n\n{listed}\n"
-
-
-_with_the_settings(Meter)
+with_the_settings(Meter)
