@@ -29,7 +29,7 @@ The parts, one job each:
   summary refreshes, window observers), the sinks behind the fan-out;
 - :class:`~trainpace.meter.state.RunState` (the steps as columns, the goal, the summary),
   :class:`~trainpace.meter.summaries.Summaries` (the summaries made of them) and
-  :func:`~trainpace.meter.meta.run_meta` (meta.json from the MeterConfig).
+  :class:`~trainpace.meter.meta.MetaLog` (meta.json).
 
 Nothing here may raise into the loop once it is made: a failure of trainpace's own work is
 logged once and the training goes on.
@@ -68,13 +68,13 @@ from trainpace.meter.distributed import JobRank
 from trainpace.meter.ledger import JobLedger, RunInJob, end_of
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
-from trainpace.meter.meta import MADE_BY, run_meta
+from trainpace.meter.meta import MADE_BY, MetaLog
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
 from trainpace.meter.pipeline import SINK_WINDOW_S, Window, WindowPipeline
 from trainpace.meter.probes import StepProbes, profile_window
 from trainpace.meter.signals import TermGuard
 from trainpace.meter.signature import with_the_settings
-from trainpace.meter.state import RunState, device_name
+from trainpace.meter.state import RunState
 from trainpace.meter.summaries import Summaries
 from trainpace.report.console import print_report
 from trainpace.runlog import Record
@@ -116,7 +116,6 @@ class Meter:
                  made_by: str = "meter", **settings: Any) -> None:
         if made_by not in MADE_BY:
             raise ConfigError("made_by", made_by, f"must be one of {', '.join(MADE_BY)}")
-        self._made_by = made_by
         self.config = config = MeterConfig.of(out=out, **settings)
         self.device = resolve_device(config.device)
         extra_sinks = checked_sinks(sinks)
@@ -125,11 +124,7 @@ class Meter:
         self._stream = stream
         self._clock = clock
         self._log_once = LogOnce()
-        self._started_at = dt.datetime.now(dt.timezone.utc)
-        # The command as the Meter was made: under `trainpace run` the script's own sys.argv
-        # replaces it while the script runs, and the job's ledger (and a restart's match)
-        # keep this one.
-        self._argv = redacted_argv(sys.argv)
+        started_at = dt.datetime.now(dt.timezone.utc)
         # Under torchrun: rank{r}/ in the job's run folder, the window exchange, the merge.
         self._job = JobRank.from_environment(lambda: self._vitals)
         job_folder: Path | None
@@ -140,7 +135,7 @@ class Meter:
         # run's own in one process, None on the other ranks of a job)
         self.job_summary: Summary | None = None
         self.run_id: str = config.run_id or (job_folder.name if job_folder else
-                                             self._started_at.strftime("run-%Y%m%d-%H%M%S"))
+                                             started_at.strftime("run-%Y%m%d-%H%M%S"))
         self._recorder = recorder = StepRecorder(
             clock=clock, timer=device_timer_for(self.device), samples=config.samples,
             tokens=config.tokens)
@@ -172,8 +167,6 @@ class Meter:
         self._state = RunState(config, self.device, self.run_id)
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
         self._summary: Summary | None = None
-        self._meta: dict[str, Any] = {}
-        self._notes: dict[str, dict[str, Any]] = {}  # see note()
         self._sinks = FanOut(outputs)
         self._summaries = Summaries(recorder=self._recorder, state=self._state, job=self._job,
                                probes=self._probes, log_once=self._log_once, device=self.device,
@@ -192,6 +185,16 @@ class Meter:
                               after_windows=self._pipeline.send,
                               on_idle=self._pipeline.send_held,
                               holding=lambda: self._pipeline.holding, idle_s=SINK_WINDOW_S)
+        self._meta = MetaLog(
+            config=config, made_by=made_by, run_id=self.run_id, started_at=started_at,
+            # The command as the Meter was made: under `trainpace run` the script's own
+            # sys.argv replaces it while the script runs, and the job's ledger (and a
+            # restart's match) keep this one.
+            argv=redacted_argv(sys.argv), device=self.device, recorder=recorder,
+            probes=self._probes, sinks=self._sinks, writer=self._writer,
+            emit=self._pipeline.emit, goal=lambda: self._goal,
+            loader=lambda: self._state.loader, vitals=lambda: self._vitals,
+            ceilings=lambda: self._summaries.ceilings)
         self._loop = Loop(recorder=self._recorder, probes=self._probes, log_once=self._log_once,
                           window=config.window, hand_over=self._hand_over,
                           first_step=self._begin_run, loader_done=self._console_line_out)
@@ -206,7 +209,7 @@ class Meter:
         # a run never finished still gets its windows out; never waits on a user sink
         self._exit_hook = _at_exit_of(self)
         atexit.register(self._exit_hook)
-        self._log_meta()
+        self._meta.log()
         # SIGTERM (a launcher stopping this rank): the end and the report first, then the
         # signal goes on to the handler that was there before
         self._term = TermGuard(self.finish, self._job.hurry)
@@ -231,7 +234,7 @@ class Meter:
             settings = loader_settings(iterable)
             if settings is not None and settings != self._state.loader:
                 self._state.loader = settings
-                self._log_meta()
+                self._meta.log()
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("reading the DataLoader settings", exc)
         target = torch.device(device) if device is not None else None
@@ -299,7 +302,7 @@ class Meter:
                 if goal != self._goal:
                     self._goal = goal
                     self._writer.submit(self._pipeline.follow, goal)
-                    self._log_meta()
+                    self._meta.log()
             self._recorder.observe(loss=loss, metric=metric)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("observe()", exc)
@@ -312,13 +315,7 @@ class Meter:
             self._after_finish("meter.note()")
             return
         try:
-            if key in self._meta and key not in self._notes:
-                raise ValueError(f"meta.json's {key!r} is the Meter's own; note under another key")
-            if facts is None:
-                self._notes.pop(key, None)
-            else:
-                self._notes[key] = dict(facts)
-            self._log_meta()
+            self._meta.note(key, facts)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("note()", exc)
 
@@ -343,8 +340,8 @@ class Meter:
                 # the run's end in the ledger first: the job's goodput counts this run whole
                 self._in_job.end(*self._end, release=False)
                 summary = self._summaries.with_goodput(summary, self._in_job.ledger.folder,
-                                                       self._meta)
-            summary = self._summaries.diagnosed(summary, self._meta)
+                                                       self._meta.last)
+            summary = self._summaries.diagnosed(summary, self._meta.last)
             self._pipeline.emit(Record("summary", summary.to_dict(),
                                        self._recorder.steps_closed))
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
@@ -358,7 +355,7 @@ class Meter:
             self._summary,
             # what a front-end noted (note()) is rank 0's, the job's meta has no place for it
             lambda merged, meta, steps: self._summaries.diagnosed(
-                merged, {**meta, **self._notes}, tune=False, steps=steps))
+                merged, {**meta, **self._meta.notes}, tune=False, steps=steps))
         self.job_summary = shown
         if self.config.report and shown is not None:
             try:
@@ -420,8 +417,8 @@ class Meter:
         again until it has."""
         rec = self._recorder
         make_records = rec.take_ready(final=final)
-        if rec.tokens_counted != self._meta.get("tokens_counted"):
-            self._log_meta()  # learnt from the first token batch: a killed run keeps it
+        if rec.tokens_counted != self._meta.last.get("tokens_counted"):
+            self._meta.log()  # learnt from the first token batch: a killed run keeps it
         writer = self._writer
         number = writer.submit_window(Window(make_records, final, rec.steps_closed, flush,
                                              ends_window))
@@ -469,7 +466,7 @@ class Meter:
     def _close_outputs(self) -> None:
         """The run's last meta, then each sink gets sink_timeout_s (together) to finish."""
         try:
-            self._log_meta(finished=True)
+            self._meta.log(finished=True)
             if self._pipeline.run_folder is not None:
                 self._pipeline.run_folder.close()
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
@@ -496,31 +493,6 @@ class Meter:
         failure = getattr(sys, "last_value", None)
         if self._in_job is not None:
             self._in_job.end(*(end_of(failure) if failure is not None else self._end))
-
-    def _log_meta(self, *, finished: bool = False) -> None:
-        rec, profile = self._recorder, self._probes.profile
-        meta = run_meta(
-            config=self.config, made_by=self._made_by, run_id=self.run_id,
-            started_at=self._started_at, argv=self._argv,
-            finished=finished, device=self.device, device_name=device_name(self.device),
-            clock=rec.timer.name if rec.timer is not None else "host",
-            goal=self._goal,
-            loader=self._state.loader, tokens_counted=rec.tokens_counted,
-            vitals=self._vitals.meta() if self._vitals is not None else None,
-            profile=None if profile is None else {
-                "steps": [profile.start_step, profile.stop_step],
-                "trace": str(profile.trace_path) if profile.trace_path else None},
-            sinks=self._sinks.counts(),
-        )
-        ceilings = self._summaries.ceilings
-        meta["ceilings"] = ceilings.to_dict() if ceilings is not None else None
-        meta.update(self._notes)
-        self._meta = meta
-        record = Record("meta", meta, rec.steps_closed)
-        if self._writer.closed:
-            self._pipeline.emit(record)
-        else:
-            self._writer.submit(self._pipeline.emit, record)
 
 
 def _at_exit_of(meter: Meter) -> Callable[[], None]:
