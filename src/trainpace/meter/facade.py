@@ -22,8 +22,9 @@ training thread is in the step times: what is reported is what the loop achieved
 The parts, one job each:
 
 - training thread: :class:`~trainpace.meter.loop.Loop` (step contexts, metered loaders) over
-  the :class:`~trainpace.measure.recorder.StepRecorder`, and
-  :class:`~trainpace.meter.probes.StepProbes` (profiler, FLOP counter);
+  the :class:`~trainpace.measure.recorder.StepRecorder`,
+  :class:`~trainpace.meter.probes.StepProbes` (profiler, FLOP counter) and
+  :class:`~trainpace.meter.handover.WriterHandOver` (the steps to the writer);
 - writer thread (:class:`~trainpace.sinks.background.Writer`):
   :class:`~trainpace.meter.pipeline.WindowPipeline` (records, columns, figures, the run folder,
   summary refreshes, window observers), the sinks behind the fan-out;
@@ -65,12 +66,13 @@ from trainpace.measure.summarize import Goal
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.checkpoints import CheckpointPatches
 from trainpace.meter.distributed import JobRank
+from trainpace.meter.handover import WriterHandOver
 from trainpace.meter.ledger import JobLedger, RunInJob, end_of
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import MADE_BY, MetaLog
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
-from trainpace.meter.pipeline import SINK_WINDOW_S, Window, WindowPipeline
+from trainpace.meter.pipeline import SINK_WINDOW_S, WindowPipeline
 from trainpace.meter.probes import StepProbes, profile_window
 from trainpace.meter.signals import TermGuard
 from trainpace.meter.signature import with_the_settings
@@ -80,7 +82,6 @@ from trainpace.report.console import print_report
 from trainpace.runlog import Record
 from trainpace.sinks.background import Writer
 from trainpace.sinks.base import FanOut, Sink
-from trainpace.sinks.console_line import ConsoleSink
 from trainpace.sinks.folder_claim import release_run_folder
 from trainpace.sinks.runfolder import RunFolderSink
 from trainpace.summary import Summary
@@ -89,10 +90,6 @@ logger = logging.getLogger(__name__)
 
 # The longest the end of the run (or the interpreter's exit) waits for the run folder.
 WRITER_CLOSE_S = 30.0
-# At a loader's end, the longest wait for the window's console line to be out.
-LINE_FLUSH_S = 1.0
-# The longest the training thread waits for a writer more than a window behind.
-LAG_WAIT_S = 0.5
 
 
 class Meter:
@@ -179,7 +176,6 @@ class Meter:
             vitals=lambda: self._vitals, refresh=self._summaries.refresh)
         if self._job.monitor is not None:  # a rank of a distributed job
             self._pipeline.observers.append(self._job.window)
-        self._writer_stalled = False
         self._writer = Writer(self._pipeline.write,
                               lambda exc: self._log_once.report("writing the run", exc),
                               after_windows=self._pipeline.send,
@@ -195,9 +191,11 @@ class Meter:
             emit=self._pipeline.emit, goal=lambda: self._goal,
             loader=lambda: self._state.loader, vitals=lambda: self._vitals,
             ceilings=lambda: self._summaries.ceilings)
+        hand_over = WriterHandOver(recorder=recorder, writer=self._writer, meta=self._meta,
+                                   sinks=self._sinks, console=config.console)
         self._loop = Loop(recorder=self._recorder, probes=self._probes, log_once=self._log_once,
-                          window=config.window, hand_over=self._hand_over,
-                          first_step=self._begin_run, loader_done=self._console_line_out)
+                          window=config.window, hand_over=hand_over.hand_over,
+                          first_step=self._begin_run, loader_done=hand_over.console_line_out)
         self._context = self._loop.context
         self._in_job: RunInJob | None = None
         if self._ledger is not None:
@@ -406,33 +404,6 @@ class Meter:
         self._job.hurry()
 
     # -- the training thread's side -------------------------------------------------------
-
-    def _hand_over(self, final: bool, flush: bool, ends_window: bool) -> None:
-        """The steps closed since the last hand-over (half a window), to the writer as they
-        are. When the writer has not written an earlier half's lines yet (steps far shorter
-        than its work per step, holding the GIL it needs), wait for them (not for the figures
-        and sinks that follow), at most LAG_WAIT_S: a SIGKILL then loses
-        the open half and the one handed over: a window at most. A writer that keeps up is
-        never waited for; one that could not catch up once (a stalled disk) is not waited for
-        again until it has."""
-        rec = self._recorder
-        make_records = rec.take_ready(final=final)
-        if rec.tokens_counted != self._meta.last.get("tokens_counted"):
-            self._meta.log()  # learnt from the first token batch: a killed run keeps it
-        writer = self._writer
-        number = writer.submit_window(Window(make_records, final, rec.steps_closed, flush,
-                                             ends_window))
-        if writer.windows_written >= number - 1:
-            self._writer_stalled = False
-        elif not final and not self._writer_stalled:
-            self._writer_stalled = not writer.wait_for(number - 1, LAG_WAIT_S)
-
-    def _console_line_out(self) -> None:
-        """At a loader's end: the window's console line is out before the user's code goes on
-        (an evaluation printing its own lines), within LINE_FLUSH_S."""
-        if self.config.console and self._writer.wait_for(self._writer.windows_submitted,
-                                                         LINE_FLUSH_S, sent=True):
-            self._sinks.flush(LINE_FLUSH_S, only=lambda sink: isinstance(sink, ConsoleSink))
 
     def _begin_run(self) -> Any:
         """The first step begins: the sampler starts (its clock zero is the run's); returns
