@@ -29,8 +29,9 @@ The parts, one job each:
   :class:`~trainpace.meter.pipeline.WindowPipeline` (records, columns, figures, the run folder,
   summary refreshes, window observers), the sinks behind the fan-out;
 - :class:`~trainpace.meter.state.RunState` (the steps as columns, the goal, the summary),
-  :class:`~trainpace.meter.summaries.Summaries` (the summaries made of them) and
-  :class:`~trainpace.meter.meta.MetaLog` (meta.json).
+  :class:`~trainpace.meter.summaries.Summaries` (the summaries made of them),
+  :class:`~trainpace.meter.meta.MetaLog` (meta.json) and
+  :class:`~trainpace.meter.ending.RunEnd` (the end of the run, or the interpreter's exit).
 
 Nothing here may raise into the loop once it is made: a failure of trainpace's own work is
 logged once and the training goes on.
@@ -38,14 +39,12 @@ logged once and the training goes on.
 
 from __future__ import annotations
 
-import atexit
 import datetime as dt
 import logging
 import os
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from threading import get_ident
@@ -57,7 +56,6 @@ import torch
 from trainpace.config import MeterConfig, is_int_at_least
 from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.errors import ConfigError
-from trainpace.job.events import FINISHED
 from trainpace.job.process import redacted_argv
 from trainpace.measure.clock import device_timer_for, resolve_device
 from trainpace.measure.loader import find_dataloader, loader_settings
@@ -66,6 +64,7 @@ from trainpace.measure.summarize import Goal
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.checkpoints import CheckpointPatches
 from trainpace.meter.distributed import JobRank
+from trainpace.meter.ending import RunEnd
 from trainpace.meter.handover import WriterHandOver
 from trainpace.meter.ledger import JobLedger, RunInJob, end_of
 from trainpace.meter.log_once import LogOnce
@@ -78,8 +77,6 @@ from trainpace.meter.signals import TermGuard
 from trainpace.meter.signature import with_the_settings
 from trainpace.meter.state import RunState
 from trainpace.meter.summaries import Summaries
-from trainpace.report.console import print_report
-from trainpace.runlog import Record
 from trainpace.sinks.background import Writer
 from trainpace.sinks.base import FanOut, Sink
 from trainpace.sinks.folder_claim import release_run_folder
@@ -87,9 +84,6 @@ from trainpace.sinks.runfolder import RunFolderSink
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)
-
-# The longest the end of the run (or the interpreter's exit) waits for the run folder.
-WRITER_CLOSE_S = 30.0
 
 
 class Meter:
@@ -118,7 +112,6 @@ class Meter:
         extra_sinks = checked_sinks(sinks)
         self._peaks = override_peaks(config.peaks) if config.peaks is not None else None
         self._dtype = canonical_dtype(config.dtype) if config.dtype is not None else None
-        self._stream = stream
         self._clock = clock
         self._log_once = LogOnce()
         started_at = dt.datetime.now(dt.timezone.utc)
@@ -137,7 +130,6 @@ class Meter:
             clock=clock, timer=device_timer_for(self.device), samples=config.samples,
             tokens=config.tokens)
         self._ledger: JobLedger | None = None
-        self._end: tuple[str, str | None] = (FINISHED, None)  # the run_end to write
         if job_folder is not None and self._job.info.rank == 0:
             # the job's ledger (the single process, or rank 0): which run of the job this is
             self._ledger = JobLedger(job_folder, run_id=self.run_id,
@@ -163,7 +155,6 @@ class Meter:
         self._vitals: DeviceVitals | None = None
         self._state = RunState(config, self.device, self.run_id)
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
-        self._summary: Summary | None = None
         self._sinks = FanOut(outputs)
         self._summaries = Summaries(recorder=self._recorder, state=self._state, job=self._job,
                                probes=self._probes, log_once=self._log_once, device=self.device,
@@ -204,13 +195,17 @@ class Meter:
                 checkpoints=CheckpointPatches(self._ledger) if config.checkpoints else None,
                 log_once=self._log_once)
             self._in_job.open()
-        # a run never finished still gets its windows out; never waits on a user sink
-        self._exit_hook = _at_exit_of(self)
-        atexit.register(self._exit_hook)
-        self._meta.log()
         # SIGTERM (a launcher stopping this rank): the end and the report first, then the
         # signal goes on to the handler that was there before
         self._term = TermGuard(self.finish, self._job.hurry)
+        # finish(), or at the interpreter's exit a run never finished: its windows out
+        self._end = RunEnd(
+            run_id=self.run_id, config=config, stream=stream, clock=clock, recorder=recorder,
+            loop=self._loop, probes=self._probes, vitals=lambda: self._vitals,
+            writer=self._writer, pipeline=self._pipeline, summaries=self._summaries,
+            meta=self._meta, sinks=self._sinks, job=self._job, in_job=self._in_job,
+            term=self._term, log_once=self._log_once)
+        self._meta.log()
         self._term.install()
 
     # -- the loop's API -------------------------------------------------------------------
@@ -319,49 +314,9 @@ class Meter:
 
     def finish(self) -> Summary:
         """End the run: flush the last window, write the summary, print the report."""
-        if self._summary is not None:
-            return self._summary
-        self._term.finishing = True
-        self._loop.finished = True
-        self._probes.close()  # first, whatever happens next: no capture outlives the loop
-        summary: Summary | None = None
-        try:
-            end_s = self._clock()
-            if self._vitals is not None:
-                self._vitals.stop()  # a last reading, then the thread is joined
-            self._loop.boundary(final=True)
-            self._close_writer()  # every window written; from here on, one thread
-            self._summaries.first_ceilings()  # after the loop, before the summary
-            summary = self._summaries.build(final=True, end_s=end_s)
-            summary = self._summaries.with_profile(summary, self._pipeline.emit)
-            if self._in_job is not None:
-                # the run's end in the ledger first: the job's goodput counts this run whole
-                self._in_job.end(*self._end, release=False)
-                summary = self._summaries.with_goodput(summary, self._in_job.ledger.folder,
-                                                       self._meta.last)
-            summary = self._summaries.diagnosed(summary, self._meta.last)
-            self._pipeline.emit(Record("summary", summary.to_dict(),
-                                       self._recorder.steps_closed))
-        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._log_once.report("finishing the run", exc)
-        self._close_outputs()
-        if self._in_job is not None:
-            self._in_job.end(*self._end)
-        self._summary = summary if summary is not None else Summary(run_id=self.run_id)
-        # rank 0: the job's merged summary, diagnosed with the job's meta
-        shown = self._job.finish(
-            self._summary,
-            # what a front-end noted (note()) is rank 0's, the job's meta has no place for it
-            lambda merged, meta, steps: self._summaries.diagnosed(
-                merged, {**meta, **self._meta.notes}, tune=False, steps=steps))
-        self.job_summary = shown
-        if self.config.report and shown is not None:
-            try:
-                print_report(shown, file=self._stream)
-            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-                self._log_once.report("printing the report", exc)
-        self._term.finished()  # a SIGTERM that came meanwhile goes on now
-        return self._summary
+        summary = self._end.finish()
+        self.job_summary = self._end.shown
+        return summary
 
     def __enter__(self) -> Meter:
         return self
@@ -369,7 +324,7 @@ class Meter:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if exc is not None:
-            self._end = end_of(exc)
+            self._end.status = end_of(exc)
         self.finish()
 
     # -- for the front-ends that drive a Meter (``trainpace run``, the integrations); not
@@ -378,7 +333,7 @@ class Meter:
     def _end_as(self, status: str, signal_name: str | None = None) -> None:
         """How the run ended, for the job's ledger, when it did not finish: said by whoever
         ends it (``trainpace run``, a signal handler) before :meth:`finish`."""
-        self._end = (status, signal_name)
+        self._end.status = (status, signal_name)
 
     @property
     def _job_ledger(self) -> JobLedger | None:
@@ -425,57 +380,6 @@ class Meter:
     def _after_finish(self, call: str) -> None:
         self._log_once.warn_once("after-finish", f"{call} after meter.finish(): the run is over, "
                                "nothing more is recorded (make a new Meter for another run)")
-
-    # -- lifetimes ------------------------------------------------------------------------
-
-    def _close_writer(self) -> None:
-        if not self._writer.close(WRITER_CLOSE_S):
-            self._log_once.warn_once("writer", f"the run folder's writer did not finish within "
-                                   f"{WRITER_CLOSE_S:g}s; the run folder may miss the end")
-        atexit.unregister(self._exit_hook)
-
-    def _close_outputs(self) -> None:
-        """The run's last meta, then each sink gets sink_timeout_s (together) to finish."""
-        try:
-            self._meta.log(finished=True)
-            if self._pipeline.run_folder is not None:
-                self._pipeline.run_folder.close()
-        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._log_once.report("closing the run folder", exc)
-        self._sinks.close(self.config.sink_timeout_s)
-
-    def _exit_without_finish(self) -> None:
-        """At interpreter exit, for a run never finished: its windows reach the run folder;
-        no sink is waited for (a rank of a distributed job finishes: see below)."""
-        if self._summary is not None or self._writer.closed:
-            return
-        if self._job.monitor is not None:
-            # A rank of a job whose loop died (its collective failed when another rank did):
-            # its summary, its last window to rank 0, and there the job's report, still come.
-            self.finish()
-            return
-        try:
-            self._loop.boundary(flush=True)
-        except Exception as exc:  # noqa: BLE001 - at exit, nothing may raise
-            self._log_once.report("writing the run at exit", exc)
-        self._writer.close(WRITER_CLOSE_S)
-        # the interpreter ends with the run never finished: an uncaught error, or a script
-        # that did not call finish()
-        failure = getattr(sys, "last_value", None)
-        if self._in_job is not None:
-            self._in_job.end(*(end_of(failure) if failure is not None else self._end))
-
-
-def _at_exit_of(meter: Meter) -> Callable[[], None]:
-    """An exit hook that does not keep the Meter alive."""
-    ref = weakref.ref(meter)
-
-    def hook() -> None:
-        alive = ref()
-        if alive is not None:
-            alive._exit_without_finish()
-
-    return hook
 
 
 with_the_settings(Meter)
