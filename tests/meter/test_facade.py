@@ -90,10 +90,10 @@ def test_trainpaces_own_time_is_in_the_figures(tmp_path, clock, monkeypatch):
     """What the loop achieved, trainpace's time included: its work at the window boundaries
     (the hand-over, on the training thread) and the profiler's shutdown advance the clock,
     and the step times add up to the wall time of the loop."""
-    from trainpace.meter.facade import Meter
+    from trainpace.meter.handover import WriterHandOver
     from trainpace.trace.capture import ProfileWindow
 
-    real_hand_over, real_finish = Meter._hand_over, ProfileWindow._finish
+    real_hand_over, real_finish = WriterHandOver.hand_over, ProfileWindow._finish
 
     def slow_hand_over(self, final, flush, ends_window):
         clock.advance(0.5)  # the boundary's work, made long
@@ -103,7 +103,7 @@ def test_trainpaces_own_time_is_in_the_figures(tmp_path, clock, monkeypatch):
         clock.advance(0.3)  # the profiler's shutdown, made long
         real_finish(self)
 
-    monkeypatch.setattr(Meter, "_hand_over", slow_hand_over)
+    monkeypatch.setattr(WriterHandOver, "hand_over", slow_hand_over)
     monkeypatch.setattr(ProfileWindow, "_finish", slow_finish)
     meter = trainpace.Meter(tmp_path / "run", clock=clock, window=5, warmup=0,
                             profile_steps=(3, 6), console=False, report=False, count_flops=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 import trainpace
-from trainpace.meter import facade
+from trainpace.meter import handover
 from trainpace.runlog import STEPS_FILE, read_run
 
 
@@ -79,7 +79,7 @@ def test_tiny_steps_keep_the_run_folder_within_a_window(tmp_path, monkeypatch):
     # The hand-over waits for the writer's previous lines; the bound on that wait (a stalled
     # disk) is lifted here, so the check holds however loaded the machine is: what a real
     # loop achieves in real time is measured by benchmarks/writer.py.
-    monkeypatch.setattr(facade, "LAG_WAIT_S", 600.0)
+    monkeypatch.setattr(handover, "LAG_WAIT_S", 600.0)
     window = 20
     meter = trainpace.Meter(tmp_path / "run", window=window, console=False, report=False,
                             count_flops=False)
@@ -233,16 +233,16 @@ def test_steps_reach_the_writer_halfway_through_each_window_and_at_its_end(tmp_p
     """Two loaders of 8 batches, window 5: a hand-over after steps 2 and 5 (the window's
     end), 7, then 8 (the loader ran out: the window ends there), and the next window counts
     from step 8."""
-    from trainpace.meter.facade import Meter
+    from trainpace.meter.handover import WriterHandOver
 
     handed: list[tuple[int, bool]] = []
-    real = Meter._hand_over
+    real = WriterHandOver.hand_over
 
     def recording(self, final, flush, ends_window):
         handed.append((self._recorder.steps_closed, ends_window))
         real(self, final, flush, ends_window)
 
-    monkeypatch.setattr(Meter, "_hand_over", recording)
+    monkeypatch.setattr(WriterHandOver, "hand_over", recording)
     meter = trainpace.Meter(tmp_path / "run", clock=clock, window=5, console=False,
                             report=False, count_flops=False)
     for _ in range(2):

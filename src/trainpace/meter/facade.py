@@ -22,14 +22,16 @@ training thread is in the step times: what is reported is what the loop achieved
 The parts, one job each:
 
 - training thread: :class:`~trainpace.meter.loop.Loop` (step contexts, metered loaders) over
-  the :class:`~trainpace.measure.recorder.StepRecorder`, and
-  :class:`~trainpace.meter.probes.StepProbes` (profiler, FLOP counter);
+  the :class:`~trainpace.measure.recorder.StepRecorder`,
+  :class:`~trainpace.meter.probes.StepProbes` (profiler, FLOP counter) and
+  :class:`~trainpace.meter.handover.WriterHandOver` (the steps to the writer);
 - writer thread (:class:`~trainpace.sinks.background.Writer`):
   :class:`~trainpace.meter.pipeline.WindowPipeline` (records, columns, figures, the run folder,
   summary refreshes, window observers), the sinks behind the fan-out;
 - :class:`~trainpace.meter.state.RunState` (the steps as columns, the goal, the summary),
-  :class:`~trainpace.meter.summaries.Summaries` (the summaries made of them) and
-  :func:`~trainpace.meter.meta.run_meta` (meta.json from the MeterConfig).
+  :class:`~trainpace.meter.summaries.Summaries` (the summaries made of them),
+  :class:`~trainpace.meter.meta.MetaLog` (meta.json) and
+  :class:`~trainpace.meter.ending.RunEnd` (the end of the run, or the interpreter's exit).
 
 Nothing here may raise into the loop once it is made: a failure of trainpace's own work is
 logged once and the training goes on.
@@ -37,16 +39,12 @@ logged once and the training goes on.
 
 from __future__ import annotations
 
-import atexit
-import dataclasses
 import datetime as dt
-import inspect
 import logging
 import os
 import sys
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from threading import get_ident
@@ -58,7 +56,6 @@ import torch
 from trainpace.config import MeterConfig, is_int_at_least
 from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.errors import ConfigError
-from trainpace.job.events import FINISHED
 from trainpace.job.process import redacted_argv
 from trainpace.measure.clock import device_timer_for, resolve_device
 from trainpace.measure.loader import find_dataloader, loader_settings
@@ -67,33 +64,26 @@ from trainpace.measure.summarize import Goal
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.checkpoints import CheckpointPatches
 from trainpace.meter.distributed import JobRank
+from trainpace.meter.ending import RunEnd
+from trainpace.meter.handover import WriterHandOver
 from trainpace.meter.ledger import JobLedger, RunInJob, end_of
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
-from trainpace.meter.meta import MADE_BY, run_meta
+from trainpace.meter.meta import MADE_BY, MetaLog
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
-from trainpace.meter.pipeline import SINK_WINDOW_S, Window, WindowPipeline
+from trainpace.meter.pipeline import SINK_WINDOW_S, WindowPipeline
 from trainpace.meter.probes import StepProbes, profile_window
 from trainpace.meter.signals import TermGuard
-from trainpace.meter.state import RunState, device_name
+from trainpace.meter.signature import with_the_settings
+from trainpace.meter.state import RunState
 from trainpace.meter.summaries import Summaries
-from trainpace.report.console import print_report
-from trainpace.runlog import Record
 from trainpace.sinks.background import Writer
 from trainpace.sinks.base import FanOut, Sink
-from trainpace.sinks.console_line import ConsoleSink
 from trainpace.sinks.folder_claim import release_run_folder
 from trainpace.sinks.runfolder import RunFolderSink
 from trainpace.summary import Summary
 
 logger = logging.getLogger(__name__)
-
-# The longest the end of the run (or the interpreter's exit) waits for the run folder.
-WRITER_CLOSE_S = 30.0
-# At a loader's end, the longest wait for the window's console line to be out.
-LINE_FLUSH_S = 1.0
-# The longest the training thread waits for a writer more than a window behind.
-LAG_WAIT_S = 0.5
 
 
 class Meter:
@@ -117,20 +107,14 @@ class Meter:
                  made_by: str = "meter", **settings: Any) -> None:
         if made_by not in MADE_BY:
             raise ConfigError("made_by", made_by, f"must be one of {', '.join(MADE_BY)}")
-        self._made_by = made_by
         self.config = config = MeterConfig.of(out=out, **settings)
         self.device = resolve_device(config.device)
         extra_sinks = checked_sinks(sinks)
         self._peaks = override_peaks(config.peaks) if config.peaks is not None else None
         self._dtype = canonical_dtype(config.dtype) if config.dtype is not None else None
-        self._stream = stream
         self._clock = clock
         self._log_once = LogOnce()
-        self._started_at = dt.datetime.now(dt.timezone.utc)
-        # The command as the Meter was made: under `trainpace run` the script's own sys.argv
-        # replaces it while the script runs, and the job's ledger (and a restart's match)
-        # keep this one.
-        self._argv = redacted_argv(sys.argv)
+        started_at = dt.datetime.now(dt.timezone.utc)
         # Under torchrun: rank{r}/ in the job's run folder, the window exchange, the merge.
         self._job = JobRank.from_environment(lambda: self._vitals)
         job_folder: Path | None
@@ -141,12 +125,11 @@ class Meter:
         # run's own in one process, None on the other ranks of a job)
         self.job_summary: Summary | None = None
         self.run_id: str = config.run_id or (job_folder.name if job_folder else
-                                             self._started_at.strftime("run-%Y%m%d-%H%M%S"))
+                                             started_at.strftime("run-%Y%m%d-%H%M%S"))
         self._recorder = recorder = StepRecorder(
             clock=clock, timer=device_timer_for(self.device), samples=config.samples,
             tokens=config.tokens)
         self._ledger: JobLedger | None = None
-        self._end: tuple[str, str | None] = (FINISHED, None)  # the run_end to write
         if job_folder is not None and self._job.info.rank == 0:
             # the job's ledger (the single process, or rank 0): which run of the job this is
             self._ledger = JobLedger(job_folder, run_id=self.run_id,
@@ -172,9 +155,6 @@ class Meter:
         self._vitals: DeviceVitals | None = None
         self._state = RunState(config, self.device, self.run_id)
         self._goal = self._state.goal  # the latest goal asked for (the writer follows it)
-        self._summary: Summary | None = None
-        self._meta: dict[str, Any] = {}
-        self._notes: dict[str, dict[str, Any]] = {}  # see note()
         self._sinks = FanOut(outputs)
         self._summaries = Summaries(recorder=self._recorder, state=self._state, job=self._job,
                                probes=self._probes, log_once=self._log_once, device=self.device,
@@ -187,16 +167,27 @@ class Meter:
             vitals=lambda: self._vitals, refresh=self._summaries.refresh)
         if self._job.monitor is not None:  # a rank of a distributed job
             self._pipeline.observers.append(self._job.window)
-        self._writer_stalled = False
         self._writer = Writer(self._pipeline.write,
                               lambda exc: self._log_once.report("writing the run", exc),
                               after_windows=self._pipeline.send,
                               on_idle=self._pipeline.send_held,
                               holding=lambda: self._pipeline.holding, idle_s=SINK_WINDOW_S,
                               pause_s=self._pipeline.part_pause_s)
+        self._meta = MetaLog(
+            config=config, made_by=made_by, run_id=self.run_id, started_at=started_at,
+            # The command as the Meter was made: under `trainpace run` the script's own
+            # sys.argv replaces it while the script runs, and the job's ledger (and a
+            # restart's match) keep this one.
+            argv=redacted_argv(sys.argv), device=self.device, recorder=recorder,
+            probes=self._probes, sinks=self._sinks, writer=self._writer,
+            emit=self._pipeline.emit, goal=lambda: self._goal,
+            loader=lambda: self._state.loader, vitals=lambda: self._vitals,
+            ceilings=lambda: self._summaries.ceilings)
+        hand_over = WriterHandOver(recorder=recorder, writer=self._writer, meta=self._meta,
+                                   sinks=self._sinks, console=config.console)
         self._loop = Loop(recorder=self._recorder, probes=self._probes, log_once=self._log_once,
-                          window=config.window, hand_over=self._hand_over,
-                          first_step=self._begin_run, loader_done=self._console_line_out)
+                          window=config.window, hand_over=hand_over.hand_over,
+                          first_step=self._begin_run, loader_done=hand_over.console_line_out)
         self._context = self._loop.context
         self._in_job: RunInJob | None = None
         if self._ledger is not None:
@@ -205,13 +196,17 @@ class Meter:
                 checkpoints=CheckpointPatches(self._ledger) if config.checkpoints else None,
                 log_once=self._log_once)
             self._in_job.open()
-        # a run never finished still gets its windows out; never waits on a user sink
-        self._exit_hook = _at_exit_of(self)
-        atexit.register(self._exit_hook)
-        self._log_meta()
         # SIGTERM (a launcher stopping this rank): the end and the report first, then the
         # signal goes on to the handler that was there before
         self._term = TermGuard(self.finish, self._job.hurry)
+        # finish(), or at the interpreter's exit a run never finished: its windows out
+        self._end = RunEnd(
+            run_id=self.run_id, config=config, stream=stream, clock=clock, recorder=recorder,
+            loop=self._loop, probes=self._probes, vitals=lambda: self._vitals,
+            writer=self._writer, pipeline=self._pipeline, summaries=self._summaries,
+            meta=self._meta, sinks=self._sinks, job=self._job, in_job=self._in_job,
+            term=self._term, log_once=self._log_once)
+        self._meta.log()
         self._term.install()
 
     # -- the loop's API -------------------------------------------------------------------
@@ -233,7 +228,7 @@ class Meter:
             settings = loader_settings(iterable)
             if settings is not None and settings != self._state.loader:
                 self._state.loader = settings
-                self._log_meta()
+                self._meta.log()
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("reading the DataLoader settings", exc)
         target = torch.device(device) if device is not None else None
@@ -301,7 +296,7 @@ class Meter:
                 if goal != self._goal:
                     self._goal = goal
                     self._writer.submit(self._pipeline.follow, goal)
-                    self._log_meta()
+                    self._meta.log()
             self._recorder.observe(loss=loss, metric=metric)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("observe()", exc)
@@ -314,61 +309,15 @@ class Meter:
             self._after_finish("meter.note()")
             return
         try:
-            if key in self._meta and key not in self._notes:
-                raise ValueError(f"meta.json's {key!r} is the Meter's own; note under another key")
-            if facts is None:
-                self._notes.pop(key, None)
-            else:
-                self._notes[key] = dict(facts)
-            self._log_meta()
+            self._meta.note(key, facts)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("note()", exc)
 
     def finish(self) -> Summary:
         """End the run: flush the last window, write the summary, print the report."""
-        if self._summary is not None:
-            return self._summary
-        self._term.finishing = True
-        self._loop.finished = True
-        self._probes.close()  # first, whatever happens next: no capture outlives the loop
-        summary: Summary | None = None
-        try:
-            end_s = self._clock()
-            if self._vitals is not None:
-                self._vitals.stop()  # a last reading, then the thread is joined
-            self._loop.boundary(final=True)
-            self._close_writer()  # every window written; from here on, one thread
-            self._summaries.first_ceilings()  # after the loop, before the summary
-            summary = self._summaries.build(final=True, end_s=end_s)
-            summary = self._summaries.with_profile(summary, self._pipeline.emit)
-            if self._in_job is not None:
-                # the run's end in the ledger first: the job's goodput counts this run whole
-                self._in_job.end(*self._end, release=False)
-                summary = self._summaries.with_goodput(summary, self._in_job.ledger.folder,
-                                                       self._meta)
-            summary = self._summaries.diagnosed(summary, self._meta)
-            self._pipeline.emit(Record("summary", summary.to_dict(),
-                                       self._recorder.steps_closed))
-        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._log_once.report("finishing the run", exc)
-        self._close_outputs()
-        if self._in_job is not None:
-            self._in_job.end(*self._end)
-        self._summary = summary if summary is not None else Summary(run_id=self.run_id)
-        # rank 0: the job's merged summary, diagnosed with the job's meta
-        shown = self._job.finish(
-            self._summary,
-            # what a front-end noted (note()) is rank 0's, the job's meta has no place for it
-            lambda merged, meta, steps: self._summaries.diagnosed(
-                merged, {**meta, **self._notes}, tune=False, steps=steps))
-        self.job_summary = shown
-        if self.config.report and shown is not None:
-            try:
-                print_report(shown, file=self._stream)
-            except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-                self._log_once.report("printing the report", exc)
-        self._term.finished()  # a SIGTERM that came meanwhile goes on now
-        return self._summary
+        summary = self._end.finish()
+        self.job_summary = self._end.shown
+        return summary
 
     def __enter__(self) -> Meter:
         return self
@@ -376,7 +325,7 @@ class Meter:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if exc is not None:
-            self._end = end_of(exc)
+            self._end.status = end_of(exc)
         self.finish()
 
     # -- for the front-ends that drive a Meter (``trainpace run``, the integrations); not
@@ -385,7 +334,7 @@ class Meter:
     def _end_as(self, status: str, signal_name: str | None = None) -> None:
         """How the run ended, for the job's ledger, when it did not finish: said by whoever
         ends it (``trainpace run``, a signal handler) before :meth:`finish`."""
-        self._end = (status, signal_name)
+        self._end.status = (status, signal_name)
 
     @property
     def _job_ledger(self) -> JobLedger | None:
@@ -412,33 +361,6 @@ class Meter:
 
     # -- the training thread's side -------------------------------------------------------
 
-    def _hand_over(self, final: bool, flush: bool, ends_window: bool) -> None:
-        """The steps closed since the last hand-over (half a window), to the writer as they
-        are. When the writer has not written an earlier half's lines yet (steps far shorter
-        than its work per step, holding the GIL it needs), wait for them (not for the figures
-        and sinks that follow), at most LAG_WAIT_S: a SIGKILL then loses
-        the open half and the one handed over: a window at most. A writer that keeps up is
-        never waited for; one that could not catch up once (a stalled disk) is not waited for
-        again until it has."""
-        rec = self._recorder
-        make_records = rec.take_ready(final=final)
-        if rec.tokens_counted != self._meta.get("tokens_counted"):
-            self._log_meta()  # learnt from the first token batch: a killed run keeps it
-        writer = self._writer
-        number = writer.submit_window(Window(make_records, final, rec.steps_closed, flush,
-                                             ends_window))
-        if writer.windows_written >= number - 1:
-            self._writer_stalled = False
-        elif not final and not self._writer_stalled:
-            self._writer_stalled = not writer.wait_for(number - 1, LAG_WAIT_S)
-
-    def _console_line_out(self) -> None:
-        """At a loader's end: the window's console line is out before the user's code goes on
-        (an evaluation printing its own lines), within LINE_FLUSH_S."""
-        if self.config.console and self._writer.wait_for(self._writer.windows_submitted,
-                                                         LINE_FLUSH_S, sent=True):
-            self._sinks.flush(LINE_FLUSH_S, only=lambda sink: isinstance(sink, ConsoleSink))
-
     def _begin_run(self) -> Any:
         """The first step begins: the sampler starts (its clock zero is the run's); returns
         the FLOP counter for this step, or None."""
@@ -460,97 +382,5 @@ class Meter:
         self._log_once.warn_once("after-finish", f"{call} after meter.finish(): the run is over, "
                                "nothing more is recorded (make a new Meter for another run)")
 
-    # -- lifetimes ------------------------------------------------------------------------
 
-    def _close_writer(self) -> None:
-        if not self._writer.close(WRITER_CLOSE_S):
-            self._log_once.warn_once("writer", f"the run folder's writer did not finish within "
-                                   f"{WRITER_CLOSE_S:g}s; the run folder may miss the end")
-        atexit.unregister(self._exit_hook)
-
-    def _close_outputs(self) -> None:
-        """The run's last meta, then each sink gets sink_timeout_s (together) to finish."""
-        try:
-            self._log_meta(finished=True)
-            if self._pipeline.run_folder is not None:
-                self._pipeline.run_folder.close()
-        except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
-            self._log_once.report("closing the run folder", exc)
-        self._sinks.close(self.config.sink_timeout_s)
-
-    def _exit_without_finish(self) -> None:
-        """At interpreter exit, for a run never finished: its windows reach the run folder;
-        no sink is waited for (a rank of a distributed job finishes: see below)."""
-        if self._summary is not None or self._writer.closed:
-            return
-        if self._job.monitor is not None:
-            # A rank of a job whose loop died (its collective failed when another rank did):
-            # its summary, its last window to rank 0, and there the job's report, still come.
-            self.finish()
-            return
-        try:
-            self._loop.boundary(flush=True)
-        except Exception as exc:  # noqa: BLE001 - at exit, nothing may raise
-            self._log_once.report("writing the run at exit", exc)
-        self._writer.close(WRITER_CLOSE_S)
-        # the interpreter ends with the run never finished: an uncaught error, or a script
-        # that did not call finish()
-        failure = getattr(sys, "last_value", None)
-        if self._in_job is not None:
-            self._in_job.end(*(end_of(failure) if failure is not None else self._end))
-
-    def _log_meta(self, *, finished: bool = False) -> None:
-        rec, profile = self._recorder, self._probes.profile
-        meta = run_meta(
-            config=self.config, made_by=self._made_by, run_id=self.run_id,
-            started_at=self._started_at, argv=self._argv,
-            finished=finished, device=self.device, device_name=device_name(self.device),
-            clock=rec.timer.name if rec.timer is not None else "host",
-            goal=self._goal,
-            loader=self._state.loader, tokens_counted=rec.tokens_counted,
-            vitals=self._vitals.meta() if self._vitals is not None else None,
-            profile=None if profile is None else {
-                "steps": [profile.start_step, profile.stop_step],
-                "trace": str(profile.trace_path) if profile.trace_path else None},
-            sinks=self._sinks.counts(),
-        )
-        ceilings = self._summaries.ceilings
-        meta["ceilings"] = ceilings.to_dict() if ceilings is not None else None
-        meta.update(self._notes)
-        self._meta = meta
-        record = Record("meta", meta, rec.steps_closed)
-        if self._writer.closed:
-            self._pipeline.emit(record)
-        else:
-            self._writer.submit(self._pipeline.emit, record)
-
-
-def _at_exit_of(meter: Meter) -> Callable[[], None]:
-    """An exit hook that does not keep the Meter alive."""
-    ref = weakref.ref(meter)
-
-    def hook() -> None:
-        alive = ref()
-        if alive is not None:
-            alive._exit_without_finish()
-
-    return hook
-
-
-def _with_the_settings(meter: type[Meter]) -> None:
-    """The Meter's signature and settings list, made from MeterConfig's fields: what
-    ``help()``, notebooks and IDEs that read signatures at run time show."""
-    init = meter.__init__
-    own = inspect.signature(init).parameters
-    settings = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                  annotation=f.type)
-                for f in dataclasses.fields(MeterConfig) if f.name != "out"]
-    init.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [own["self"], own["out"], *settings, own["sinks"], own["stream"], own["clock"],
-         own["made_by"]])
-    listed = "\n".join(f"        {f.name}={f.default!r}" for f in dataclasses.fields(MeterConfig)
-                       if f.name != "out")
-    meter.__doc__ = f"{meter.__doc__}\n    The settings and their defaults:\n\n{listed}\n"
-
-
-_with_the_settings(Meter)
+with_the_settings(Meter)

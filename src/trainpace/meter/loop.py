@@ -31,8 +31,10 @@ class Loop:
     the open half, and of the half handed over last if it is not written yet);
     ``first_step()`` runs when the first step begins (the sampler starts then, and returns a
     FLOP counter for that step, or None); ``loader_done()`` runs when a metered loader is
-    exhausted. Each is the Meter's. Their time is the loop's: it is in the step times (or the
-    time outside the steps) like any other work between two steps.
+    exhausted. ``hand_over`` and ``loader_done`` are the
+    :class:`~trainpace.meter.handover.WriterHandOver`'s, ``first_step`` the Meter's. Their
+    time is the loop's: it is in the step times (or the time outside the steps) like any
+    other work between two steps.
     """
 
     def __init__(self, *, recorder: StepRecorder, probes: StepProbes, log_once: LogOnce,

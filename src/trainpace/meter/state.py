@@ -16,12 +16,11 @@ import numpy as np
 import torch
 
 from trainpace.config import MeterConfig
-from trainpace.devices.ceilings import cpu_name
 from trainpace.measure.contention import HOST_COLUMNS, host_columns, slowed_by_others
 from trainpace.measure.cost import cost_of_run, measured_span
 from trainpace.measure.summarize import Goal, TargetTracker, summarize, warmup_steps
 from trainpace.measure.vitals import DeviceVitals
-from trainpace.meter.meta import usable_cpus
+from trainpace.meter.meta import device_name, usable_cpus
 from trainpace.series import StepSeries
 from trainpace.summary import Device, Summary
 
@@ -147,13 +146,3 @@ def _kept(row: dict[str, Any]) -> dict[str, Any]:
         kept["rapl"] = row["rapl"]
     return kept
 
-
-def device_name(device: torch.device) -> str | None:
-    try:
-        if device.type == "cuda" and torch.cuda.is_available():
-            return str(torch.cuda.get_device_name(device))
-        if device.type == "cpu":
-            return cpu_name()
-    except Exception:  # noqa: BLE001 - a name is nice to have, never required
-        return None
-    return None
