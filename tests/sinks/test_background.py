@@ -218,6 +218,7 @@ def test_the_writer_pauses_between_parts_only():
 
     writer = Writer(nothing, lambda e: None, after_windows=parts, pause_s=pause_s)
     writer.submit_window("w")
+    assert writer.wait_for(1, timeout_s=10, sent=True)
     writer.close()
     assert len(pauses) == 2  # three parts, two pauses
     assert writer.windows_sent == 1
@@ -235,3 +236,33 @@ def test_a_part_that_raises_is_reported_and_the_window_still_counts_sent():
     writer.close()
     assert [type(e) for e in errors] == [ValueError]
     assert writer.windows_sent == 1
+
+
+def test_a_writer_behind_the_loop_does_not_pause():
+    # Windows waiting between two parts: their lines are written, and no pause follows (the
+    # writer catches up first); with nothing waiting, it pauses.
+    pauses, work = [], None
+
+    def pause_s():
+        pauses.append(writer.windows_written)
+        return 0.0
+
+    def parts():
+        yield  # nothing waits yet: a pause
+        work.go_on.set()
+        writer.submit_window("b")
+        yield  # "b" waits: its lines, no pause
+
+    class Work:
+        go_on = threading.Event()
+
+        def __call__(self):
+            return parts() if not self.go_on.is_set() else None
+
+    work = Work()
+    writer = Writer(nothing, lambda e: None, after_windows=work, pause_s=pause_s)
+    writer.submit_window("a")
+    assert writer.wait_for(2, timeout_s=10, sent=True)
+    writer.close()  # a stop waiting is no time to pause either
+    assert pauses == [1]
+    assert writer.windows_written == writer.windows_sent == 2

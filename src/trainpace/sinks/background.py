@@ -9,7 +9,9 @@ work (``after_windows``: figures, sinks) follows, paced: it comes in parts, and 
 parts the writer first writes the lines of any window handed over meanwhile, then sleeps
 (``pause_s()``). Each part holds the GIL; without the pauses a training thread that needs it
 would wait for the whole of the work (the interpreter takes the GIL back from a thread only
-after its switch interval, 5 ms), and the step after a window boundary would pay for it.
+after its switch interval, 5 ms), and the step after a window boundary would pay for it. A
+writer that found windows or jobs waiting does not pause: it is behind the loop, and
+catches up first.
 Other work (meta.json, a new goal) is queued with :meth:`Writer.submit` and runs in order with
 the windows.
 
@@ -166,19 +168,21 @@ class Writer:
 
     def _paced(self, work: Callable[[], Parts]) -> None:
         """``work()``, and between two of its parts: the lines of the windows handed over
-        meanwhile (up to the first other job, which keeps its place), then a pause."""
+        meanwhile (up to the first other job, which keeps its place), or else a pause."""
         try:
             parts = work()
             for _ in parts or ():
-                if not self._taken:  # else a job waits ahead of what came: keep the order
-                    waiting = self._waiting()
-                    lines = list(itertools.takewhile(_is_window, waiting))
-                    self._taken = waiting[len(lines):]
-                    if lines:
-                        self._write([item[1] for item in lines])
-                pause_s = self._pause_s()
-                if pause_s > 0:
-                    time.sleep(pause_s)
+                if self._taken:  # a job waits ahead of what came (keep the order): go on
+                    continue
+                waiting = self._waiting()
+                lines = list(itertools.takewhile(_is_window, waiting))
+                self._taken = waiting[len(lines):]
+                if lines:
+                    self._write([item[1] for item in lines])
+                elif not self._taken:  # behind the loop, the writer catches up first
+                    pause_s = self._pause_s()
+                    if pause_s > 0:
+                        time.sleep(pause_s)
         except BaseException as exc:  # noqa: BLE001 - the writer must outlive one bad job
             with contextlib.suppress(BaseException):  # reporting must not end it either
                 self._on_error(exc)
