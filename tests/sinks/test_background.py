@@ -175,15 +175,21 @@ class TwoParts:
         self.seen.append("part 2")
 
 
-def test_windows_handed_over_between_parts_get_their_lines_before_the_parts_go_on():
-    # The figures and sinks come in parts; a window handed over meanwhile is written (what
-    # a SIGKILL would lose) at the next pause, not after the whole record's work.
-    seen = []
+def in_first_part(seen):
+    """A writer inside the first part of window "a"'s record, and that record's work."""
     work = TwoParts(seen)
     writer = Writer(lambda windows: seen.append(list(windows)), lambda e: None,
                     after_windows=work)
     writer.submit_window("a")
     assert work.in_part.wait(5)
+    return writer, work
+
+
+def test_windows_handed_over_between_parts_get_their_lines_before_the_parts_go_on():
+    # The figures and sinks come in parts; a window handed over meanwhile is written (what
+    # a SIGKILL would lose) at the next pause, not after the whole record's work.
+    seen = []
+    writer, work = in_first_part(seen)
     writer.submit_window("b")
     work.go_on.set()
     writer.close()
@@ -193,11 +199,7 @@ def test_windows_handed_over_between_parts_get_their_lines_before_the_parts_go_o
 
 def test_a_job_queued_before_windows_keeps_them_behind_it_while_parts_run():
     seen = []
-    work = TwoParts(seen)
-    writer = Writer(lambda windows: seen.append(list(windows)), lambda e: None,
-                    after_windows=work)
-    writer.submit_window("a")
-    assert work.in_part.wait(5)
+    writer, work = in_first_part(seen)
     writer.submit(seen.append, "job")
     writer.submit_window("b")
     work.go_on.set()
