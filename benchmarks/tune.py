@@ -7,7 +7,8 @@ a 60 ms step needs 3 workers (53 ms a batch), perhaps 4 on a busy machine, never
 samples stand for CPU work: a step that asks for more cores than the machine has cannot be
 fed, and the tuner must say so. The third case follows the data_wait finding's advice in a
 loop under the Meter (samples of 60 ms, steps of ~200 ms of matmuls) and runs it again: the
-wait must fall under 10% (tests/diagnose/test_loading.py checks only that it falls).
+wait must fall under 10% (tests/diagnosis/test_loading.py checks the finding, and that its
+recommendation is settings a DataLoader takes).
 
 A fourth case tunes CPU-bound samples against a CPU-bound step (a CPU run): the tuner's
 predicted wait is checked against a loop whose step computes.
