@@ -206,6 +206,9 @@ class Host:
     available_gb: float | None = None
     # extensions
     main_process_cpu_pct: float | None = None  # the training process alone, no workers
+    # one of several ranks of a job on this host: the job's CPU here (this rank, its sibling
+    # ranks and their workers; 100 = one core), what "other processes" are judged against
+    job_cpu_pct: float | None = None
     process_cpu_pct_max: float | None = None
     memory_total_gb: float | None = None  # the cgroup limit when lower than the machine's
     memory_used_pct: float | None = None

@@ -38,6 +38,13 @@ def test_sections_of_a_gpu_window():
     assert (bandwidth.util_pct, bandwidth.source) == (33.0, "nvml_memory_busy")
     assert flops.achieved_tflops is None  # no step counted
     assert (host.process_cpu_pct, host.process_cpu_pct_max, host.cpu_threads) == (110.0, 130.0, 4)
+    assert host.job_cpu_pct is None  # the only rank on its host: no job figure
+
+
+def test_a_rank_among_siblings_has_its_jobs_cpu_in_the_host_section():
+    window = {"host.process_cpu_pct": agg(95.0), "host.job_cpu_pct": agg(190.0, 180.0, 200.0)}
+    _, _, _, host = sections(window, facts("cpu"), step_s=None, samples_per_s=None)
+    assert (host.process_cpu_pct, host.job_cpu_pct) == (95.0, 190.0)
 
 
 def test_a_cpu_window_has_no_gpu_figures():

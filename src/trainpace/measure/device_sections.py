@@ -160,6 +160,7 @@ def _host(window: Window, threads: int) -> Host:
         rss_gb=_mean(agg("host.rss_gb")),
         available_gb=_mean(agg("host.available_gb")),
         main_process_cpu_pct=_mean(agg("host.main_cpu_pct")),
+        job_cpu_pct=_mean(agg("host.job_cpu_pct")),
         process_cpu_pct_max=process.max if process else None,
         memory_total_gb=_mean(agg("host.memory_total_gb")),
         memory_used_pct=_mean(agg("host.memory_used_pct")),

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from trainpace.sampling.host import HOST_KEYS, HostSource
+from trainpace.sampling.host import HOST_KEYS, JOB_KEY, HostSource
 from trainpace.sampling.nvml import READING_KEYS, THROTTLE_NAMES, GpuInfo, Nvml, target_for
 from trainpace.sampling.rapl import RaplReader
 from trainpace.sampling.sampler import Reading
@@ -123,7 +123,7 @@ class DeviceSources:
             for gpu in gpus:
                 gpu.update(fields.get(gpu["index"]) or dict.fromkeys(_DCGM_KEYS))
         flat: dict[str, float | None] = {"sampler.reading": 1.0}
-        for key in HOST_KEYS:
+        for key in (*HOST_KEYS, JOB_KEY):  # the job's share: None where this is its only rank
             flat[f"host.{key}"] = number_or_none((host or {}).get(key))
         if self.device.type == "cuda":
             row = self._gpu_row(gpus[0] if gpus else {}, flat)
