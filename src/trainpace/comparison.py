@@ -25,7 +25,8 @@ from trainpace.job.ledger import Job
 from trainpace.measure.cost import Savings, check_price, cost_of_run, savings
 from trainpace.measure.summarize import Goal, summary_for_run, target_progress
 from trainpace.runlog import RunData
-from trainpace.summary import GOODPUT_CATEGORIES, Goodput, Summary
+from trainpace.summary import Summary
+from trainpace.summary_goodput import GOODPUT_CATEGORIES, Goodput
 from trainpace.units import format_number
 from trainpace.units import format_seconds as _secs
 

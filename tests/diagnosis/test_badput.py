@@ -15,7 +15,8 @@ from trainpace.diagnosis.badput import job_goodput
 from trainpace.diagnosis.thresholds import Thresholds
 from trainpace.job.goodput import goodput
 from trainpace.job.ledger import read_job
-from trainpace.summary import Goodput, GoodputCategories, GoodputRun, Summary
+from trainpace.summary import Summary
+from trainpace.summary_goodput import Goodput, GoodputCategories, GoodputRun
 
 HOUR = 3600.0
 

@@ -21,7 +21,8 @@ from trainpace.job import events as ev
 from trainpace.job.goodput import goodput
 from trainpace.job.ledger import read_job
 from trainpace.sinks.names import summary_scalars
-from trainpace.summary import GOODPUT_CATEGORIES, Goodput, Summary
+from trainpace.summary import Summary
+from trainpace.summary_goodput import GOODPUT_CATEGORIES, Goodput
 
 EXACT = 1e-9
 

@@ -14,7 +14,7 @@ from job.goodput_jobs import killed_and_restarted
 from trainpace.job import events as ev
 from trainpace.job.goodput import goodput
 from trainpace.job.ledger import read_job
-from trainpace.summary import GOODPUT_CATEGORIES
+from trainpace.summary_goodput import GOODPUT_CATEGORIES
 
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 2**60),
                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),

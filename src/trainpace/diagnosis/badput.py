@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from trainpace.diagnosis._context import Context, Outcome, severity_for, verdict
-from trainpace.summary import GOODPUT_CATEGORIES, Goodput
+from trainpace.summary_goodput import GOODPUT_CATEGORIES, Goodput
 from trainpace.units import format_duration as duration
 
 LABELS = {

@@ -31,7 +31,7 @@ from trainpace.job import events as ev
 from trainpace.job.ledger import KILLED, Job, JobRun
 from trainpace.measure.summarize import warmup_steps
 from trainpace.stats import median, share_pct
-from trainpace.summary import GOODPUT_CATEGORIES, Goodput, GoodputCategories, GoodputRun
+from trainpace.summary_goodput import GOODPUT_CATEGORIES, Goodput, GoodputCategories, GoodputRun
 
 OTHER = ("time outside the steps that no event names: the loop's own code between steps, "
          "logging, and any evaluation, save or load that nothing timed (a category shown as "

@@ -10,7 +10,7 @@ from rich.text import Text
 from trainpace.report.html import esc, paragraph, table
 from trainpace.report.plot_frame import Band
 from trainpace.report.timeline import Lane, timeline_chart
-from trainpace.summary import GOODPUT_CATEGORIES, Goodput
+from trainpace.summary_goodput import GOODPUT_CATEGORIES, Goodput
 from trainpace.units import format_seconds
 
 LABELS = {
