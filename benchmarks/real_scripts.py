@@ -28,6 +28,10 @@ Figures per run:
   building the model and the data; trainpace's imports and its Meter), less the bare run's;
 - ``end``: from the loop's end to the process's exit (trainpace's ``finish()``: summary,
   diagnosis, run folder, report; the interpreter's exit), less the bare run's;
+- ``fixed``: what the run pays once whatever its length, the wall beyond the bare run's less
+  what its steps after the first took beyond the bare ones (start, first step, end); and the
+  length of a run of which that is 1% (``1% of runs from``): wall = fixed + steps, so a run
+  that long or longer is watched for at most 1% of its wall when its steps cost nothing;
 - ``threads`` (a figure under the table): the CPU of trainpace's threads (sampler, writer)
   as a share of one core, over the process's wall time.
 
@@ -161,6 +165,13 @@ def table(measured: dict[str, list[dict[str, dict[str, float]]]]) -> list[dict[s
             for part in ("start", "end"):
                 extra_s = [r[variant][f"{part}_s"] - r["bare"][f"{part}_s"] for r in rounds]
                 row[f"{part} +s"] = round(statistics.median(extra_s), 2)
+            # what a run pays once, whatever its length: the wall beyond the bare run's that
+            # its steps after the first do not account for (imports, first step, finish)
+            fixed_s = statistics.median(
+                (r[variant]["wall_s"] - r["bare"]["wall_s"])
+                - (r[variant]["steps_s"] - r["bare"]["steps_s"]) for r in rounds)
+            row["fixed +s"] = round(fixed_s, 2)
+            row["1% of runs from s"] = round(100 * fixed_s) if fixed_s > 0 else 0
             row["bare step ms"] = round(1e3 * bare_step_s, 1)
             rows.append(row)
     return rows
