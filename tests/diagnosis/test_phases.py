@@ -223,3 +223,43 @@ def test_flop_counting_then_hogs_a_first_step_of_trainpaces_and_a_phase_of_the_m
     assert causes == {(1, 101): "cpu_contention"}
     own = next(v.finding for v in outcome.verdicts if v.finding.id == "trainpace_first_step")
     assert own.evidence["trainpace_first_step_s"] == pytest.approx(2.4)  # its CPU cost, recorded
+
+
+def test_a_short_phase_right_after_trainpaces_hand_over_is_trainpaces():
+    # window 100: hand-overs after steps 50, 100, 150, ... Steps 203-207 at 2× the steady
+    # 2 ms (5 ms extra in all) begin 3 steps after the hand-over at step 200: trainpace's
+    # work there, info only. The same phase 30 steps later is nothing's that was recorded.
+    for start, cause in ((203, "trainpace_boundary"), (233, "unknown")):
+        step_s = [0.002] * 400
+        step_s[start - 1:start + 4] = [0.004] * 5
+        c = ctx(Summary(time=Time(wall_s=sum(step_s))), steps=records(step_s),
+                meta={"config": {"window": 100}}, slow_phase_min_wall_pct=0.5)
+        [phase] = phases.find_phases(c)
+        assert (phase.start_step, phase.stop_step, phase.cause) == (start, start + 4, cause)
+        assert phase.after_handover == (200 if start == 203 else None)
+        finding = phases.slow_phases(c).verdicts[0].finding
+        # trainpace's phase is not counted against the run; the other one is (5 steps of
+        # 4 ms in 0.81 s: 2.5% of the wall time)
+        counted = finding.evidence["slow_wall_pct"]
+        if cause == "trainpace_boundary":
+            assert finding.severity == "info" and counted == 0.0
+            assert ("trainpace's own work after its hand-over (its writer's window record; "
+                    "under DDP the ranks' exchange), not the training's; it began 3 steps "
+                    "after trainpace handed over its steps at step 200") in finding.title
+        else:
+            assert counted == pytest.approx(100 * 0.02 / 0.81)
+
+
+def test_a_phase_after_a_hand_over_costing_more_than_trainpaces_work_is_not_its():
+    # 10 steps at 2× a steady 10 ms after the hand-over at step 100: 100 ms extra, four times
+    # what trainpace's work at a boundary costs; said as not told, with the hand-over named
+    step_s = [0.01] * 300
+    step_s[101:111] = [0.02] * 10
+    c = ctx(Summary(time=Time(wall_s=sum(step_s))), steps=records(step_s),
+            meta={"config": {"window": 100}})
+    [phase] = phases.find_phases(c)
+    assert (phase.start_step, phase.cause, phase.after_handover) == (102, "unknown", 100)
+    finding = phases.slow_phases(c).verdicts[0].finding
+    assert ("none of the recorded signs (data wait, host CPU, memory, throttling) explains "
+            "it; it began 2 steps after trainpace handed over its steps at step 100, but its "
+            "extra time (100 ms) is more than trainpace's work there costs") in finding.title

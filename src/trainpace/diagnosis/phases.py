@@ -51,13 +51,16 @@ class Phase:
     cause: str
     signs: HostSigns | None
     wait_share_pct: float | None
+    # the step after which trainpace handed its steps over, when the phase began within
+    # trainpace_boundary_steps of it (its writer's work lands on the steps that follow)
+    after_handover: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "start_step": self.start_step, "stop_step": self.stop_step,
             "start_s": self.start_s, "stop_s": self.stop_s, "slowdown": self.slowdown,
             "wall_pct": self.wall_pct, "cause": self.cause, "extra_s": self.extra_s,
-            "wait_share_pct": self.wait_share_pct,
+            "wait_share_pct": self.wait_share_pct, "after_handover": self.after_handover,
             "signs": self.signs.to_dict() if self.signs is not None else None,
         }
 
@@ -141,8 +144,23 @@ def _merged(runs: list[tuple[int, int]], flags: np.ndarray, t: Thresholds) -> li
     return out
 
 
+def _handover_before(ctx: Context, start_step: int) -> int | None:
+    """The step after which trainpace last handed its steps to its writer (every window's end
+    and halfway through it), when ``start_step`` is at most ``trainpace_boundary_steps``
+    after it; None without a known window or further from one."""
+    window = ctx.window_steps
+    if window is None:
+        return None
+    every = window // 2 if window >= 4 else window
+    handover = (start_step - 1) // every * every
+    if handover < every or start_step - handover > ctx.t.trainpace_boundary_steps:
+        return None
+    return handover
+
+
 def _cause(ctx: Context, line: Timeline, phase: tuple[int, int], signs: HostSigns | None,
-           steady: HostSigns | None, extra_s: float, wait_extra_s: float) -> str:
+           steady: HostSigns | None, extra_s: float, wait_extra_s: float,
+           handover: int | None) -> str:
     t = ctx.t
     if extra_s > 0 and wait_extra_s >= 0.5 * extra_s:
         return "data_wait"
@@ -157,6 +175,9 @@ def _cause(ctx: Context, line: Timeline, phase: tuple[int, int], signs: HostSign
         return "trainpace_first_step"
     if phase[0] == 0 and phase[1] - phase[0] + 1 <= t.compile_warmup_steps:
         return "warmup"
+    # right after a hand-over, and no more than trainpace's work there costs: trainpace's
+    if handover is not None and extra_s <= t.trainpace_boundary_max_s:
+        return "trainpace_boundary"
     return "unknown"
 
 
@@ -186,14 +207,16 @@ def find_phases(ctx: Context) -> list[Phase]:
             continue
         wait_extra = float(line.wait_s[a:b + 1].sum()) - count * line.steady_wait_s
         signs = host_signs(ctx, [(start, stop)])
+        handover = _handover_before(ctx, int(line.step[a]))
         phases.append(Phase(
             first=a, last=b, start_step=int(line.step[a]), stop_step=int(line.step[b]),
             # (a phase has steps: its median is never None)
             start_s=start, stop_s=stop, slowdown=(median(slow) or 0.0) / line.steady_s,
             wall_pct=wall_pct, extra_s=extra,
-            cause=_cause(ctx, line, (a, b), signs, steady, extra, wait_extra),
+            cause=_cause(ctx, line, (a, b), signs, steady, extra, wait_extra, handover),
             signs=signs,
             wait_share_pct=100.0 * wait_extra / extra if extra > 0 else None,
+            after_handover=handover,
         ))
     return phases
 
@@ -206,6 +229,8 @@ _CAUSE_TEXT = {
     "warmup": "compile, allocator and cache warm-up (the first steps)",
     "trainpace_first_step": "trainpace's own first-step work (counting the step's FLOPs), "
                             "not the training's",
+    "trainpace_boundary": "trainpace's own work after its hand-over (its writer's window "
+                          "record; under DDP the ranks' exchange), not the training's",
     "unknown": "none of the recorded signs (data wait, host CPU, memory, throttling) "
                "explains it",
 }
@@ -226,6 +251,8 @@ _ADVICE = {
               "shorten it on the next run",
     "trainpace_first_step": "once per run, and left out of the figures with the warm-up; "
                             "nothing in the training needs to change for it",
+    "trainpace_boundary": "nothing in the training needs to change for it; a larger window "
+                          "makes trainpace's hand-overs rarer",
     "unknown": "look at what else ran on the machine then; a profiler trace of those steps "
                "(Meter(profile_steps=...)) shows where the time went",
 }
@@ -238,6 +265,12 @@ def _describe(p: Phase) -> str:
     cause = _CAUSE_TEXT[p.cause]
     if p.cause == "cpu_contention" and p.signs is not None:
         cause += f" ({p.signs.text()})"
+    if p.cause == "trainpace_boundary" or (p.cause == "unknown" and p.after_handover):
+        cause += (f"; it began {p.start_step - (p.after_handover or 0)} steps after "
+                  f"trainpace handed over its steps at step {p.after_handover}")
+        if p.cause == "unknown":
+            cause += (f", but its extra time ({duration(p.extra_s)}) is more than trainpace's "
+                      "work there costs")
     return f"{where}: {cause}"
 
 
@@ -264,7 +297,8 @@ def slow_phases(ctx: Context) -> Outcome:
 
 def _phase_verdict(ctx: Context, line: Timeline, phases: list[Phase]) -> Verdict:
     t = ctx.t
-    counted = [p for p in phases if p.cause not in ("warmup", "trainpace_first_step")]
+    counted = [p for p in phases
+               if p.cause not in ("warmup", "trainpace_first_step", "trainpace_boundary")]
     total_pct = sum(p.wall_pct for p in counted)
     severity = severity_for(total_pct, t.slow_phase_warning_pct, t.slow_phase_critical_pct)
     worst = max(phases, key=lambda p: p.extra_s)

@@ -40,6 +40,7 @@ class Thresholds:
     spike_min_count: int = 3
     period_tolerance_pct: float = 5.0
     trainpace_boundary_max_s: float = 0.025
+    trainpace_boundary_steps: int = 10
     outlier_warning_pct: float = 5.0
     outlier_critical_pct: float = 20.0
     drift_warning_pct: float = 10.0
@@ -147,6 +148,9 @@ SOURCES: Mapping[str, str] = {
     "trainpace_boundary_max_s": "measured: trainpace's own work at a window boundary costs the "
     "step after it 1-11 ms (benchmarks/boundary.py, 1 process and 2-4 DDP ranks on the CPU); a "
     "larger excess each time is the loop's own (a checkpoint save every window's length)",
+    "trainpace_boundary_steps": "measured: the writer does a window record's work in about "
+    "eight parts, a step's time apart (meter/pipeline.py), so it lands on the first ten or so "
+    "steps after a hand-over, no later",
     "outlier_warning_pct": "inferred: TF profiler counts 'all other time' ≥ 3–15% of the step "
     "as significant; 5% of the run lost is worth fixing",
     "outlier_critical_pct": "TraceML overhead_share_crit = 0.20 (same band as other overheads)",
