@@ -263,3 +263,10 @@ def test_a_phase_after_a_hand_over_costing_more_than_trainpaces_work_is_not_its(
     assert ("none of the recorded signs (data wait, host CPU, memory, throttling) explains "
             "it; it began 2 steps after trainpace handed over its steps at step 100, but its "
             "extra time (100 ms) is more than trainpace's work there costs") in finding.title
+
+
+def test_the_hand_over_before_a_phase_is_where_the_meters_loop_makes_it():
+    # window 5: hand-overs after steps 2, 5, 7, 10, ... (halfway is 5 // 2 = 2 steps in)
+    c = ctx(meta={"config": {"window": 5}})
+    found = {step: phases._handover_before(c, step) for step in (1, 2, 3, 5, 6, 8, 11)}
+    assert found == {1: None, 2: None, 3: 2, 5: 2, 6: 5, 8: 7, 11: 10}

@@ -145,15 +145,18 @@ def _merged(runs: list[tuple[int, int]], flags: np.ndarray, t: Thresholds) -> li
 
 
 def _handover_before(ctx: Context, start_step: int) -> int | None:
-    """The step after which trainpace last handed its steps to its writer (every window's end
-    and halfway through it), when ``start_step`` is at most ``trainpace_boundary_steps``
-    after it; None without a known window or further from one."""
+    """The step after which trainpace last handed its steps to its writer (at each window's
+    end and ``max(window // 2, 1)`` steps into it, as the Meter's loop does), when
+    ``start_step`` is at most ``trainpace_boundary_steps`` after it; None without a known
+    window, before the first hand-over or further from one."""
     window = ctx.window_steps
     if window is None:
         return None
-    every = window // 2 if window >= 4 else window
-    handover = (start_step - 1) // every * every
-    if handover < every or start_step - handover > ctx.t.trainpace_boundary_steps:
+    closed = start_step - 1  # the steps closed before the phase began
+    window_start = closed // window * window
+    halfway = window_start + max(window // 2, 1)
+    handover = halfway if closed >= halfway else window_start
+    if handover == 0 or start_step - handover > ctx.t.trainpace_boundary_steps:
         return None
     return handover
 
