@@ -49,8 +49,10 @@ def test_bad_run_folders_are_clear_errors(tmp_path, setup, message):
 @pytest.mark.slow
 def test_a_run_killed_with_sigkill_keeps_a_readable_folder(tmp_path):
     # The child stops after 65 steps (6 windows of 10 and 5 open) and is killed once the
-    # sixth window is on disk with a summary: waited for, not slept for, so a loaded machine
-    # only makes it slower. What SIGKILL may lose is the open window; nothing may be torn.
+    # sixth window is on disk: waited for, not slept for, so a loaded machine only makes it
+    # slower. What SIGKILL may lose is the open window; nothing may be torn. A run this short
+    # has no mid-run summary yet (the first refresh is 10 s in): the report's is rebuilt from
+    # the steps.
     out = tmp_path / "killed"
     script = textwrap.dedent(f"""
         import sys, time, torch, trainpace
@@ -64,11 +66,10 @@ def test_a_run_killed_with_sigkill_keeps_a_readable_folder(tmp_path):
                 time.sleep(3600)  # stopped mid-run: the test kills it
     """)
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    def sixth_window_written():  # its steps, and a summary (refreshed less often)
+    def sixth_window_written():
         try:
-            json.loads((out / "summary.json").read_text())
             return (out / "steps.jsonl").read_text().count("\n") >= 60
-        except (OSError, ValueError):
+        except OSError:
             return False
 
     try:
@@ -87,7 +88,6 @@ def test_a_run_killed_with_sigkill_keeps_a_readable_folder(tmp_path):
     steps = [r["step"] for r in run.steps]
     assert steps == list(range(1, len(steps) + 1))  # nothing out of order, nothing missing
     assert 60 <= len(steps) <= 65  # the open window at most lost
-    assert run.summary is not None
     rebuilt = summary_for_run(run)
     assert rebuilt.steps.total == len(steps)
     assert rebuilt.throughput.samples_per_s > 0

@@ -5,7 +5,14 @@ import torch
 from trainpace.config import MeterConfig
 from trainpace.meter import pipeline
 from trainpace.meter.log_once import LogOnce
-from trainpace.meter.pipeline import PART_PAUSE_MAX_S, PART_PAUSE_MIN_S, Window, WindowPipeline
+from trainpace.meter.pipeline import (
+    PART_PAUSE_MAX_S,
+    PART_PAUSE_MIN_S,
+    REFRESH_BUDGET,
+    REFRESH_FIRST_COST_S,
+    Window,
+    WindowPipeline,
+)
 from trainpace.meter.state import RunState
 from trainpace.records import STEP_FIELDS
 from trainpace.sinks.base import FanOut
@@ -89,3 +96,34 @@ def test_a_window_record_goes_out_in_parts_and_the_runs_last_in_one(monkeypatch)
     assert list(made.send()) == []  # the end of the run: no step left to give way to
     sinks.close(5.0)
     assert sink.kinds.count("window") == 2
+
+
+def test_the_summary_is_refreshed_within_its_budget_from_the_first_window(monkeypatch):
+    # A refresh is taken to cost REFRESH_FIRST_COST_S until one is timed: none in a short
+    # run's first windows; then the next comes when the last one's cost is REFRESH_BUDGET
+    # of the time since it.
+    monkeypatch.setattr(pipeline, "time", RealTime())
+    clock = RealTime()
+    refreshed_at = []
+
+    def refresh(now):
+        refreshed_at.append(now)
+        clock.now_s += 0.0078125  # the refresh takes 7.8 ms of the run's clock
+        return Refreshed()
+
+    made = WindowPipeline(state=RunState(MeterConfig(), torch.device("cpu"), "r"),
+                          run_folder=None, sinks=FanOut([Recording()]), log_once=LogOnce(),
+                          clock=clock.perf_counter, vitals=lambda: None, refresh=refresh)
+    start_s = clock.now_s
+    for k in range(1, 161):  # windows of 16 steps of 1/128 s: 0.125 s each, 20 s in all
+        clock.now_s = start_s + k * 0.125
+        made.write([window(step_values(16 * k - 15, 16, 0.0078125))])
+        list(made.send())
+    # none in the first 10 s (REFRESH_FIRST_COST_S / REFRESH_BUDGET); at the first window
+    # ending after them
+    assert REFRESH_FIRST_COST_S / REFRESH_BUDGET == 10.0
+    assert refreshed_at[0] - start_s == 10.0
+    # the next when 7.8 ms is REFRESH_BUDGET of the time since the first ended (3.9 s):
+    # at the first window after that
+    since_s = refreshed_at[1] - (refreshed_at[0] + 0.0078125)
+    assert 0.0078125 / REFRESH_BUDGET <= since_s < 0.0078125 / REFRESH_BUDGET + 0.125
