@@ -6,7 +6,7 @@ One run is one folder (DESIGN.md)::
     steps.jsonl    one record per optimizer step, appended twice a window (at most a
                    window behind the loop: what a SIGKILL can lose)
     system.jsonl   background sampler rows (device and host readings)
-    summary.json   trainpace.summary/1, refreshed at window boundaries and written at the end
+    summary.json   trainpace.summary/1, refreshed during the run and written at the end
     profile/       the trace of Meter(profile_steps=...), and profile_analysis.json its analysis
 
 A ``steps.jsonl`` record (one per optimizer step) is a
