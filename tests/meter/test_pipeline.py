@@ -127,3 +127,20 @@ def test_the_summary_is_refreshed_within_its_budget_from_the_first_window(monkey
     # at the first window after that
     since_s = refreshed_at[1] - (refreshed_at[0] + 0.0078125)
     assert 0.0078125 / REFRESH_BUDGET <= since_s < 0.0078125 / REFRESH_BUDGET + 0.125
+
+
+def test_a_summary_shown_live_is_refreshed_from_the_first_window(monkeypatch):
+    monkeypatch.setattr(pipeline, "time", RealTime())
+
+    class Panel(Recording):
+        shows_summary = True
+
+    panel = Panel()
+    sinks = FanOut([panel, Recording()])
+    made = WindowPipeline(state=RunState(MeterConfig(), torch.device("cpu"), "r"),
+                          run_folder=None, sinks=sinks, log_once=LogOnce(),
+                          clock=lambda: 0.0, vitals=lambda: None, refresh=lambda now: Refreshed())
+    made.write([window(step_values(1, 20, 0.01))])
+    list(made.send())
+    sinks.close(5.0)
+    assert panel.kinds == ["window", "summary"]

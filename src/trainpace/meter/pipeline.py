@@ -38,6 +38,7 @@ REFRESH_BUDGET = 0.002
 # REFRESH_FIRST_COST_S / REFRESH_BUDGET (10 s) of run, not in the run's first window, where
 # a summary of a few steps would cost a short run more than its budget (a refresh of a CPU
 # run's first window took 5-8 ms of the writer's CPU, with the GIL, on a 2-core machine).
+# A sink that shows the summary as it comes (a live panel) has it from the first window.
 REFRESH_FIRST_COST_S = 0.02
 # The least run time a window record holds: windows of steps far shorter than the writer's
 # work (and than a reader's eye) go to the sinks together, one console line, not hundreds a
@@ -86,7 +87,7 @@ class WindowPipeline:
         self._device_figures_s = -float("inf")
         self._system_written_s = -float("inf")
         self._last_refresh_s = clock()
-        self._refresh_cost_s = REFRESH_FIRST_COST_S
+        self._refresh_cost_s = 0.0 if sinks.shows_summary else REFRESH_FIRST_COST_S
         # The steps written and not in a window record yet: their values, a list per field
         # in STEP_FIELDS order; of them, the first _unsent are of windows send() went over.
         self._columns: list[list[Any]] = [[] for _ in STEP_FIELDS]

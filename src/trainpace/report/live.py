@@ -61,6 +61,8 @@ class LiveView:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._stream = stream if stream is not None else sys.stderr
         self.terminal = self._stream.isatty() if terminal is None else terminal
+        # the panel shows the summary: the Meter refreshes it from the first window on
+        self.shows_summary = self.terminal
         self._title = title
         self._redirect_stdout = redirect_stdout
         self._counts_known = counts_known

@@ -40,7 +40,9 @@ class Sink(Protocol):
 
     A sink whose class sets ``reads_steps = False`` reads only a window record's figures: the
     Meter then gives it window records whose ``"steps"`` list is empty. Without it,
-    ``"steps"`` holds the window's step records.
+    ``"steps"`` holds the window's step records. A sink with a true ``shows_summary`` shows
+    the mid-run summary as it comes (a live panel): the Meter then refreshes it from the first
+    window on, not only after the first 10 s of run.
     """
 
     def log(self, record: Record) -> None:
@@ -65,6 +67,11 @@ class FanOut:
     def reads_steps(self) -> bool:
         """True when some sink reads the step records of a window record."""
         return any(getattr(q.sink, "reads_steps", True) for q in self._queues)
+
+    @property
+    def shows_summary(self) -> bool:
+        """True when some sink shows the mid-run summary as it comes."""
+        return any(getattr(q.sink, "shows_summary", False) for q in self._queues)
 
     def log(self, record: Record) -> None:
         """Queue ``record`` for every sink."""
