@@ -356,6 +356,41 @@ def test_procfs_readings_are_exact_differences_of_the_kernels_counters(tmp_path)
     assert len(host._files) == 0
 
 
+def test_demand_counts_the_time_a_hypervisor_stole_from_a_running_thread(tmp_path):
+    # the kernel counts stolen time neither as the thread's time on a CPU nor as waiting for
+    # one: on a virtual machine whose host is crowded, CPU-bound work would read as waiting
+    from trainpace.sampling import procfs
+
+    tck = procfs.CLK_TCK
+    clock = Clock()
+    _proc_tree(tmp_path, {1: {1: [7]}, 7: {7: []}})
+    _fake_proc(tmp_path, clk_tck=tck, ticks={
+        1: (0, 0, 10**9, 10**9), 7: (0, 0, 10**9, 0),
+        "cpu": (100, 0, 50, 800, 50, 0, 0, 20)})
+    host = HostSource(1, psutil_module=FakePsutil(), clock=clock, cgroup=False, proc=tmp_path,
+                      procfs=True, slow_every_s=10.0)
+    host.read()
+    clock.now = 2.0
+    _fake_proc(tmp_path, clk_tck=tck, ticks={
+        1: (tck // 2, 0, 15 * 10**8, 15 * 10**8),  # 0.5 s on a CPU, 0.5 s waiting for one
+        7: (tck, 0, 2 * 10**9, 0),  # 1 s on a CPU
+        # 100 jiffies of user time, 100 stolen, 200 idle: half the busy time was stolen
+        "cpu": (200, 0, 50, 1000, 50, 0, 0, 120)})
+    reading = host.read()
+    assert reading["system_cpu_pct"] == 50.0
+    assert reading["main_cpu_pct"] == 25.0
+    assert reading["main_demand_pct"] == 75.0  # (0.5 / (1 - 0.5) + 0.5) s in 2 s
+    assert reading["workers_demand_pct"] == 100.0  # 1 s / (1 - 0.5) in 2 s
+    clock.now = 4.0
+    _fake_proc(tmp_path, clk_tck=tck, ticks={
+        1: (tck, 0, 3 * 10**9, 15 * 10**8),  # 1.5 s on a CPU: on a virtual CPU stolen from less
+        7: (tck, 0, 2 * 10**9, 0),
+        "cpu": (300, 0, 50, 1200, 50, 0, 0, 220)})
+    # 3 s grossed up would be more than one thread can want in 2 s: the whole interval
+    assert host.read()["main_demand_pct"] == 100.0
+    host.close()
+
+
 def test_procfs_a_worker_that_ends_is_dropped_and_its_files_closed(tmp_path):
     from trainpace.sampling import procfs
 
@@ -441,7 +476,7 @@ def test_clocks_and_stat_ticks_give_the_same_figures(tmp_path):
     for now, change in ((0.0, None), (2.0, {1: (11 * tck, 2 * tck + tck // 2, 2 * 10**9, 6 * 10**8),
                                             7: (3 * tck, 0, 10**9, 10**9),
                                             "cpu": (200, 0, 100, 1000, 100, 0, 0, 0, 0, 0)}),
-                        (2.5, {7: (3 * tck, tck // 4, 10**9, 2 * 10**9)})):
+                        (2.5, {7: (3 * tck, tck // 4, 125 * 10**7, 10**9)})):
         clock.now = now
         if change:
             ticks.update(change)
@@ -452,7 +487,7 @@ def test_clocks_and_stat_ticks_give_the_same_figures(tmp_path):
     assert readings[1]["process_cpu_pct"] == 175.0
     assert readings[1]["main_demand_pct"] == 75.0
     assert readings[2]["process_cpu_pct"] == 50.0  # 0.25 s of the worker's CPU in 0.5 s
-    assert readings[2]["workers_demand_pct"] == 200.0
+    assert readings[2]["workers_demand_pct"] == 50.0  # 0.25 s on a CPU in 0.5 s
     (tmp_path / "7" / "stat").write_text("")  # the worker is gone
     clock.now = 3.0
     a, b = fast.read(), careful.read()

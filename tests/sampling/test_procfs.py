@@ -45,8 +45,8 @@ def test_this_process_stat_matches_os_times():
     assert stat_cpu_s(data) == pytest.approx(t.user + t.system, abs=0.05)
 
 
-def test_schedstat_is_run_plus_wait_time():
-    assert schedstat_s(b"1500000000 500000000 123\n") == 2.0
+def test_schedstat_is_run_and_wait_time():
+    assert schedstat_s(b"1500000000 500000000 123\n") == (1.5, 0.5)
     assert schedstat_s(b"12") is None
     assert schedstat_s(b"") is None
     assert schedstat_s(b"a b c") is None
@@ -55,9 +55,9 @@ def test_schedstat_is_run_plus_wait_time():
 def test_system_times_take_the_first_line_only():
     data = (b"cpu  100 5 50 800 20 3 2 10 7 1\ncpu0 50 2 25 400 10 1 1 5 3 0\n"
             b"intr 999999 1 2 3\n")
-    # idle = idle + iowait; total = the first 8 (guest is inside user)
-    assert system_times(data) == (820.0, 990.0)
-    assert system_times(b"cpu  1 2 3 4") == (4.0, 10.0)  # an old kernel: no iowait column
+    # idle = idle + iowait; total = the first 8 (guest is inside user); steal the 8th
+    assert system_times(data) == (820.0, 990.0, 10.0)
+    assert system_times(b"cpu  1 2 3 4") == (4.0, 10.0, 0.0)  # an old kernel: no iowait, steal
     assert system_times(b"cpu0 1 2 3 4 5\n") is None
     assert system_times(b"cpu  1 2\n") is None
     assert system_times(b"cpu  1 x 3 4 5\n") is None

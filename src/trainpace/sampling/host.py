@@ -14,7 +14,10 @@ CPU *demand* is CPU time plus time spent runnable but waiting for a core (the ke
 a thread that waits on I/O wants none. ``main_demand_pct`` is the training loop's thread
 (the process's main thread), ``workers_demand_pct`` the workers' main threads, 100 = one
 core. Unlike CPU time, demand does not shrink when other processes crowd the machine, so it
-tells loading that computes from loading that waits even on a busy machine.
+tells loading that computes from loading that waits even on a busy machine. On a virtual
+machine whose host runs other guests on its CPUs, the kernel counts the time taken from a
+running thread (``steal`` in ``/proc/stat``) as neither: the thread's time on a CPU is
+grossed up by the share of the machine's busy time that was stolen over the same interval.
 
 On Linux the readings come from ``/proc`` through files kept open and from the processes'
 CPU-time clocks (:mod:`~trainpace.sampling.procfs`): a reading is a few ``pread`` and
@@ -39,7 +42,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from trainpace.sampling.cgroup import CgroupMemory, find_cgroup_memory
 from trainpace.sampling.procfs import (
@@ -68,10 +71,22 @@ JOB_KEY = "job_cpu_pct"  # a reading's key where this process is one of several 
 
 Memory = tuple[float | None, float | None, float | None, float | None]
 # (rss, available, total: GB; used %)
-# one reading's cumulative counters: at, main CPU s, idle, total jiffies, main demand s,
-# {worker pid: CPU s}, {worker pid: demand s}, {sibling rank or its descendant: CPU s}
-Times = tuple[float, float, float, float, float | None, dict[int, float], dict[int, float],
-              dict[int, float]]
+Sched = tuple[float, float]  # a thread's time on a CPU and time waiting for one, s
+MAX_STOLEN = 0.9  # a larger stolen share would gross up a near-zero CPU time into noise
+
+
+class Times(NamedTuple):
+    """One reading's cumulative counters."""
+
+    at: float
+    main_cpu_s: float
+    idle: float  # jiffies, the machine's: idle, all, stolen
+    total: float
+    steal: float
+    main_sched: Sched | None
+    worker_cpu: dict[int, float]  # {worker pid: CPU s}
+    worker_sched: dict[int, Sched]
+    job_cpu: dict[int, float]  # {sibling rank or its descendant: CPU s}
 
 
 class HostSource:
@@ -173,30 +188,33 @@ class HostSource:
         process = main = system = main_demand = workers_demand = job = None
         workers = None
         if times is not None:
-            at, main_s, idle, jiffies, demand_s, worker_cpu, worker_demand, job_cpu = times
-            workers = len(worker_cpu)
+            workers = len(times.worker_cpu)
             previous, self._previous = self._previous, times
-            if previous is not None and at > previous[0]:
-                elapsed = at - previous[0]
-                main_pct = 100.0 * (main_s - previous[1]) / elapsed
+            if previous is not None and times.at > previous.at:
+                elapsed = times.at - previous.at
+                main_pct = 100.0 * (times.main_cpu_s - previous.main_cpu_s) / elapsed
                 main = process = max(main_pct, 0.0)
-                if worker_cpu:
+                jiffies = times.total - previous.total
+                busy = jiffies - (times.idle - previous.idle)
+                stolen = min(max((times.steal - previous.steal) / busy, 0.0), MAX_STOLEN) \
+                    if busy > 0 else 0.0
+                if times.worker_cpu:
                     # a worker first seen now has no earlier reading: it counts from the next
-                    before = previous[5]
-                    worker_s = sum(cpu - before[pid] for pid, cpu in worker_cpu.items()
+                    before = previous.worker_cpu
+                    worker_s = sum(cpu - before[pid] for pid, cpu in times.worker_cpu.items()
                                    if pid in before)
                     process = max(main_pct + 100.0 * worker_s / elapsed, 0.0)
-                    before = previous[6]
-                    wanted = sum(d - before[pid] for pid, d in worker_demand.items()
-                                 if pid in before)
+                    earlier = previous.worker_sched
+                    wanted = sum(_demand_s(sched, earlier[pid], stolen, elapsed)
+                                 for pid, sched in times.worker_sched.items() if pid in earlier)
                     workers_demand = max(0.0, 100.0 * wanted / elapsed)
                 if self._siblings is not None:
-                    job = process + _new_cpu_pct(job_cpu, previous[7], elapsed)
-                if jiffies > previous[3]:
-                    busy = (jiffies - previous[3]) - (idle - previous[2])
-                    system = 100.0 * busy / (jiffies - previous[3])
-                if demand_s is not None and previous[4] is not None:
-                    main_demand = max(0.0, 100.0 * (demand_s - previous[4]) / elapsed)
+                    job = process + _new_cpu_pct(times.job_cpu, previous.job_cpu, elapsed)
+                if jiffies > 0:
+                    system = 100.0 * busy / jiffies
+                if times.main_sched is not None and previous.main_sched is not None:
+                    main_demand = max(0.0, 100.0 * _demand_s(
+                        times.main_sched, previous.main_sched, stolen, elapsed) / elapsed)
         row: dict[str, float | int | None] = {
             "process_cpu_pct": process, "main_cpu_pct": main, "system_cpu_pct": system,
             "workers": workers, "rss_gb": rss, "available_gb": available,
@@ -222,7 +240,7 @@ class HostSource:
         if main is None or system is None:
             return None
         workers: dict[int, float] = {}
-        demand: dict[int, float] = {}
+        demand: dict[int, Sched] = {}
         for pid, key, stat_path, schedstat_path in self._workers:  # none: no work
             cpu = stat_cpu_s(read(stat_path)) if ticks else _cpu_or_none(cpu_of, key)
             if cpu is None:
@@ -236,8 +254,8 @@ class HostSource:
             cpu = stat_cpu_s(read(stat_path)) if ticks else _cpu_or_none(cpu_of, key)
             if cpu is not None:
                 job[pid] = cpu
-        return (now, main, system[0], system[1],
-                schedstat_s(read(self._schedstat_path, SCHEDSTAT_BYTES)), workers, demand, job)
+        return Times(now, main, *system, schedstat_s(read(self._schedstat_path, SCHEDSTAT_BYTES)),
+                     workers, demand, job)
 
     def _read_psutil(self, now: float) -> Times | None:
         ps = self._psutil
@@ -257,7 +275,8 @@ class HostSource:
         idle = system.idle + getattr(system, "iowait", 0.0)
         # Linux counts guest time inside user time already
         total = sum(system) - getattr(system, "guest", 0.0) - getattr(system, "guest_nice", 0.0)
-        return (now, main, idle, total, None, workers, {}, {})
+        steal = getattr(system, "steal", 0.0)
+        return Times(now, main, idle, total, steal, None, workers, {}, {})
 
     # -- each slow_every_s: the descendants and the memory --------------------------------
 
@@ -373,6 +392,17 @@ class HostSource:
                 available = min(available, total_bytes)
         return (rss, available / 1e9, total_bytes / 1e9,
                 100.0 * (total_bytes - available) / total_bytes)
+
+
+def _demand_s(now: Sched, before: Sched, stolen: float, elapsed_s: float) -> float:
+    """The seconds a thread wanted a core between two readings: its time waiting for one, and
+    its time on one grossed up by the share the hypervisor stole (the kernel counts neither).
+
+    The share is the machine's; the hypervisor takes unevenly from its virtual CPUs, so a
+    thread on one it took less from reads high: at most the whole interval, all one thread
+    can want."""
+    wanted_s = (now[0] - before[0]) / (1.0 - stolen) + (now[1] - before[1])
+    return min(wanted_s, elapsed_s)
 
 
 def _new_cpu_pct(now: dict[int, float], before: dict[int, float], elapsed: float) -> float:

@@ -126,19 +126,21 @@ def stat_cpu_s(data: bytes | None) -> float | None:
         return None
 
 
-def schedstat_s(data: bytes | None) -> float | None:
-    """Time on a CPU + time waiting for one (seconds), from ``/proc/<pid>/schedstat``."""
+def schedstat_s(data: bytes | None) -> tuple[float, float] | None:
+    """(time on a CPU, time runnable but waiting for one), seconds, from
+    ``/proc/<pid>/schedstat``."""
     if not data:
         return None
     fields = data.split(None, 2)
     try:
-        return (int(fields[0]) + int(fields[1])) / 1e9
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
     except (IndexError, ValueError):
         return None
 
 
-def system_times(data: bytes | None) -> tuple[float, float] | None:
-    """(idle, total) jiffies from ``/proc/stat``'s first line (guest is inside user)."""
+def system_times(data: bytes | None) -> tuple[float, float, float] | None:
+    """(idle, total, steal) jiffies from ``/proc/stat``'s first line (guest is inside user;
+    steal: the time a hypervisor ran something else on the machine's virtual CPUs)."""
     if not data or not data.startswith(b"cpu "):
         return None
     end = data.find(b"\n")
@@ -150,7 +152,8 @@ def system_times(data: bytes | None) -> tuple[float, float] | None:
     except ValueError:
         return None
     idle = values[3] + (values[4] if len(values) > 4 else 0)
-    return float(idle), float(sum(values))
+    steal = values[7] if len(values) > 7 else 0
+    return float(idle), float(sum(values)), float(steal)
 
 
 def children_pids(data: bytes | None) -> list[int]:
