@@ -1,8 +1,20 @@
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from manual_clock import ManualClock
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C as at a terminal, however the suite was started. A shell without job control
+    starts a background command (``cmd &``) with SIGINT ignored, and an ignored signal stays
+    ignored across exec: every Python process the tests start would then ignore the SIGINTs
+    they send it (``trainpace run`` killed by one, the Meter's Ctrl-C tests). A handler of
+    this process's own is reset to the default in each child."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
