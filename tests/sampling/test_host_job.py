@@ -4,9 +4,9 @@ fake /proc and injected CPU times (exact figures)."""
 import os
 from types import SimpleNamespace
 
-from sampling.test_host import HOST_KEYS, Clock, FakePsutil
+from sampling.test_host import Clock, FakePsutil
 from sampling.test_siblings import JOB, PYTHON, add_process
-from trainpace.sampling.host import JOB_KEY, HostSource
+from trainpace.sampling.host import HOST_KEYS, JOB_KEY, HostSource
 
 
 def job_host(root, cpu_s, *, job=True, procfs=True, ps=None):
