@@ -25,6 +25,17 @@ def _fake_proc(root, *, ticks, clk_tck):
                                   "MemAvailable:   23437500 kB\n")
 
 
+def _one_worker(tmp_path):
+    """A fake /proc of pid 1 and its worker 7, a second of CPU each: (the clock, the ticks)."""
+    from trainpace.sampling import procfs
+
+    tck = procfs.CLK_TCK
+    _proc_tree(tmp_path, {1: {1: [7]}, 7: {7: []}})
+    ticks = {1: (tck, 0, 0, 0), 7: (tck, 0, 0, 0), "cpu": (1, 0, 0, 1, 0, 0, 0, 0, 0, 0)}
+    _fake_proc(tmp_path, clk_tck=tck, ticks=ticks)
+    return Clock(), ticks
+
+
 def test_procfs_readings_are_exact_differences_of_the_kernels_counters(tmp_path):
     from trainpace.sampling import procfs
 
@@ -97,13 +108,7 @@ def test_demand_counts_the_time_a_hypervisor_stole_from_a_running_thread(tmp_pat
 
 
 def test_procfs_a_worker_that_ends_is_dropped_and_its_files_closed(tmp_path):
-    from trainpace.sampling import procfs
-
-    tck = procfs.CLK_TCK
-    clock = Clock()
-    _proc_tree(tmp_path, {1: {1: [7]}, 7: {7: []}})
-    ticks = {1: (tck, 0, 0, 0), 7: (tck, 0, 0, 0), "cpu": (1, 0, 0, 1, 0, 0, 0, 0, 0, 0)}
-    _fake_proc(tmp_path, clk_tck=tck, ticks=ticks)
+    clock, _ = _one_worker(tmp_path)
     host = HostSource(1, psutil_module=FakePsutil(), clock=clock, cgroup=False, proc=tmp_path,
                       procfs=True, slow_every_s=1.0)
     assert host.read()["workers"] == 1
@@ -210,13 +215,7 @@ def test_an_odd_proc_stat_leaves_the_cpu_figures_unknown(tmp_path):
 
 
 def test_a_pid_used_again_is_read_from_its_new_files(tmp_path):
-    from trainpace.sampling import procfs
-
-    tck = procfs.CLK_TCK
-    clock = Clock()
-    _proc_tree(tmp_path, {1: {1: [7]}, 7: {7: []}})
-    ticks = {1: (tck, 0, 0, 0), 7: (tck, 0, 0, 0), "cpu": (1, 0, 0, 1, 0, 0, 0, 0, 0, 0)}
-    _fake_proc(tmp_path, clk_tck=tck, ticks=ticks)
+    clock, ticks = _one_worker(tmp_path)
     fast, _ = _twins(tmp_path, clock, ticks)
     assert fast.read()["workers"] == 1
     children = tmp_path / "1" / "task" / "1" / "children"
