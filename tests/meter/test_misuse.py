@@ -57,7 +57,10 @@ def test_steps_after_finish_warn_once_and_keep_nothing(tmp_path, clock, caplog):
                 meter.observe(loss=1.0)
         grown = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
-    assert grown < 50_000  # nothing kept per step (a kept record is hundreds of bytes)
+    # Nothing kept per step. The smallest thing a step could keep, a float in a list, is 32
+    # bytes: 640 kB over these steps. The bound leaves room for what other threads of the
+    # process allocate meanwhile (tracemalloc counts them too; 71 kB once on a loaded CI).
+    assert grown < 320_000
     assert meter.finish() is summary and summary.steps.total == 1
     assert sum("after meter.finish()" in r.getMessage() for r in caplog.records) == 1
 
