@@ -54,6 +54,9 @@ def test_cpu_bound_loading_stays_within_the_cores(tmp_path):
     finding = follow(tmp_path, CpuDataset(8 * 36, 45000), batch_size=8, matmuls=240)
     loading = finding.evidence["loading"]
     assert loading["bound"] in ("cpu", "mixed"), loading
-    # one core is the model's (torch.set_num_threads(1)), one is left for workers
-    assert finding.evidence["recommended"]["num_workers"] == 1
+    # One core is the model's (torch.set_num_threads(1)), one is left for workers: CPU-bound
+    # loading gets one. Read as part I/O (a crowded machine), the loading may run two workers
+    # on that core (a worker at half a core or less), never more: two at least are needed.
+    workers = finding.evidence["recommended"]["num_workers"]
+    assert workers == 1 if loading["bound"] == "cpu" else 1 <= workers <= 2, loading
 

@@ -297,7 +297,9 @@ def test_demand_counts_waiting_for_a_core_and_not_sleeping():
     cpu_pct = 100.0 * (time.process_time() - cpu0) / (time.monotonic() - wall0)
     assert idle < 10.0
     assert busy["main_demand_pct"] >= 0.8 * cpu_pct
-    assert busy["main_demand_pct"] > 80.0  # running or runnable the whole time
+    # running or runnable the whole time: far above sleeping (not at 100: the stolen share is
+    # the machine's, and a vCPU the hypervisor takes more from than the other reads lower)
+    assert busy["main_demand_pct"] > idle + 50.0
 
 
 def test_cpu_clocks_and_ticks_give_the_same_figures():
