@@ -150,7 +150,7 @@ def test_killed_by_a_signal_the_report_is_printed_and_the_folder_complete(tmp_pa
     assert flag.exists(), process.communicate()
     process.send_signal(sig)
     _, err = process.communicate(timeout=60)
-    assert process.returncode == -sig  # as Python itself ends on that signal
+    assert process.returncode == -sig, err[-3000:]  # as Python itself ends on that signal
     assert ("KeyboardInterrupt" in err) is traceback
     assert "throughput" in err and f"run folder: {out}" in err
     summary = json.loads((out / "summary.json").read_text())

@@ -4,6 +4,7 @@ watchdog for a script that swallows it (``TERM_GRACE_S``)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -191,7 +192,10 @@ def exit_status(failure: BaseException | None) -> tuple[int, signal.Signals | No
         return 1, None
     if isinstance(failure, _Terminated):
         return 128 + signal.SIGTERM, signal.SIGTERM
-    trimmed(failure)
+    try:  # the script's traceback without trainpace's frames; never at the cost of its end
+        trimmed(failure)
+    except Exception as exc:  # noqa: BLE001 - printed whole; the run ends as the script did
+        logging.getLogger("trainpace").debug("trainpace: traceback not trimmed: %r", exc)
     traceback.print_exception(type(failure), failure, failure.__traceback__, file=sys.stderr)
     if isinstance(failure, KeyboardInterrupt):
         return 128 + signal.SIGINT, signal.SIGINT

@@ -191,7 +191,11 @@ def user_frames(tb: TracebackType | None) -> TracebackType | None:
         tb = tb.tb_next
     linked: TracebackType | None = None
     for entry in reversed(kept):
-        linked = TracebackType(linked, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+        # An entry's line is None where its instruction has none (a Ctrl-C can land on one;
+        # typeshed says int): -1 has the new entry find it from the instruction again.
+        line: int | None = entry.tb_lineno
+        linked = TracebackType(linked, entry.tb_frame, entry.tb_lasti,
+                               -1 if line is None else line)
     return linked
 
 
