@@ -13,6 +13,8 @@ import traceback
 from types import FrameType
 from typing import Any
 
+logger = logging.getLogger(__name__)
+
 
 class _Terminated(BaseException):
     """SIGTERM, raised in the script so that it unwinds and the report can be made."""
@@ -195,7 +197,7 @@ def exit_status(failure: BaseException | None) -> tuple[int, signal.Signals | No
     try:  # the script's traceback without trainpace's frames; never at the cost of its end
         trimmed(failure)
     except Exception as exc:  # noqa: BLE001 - printed whole; the run ends as the script did
-        logging.getLogger("trainpace").debug("trainpace: traceback not trimmed: %r", exc)
+        logger.debug("trainpace: traceback not trimmed: %r", exc)
     traceback.print_exception(type(failure), failure, failure.__traceback__, file=sys.stderr)
     if isinstance(failure, KeyboardInterrupt):
         return 128 + signal.SIGINT, signal.SIGINT
