@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import trainpace
-from launched import kill_job
+from launched import DEAD_RANK_TIMEOUT_S, kill_job
 
 pytestmark = pytest.mark.slow
 
@@ -26,13 +26,6 @@ def job_command(ranks, *run_args):
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={ranks}", "--no-python", sys.executable, "-c", MAIN, "run",
             *map(str, run_args), "--", str(SCRIPT)]
-
-
-# The jobs with a rank killed or stopped end when the survivors stop waiting for it: a bound
-# of 3 s keeps them short. The healthy jobs keep the exchange's default bound (10 s), as a
-# user's job does: on a CI machine running at half speed, one with 3 s once showed no window
-# line at all (the job's stderr is in the assertion's message).
-DEAD_RANK_TIMEOUT_S = 3
 
 
 def job_env(**extra):

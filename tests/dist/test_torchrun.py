@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import trainpace.cli as cli
-from launched import kill_job
+from launched import DEAD_RANK_TIMEOUT_S, kill_job
 
 pytestmark = pytest.mark.slow
 
@@ -22,10 +22,8 @@ SCRIPT = Path(__file__).with_name("train_ddp.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-# The jobs with a rank killed or hung end when the others stop waiting for it: a bound of 3 s
-# keeps them short. The healthy jobs keep the exchange's default bound (10 s), as a user's
-# job does: 3 s is within what one store call can take on a CI machine at half speed.
-DEAD_RANK = {"TRAINPACE_DIST_TIMEOUT_S": "3"}
+# the jobs with a rank killed or hung (why: launched.py); healthy jobs keep the default
+DEAD_RANK = {"TRAINPACE_DIST_TIMEOUT_S": str(DEAD_RANK_TIMEOUT_S)}
 
 
 def torchrun(*args, env, timeout=180):
