@@ -8,6 +8,8 @@ from trainpace.meter.log_once import LogOnce
 from trainpace.meter.pipeline import (
     PART_PAUSE_MAX_S,
     PART_PAUSE_MIN_S,
+    POLL_MAX_S,
+    POLL_MIN_S,
     REFRESH_BUDGET,
     REFRESH_FIRST_COST_S,
     Window,
@@ -83,6 +85,21 @@ def test_the_pause_is_the_loops_real_time_per_step_within_bounds(monkeypatch):
     real.now_s += 5.0  # an evaluation between two windows: at most the longest pause
     made.write([window(step_values(41, 20, 0.1))])
     assert made.part_pause_s() == PART_PAUSE_MAX_S
+    sinks.close(5.0)
+
+
+def test_the_writer_looks_for_work_at_half_the_loops_time_between_hand_overs(monkeypatch):
+    made, real, sinks = make_pipeline(monkeypatch, Recording())
+    assert made.poll_s() == POLL_MAX_S  # no window yet: the time before one is start-up
+    real.now_s += 0.0390625  # a half window came 39 ms after the last
+    made.write([window(step_values(1, 10, 0.1))])
+    assert made.poll_s() == 0.0390625 / 2
+    real.now_s += 0.0009765625  # two halves taken together, 1 ms after the last: 0.5 ms each
+    made.write([window(step_values(11, 10, 0.1)), window(step_values(21, 10, 0.1))])
+    assert made.poll_s() == POLL_MIN_S
+    real.now_s += 5.0  # an evaluation between two windows: at most the longest
+    made.write([window(step_values(31, 10, 0.1))])
+    assert made.poll_s() == POLL_MAX_S
     sinks.close(5.0)
 
 

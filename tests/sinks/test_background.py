@@ -2,6 +2,7 @@
 
 import sys
 import threading
+import time
 
 from trainpace.sinks.background import Writer
 
@@ -21,6 +22,51 @@ def test_calls_run_in_order_off_the_calling_thread_and_close_drains():
     assert threads == {"trainpace-writer"}
     assert errors == []
     assert writer.closed
+
+
+def asleep_for(poll_s):
+    """A ``poll_s`` for the Writer that says when the writer has looked at its queue and is
+    about to sleep (it looks before it asks how long to sleep)."""
+    looked = threading.Event()
+
+    def poll():
+        looked.set()
+        return poll_s
+
+    return poll, looked
+
+
+def test_a_window_handed_over_wakes_nobody_the_writer_finds_it_when_it_looks():
+    poll, looked = asleep_for(60.0)
+    writer = Writer(nothing, lambda e: None, poll_s=poll)
+    assert looked.wait(10)
+    writer.submit_window("w")  # after the writer's look: it sleeps on, 60 s
+    threading.Event().wait(0.2)
+    assert writer.windows_written == 0  # not woken (a slower machine only sleeps longer)
+    assert writer.wait_for(1, timeout_s=10)  # a wait wakes it
+    assert writer.close(timeout_s=10)
+
+
+def test_an_idle_writer_finds_a_window_at_its_next_look():
+    poll, looked = asleep_for(0.01)
+    writer = Writer(nothing, lambda e: None, poll_s=poll)
+    assert looked.wait(10)
+    writer.submit_window("w")
+    deadline = time.monotonic() + 10
+    while writer.windows_written == 0 and time.monotonic() < deadline:
+        threading.Event().wait(0.005)  # no wait_for: it would wake the writer
+    assert writer.windows_written == 1
+    assert writer.close(timeout_s=10)
+
+
+def test_close_wakes_a_sleeping_writer_and_drains_the_queue():
+    seen = []
+    poll, looked = asleep_for(60.0)
+    writer = Writer(nothing, lambda e: None, poll_s=poll)
+    assert looked.wait(10)
+    writer.submit(seen.append, "job")
+    assert writer.close(timeout_s=10)  # not 60 s later
+    assert seen == ["job"]
 
 
 def test_a_failing_call_is_reported_and_the_writer_goes_on():

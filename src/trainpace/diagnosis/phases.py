@@ -147,8 +147,10 @@ def _merged(runs: list[tuple[int, int]], flags: np.ndarray, t: Thresholds) -> li
 def _handover_before(ctx: Context, start_step: int) -> int | None:
     """The step after which trainpace last handed its steps to its writer (at each window's
     end and ``max(window // 2, 1)`` steps into it, as the Meter's loop does), when
-    ``start_step`` is at most ``trainpace_boundary_steps`` after it; None without a known
-    window, before the first hand-over or further from one."""
+    ``start_step`` is at most ``trainpace_boundary_steps`` plus a quarter window after it
+    (the writer finds a hand-over at its next look, within half the time between two
+    hand-overs); None without a known window, before the first hand-over or further from
+    one."""
     window = ctx.window_steps
     if window is None:
         return None
@@ -156,7 +158,7 @@ def _handover_before(ctx: Context, start_step: int) -> int | None:
     window_start = closed // window * window
     halfway = window_start + max(window // 2, 1)
     handover = halfway if closed >= halfway else window_start
-    if handover == 0 or start_step - handover > ctx.t.trainpace_boundary_steps:
+    if handover == 0 or start_step - handover > ctx.t.trainpace_boundary_steps + window // 4:
         return None
     return handover
 

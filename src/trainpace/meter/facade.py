@@ -172,7 +172,8 @@ class Meter:
                               after_windows=self._pipeline.send,
                               on_idle=self._pipeline.send_held,
                               holding=lambda: self._pipeline.holding, idle_s=SINK_WINDOW_S,
-                              pause_s=self._pipeline.part_pause_s)
+                              pause_s=self._pipeline.part_pause_s,
+                              poll_s=self._pipeline.poll_s)
         self._meta = MetaLog(
             config=config, made_by=made_by, run_id=self.run_id, started_at=started_at,
             # The command as the Meter was made: under `trainpace run` the script's own
