@@ -95,7 +95,7 @@ def test_a_rank_killed_the_survivor_reports_and_dies_of_the_launchers_sigterm(tm
                     STEP_SLEEP_S=0.005, TRAINPACE_DIST_TIMEOUT_S=DEAD_RANK_TIMEOUT_S)
     assert done.returncode != 0
     dead_last = steps_of(out / "rank1")[-1]["step"]  # its last step on disk
-    assert dead_last in (30, 40, 45)  # (a SIGKILL loses the open window, at most)
+    assert 45 - 10 <= dead_last <= 45  # a SIGKILL loses a window (10 steps), at most
     survivor = steps_of(out / "rank0")
     # the survivor's own summary is as new as its steps: never an older one
     own = json.loads((out / "rank0" / "summary.json").read_text())

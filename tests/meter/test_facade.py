@@ -97,7 +97,7 @@ def test_trainpaces_own_time_is_in_the_figures(tmp_path, clock, monkeypatch):
 
     def slow_hand_over(self, final, flush, ends_window):
         clock.advance(0.5)  # the boundary's work, made long
-        real_hand_over(self, final, flush, ends_window)
+        return real_hand_over(self, final, flush, ends_window)
 
     def slow_finish(self):
         clock.advance(0.3)  # the profiler's shutdown, made long

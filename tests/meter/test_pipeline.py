@@ -59,11 +59,11 @@ def step_values(first, count, step_s):
     return rows
 
 
-def make_pipeline(monkeypatch, sink):
+def make_pipeline(monkeypatch, sink, window=100):
     real = RealTime()
     monkeypatch.setattr(pipeline, "time", real)
     sinks = FanOut([sink])
-    made = WindowPipeline(state=RunState(MeterConfig(), torch.device("cpu"), "r"),
+    made = WindowPipeline(state=RunState(MeterConfig(window=window), torch.device("cpu"), "r"),
                           run_folder=None, sinks=sinks, log_once=LogOnce(),
                           clock=lambda: 0.0, vitals=lambda: None,
                           refresh=lambda now: Refreshed())
@@ -88,13 +88,13 @@ def test_the_pause_is_the_loops_real_time_per_step_within_bounds(monkeypatch):
     sinks.close(5.0)
 
 
-def test_the_writer_looks_for_work_at_half_the_loops_time_between_hand_overs(monkeypatch):
-    made, real, sinks = make_pipeline(monkeypatch, Recording())
-    assert made.poll_s() == POLL_MAX_S  # no window yet: the time before one is start-up
-    real.now_s += 0.0390625  # a half window came 39 ms after the last
+def test_the_writer_looks_for_work_at_half_the_loops_time_per_half_window(monkeypatch):
+    made, real, sinks = make_pipeline(monkeypatch, Recording(), window=20)
+    assert made.poll_s() == POLL_MAX_S  # no steps yet: the time before them is start-up
+    real.now_s += 0.0390625  # ten steps (a half window) came in 39 ms
     made.write([window(step_values(1, 10, 0.1))])
     assert made.poll_s() == 0.0390625 / 2
-    real.now_s += 0.0009765625  # two halves taken together, 1 ms after the last: 0.5 ms each
+    real.now_s += 0.0009765625  # twenty steps taken together, 1 ms after the last look
     made.write([window(step_values(11, 10, 0.1)), window(step_values(21, 10, 0.1))])
     assert made.poll_s() == POLL_MIN_S
     real.now_s += 5.0  # an evaluation between two windows: at most the longest

@@ -228,11 +228,12 @@ def test_a_goal_set_mid_window_puts_every_step_in_the_run_once_and_no_records_ar
         30, 60, 90, 120, 150, 180, 203]
 
 
-def test_steps_reach_the_writer_halfway_through_each_window_and_at_its_end(tmp_path, clock,
-                                                                          monkeypatch):
-    """Two loaders of 8 batches, window 5: a hand-over after steps 2 and 5 (the window's
-    end), 7, then 8 (the loader ran out: the window ends there), and the next window counts
-    from step 8."""
+def test_the_training_threads_hand_over_comes_halfway_through_each_window_and_at_its_end(
+        tmp_path, clock, monkeypatch):
+    """Two loaders of 8 batches, window 5: a hand-over (on the host clock, the writer's lag
+    checked; see tests/meter/test_handover.py for the steps it takes) after steps 2 and 5 (the
+    window's end), 7, then 8 (the loader ran out: the window ends there), and the next window
+    counts from step 8."""
     from trainpace.meter.handover import WriterHandOver
 
     handed: list[tuple[int, bool]] = []
@@ -240,7 +241,7 @@ def test_steps_reach_the_writer_halfway_through_each_window_and_at_its_end(tmp_p
 
     def recording(self, final, flush, ends_window):
         handed.append((self._recorder.steps_closed, ends_window))
-        real(self, final, flush, ends_window)
+        return real(self, final, flush, ends_window)
 
     monkeypatch.setattr(WriterHandOver, "hand_over", recording)
     meter = trainpace.Meter(tmp_path / "run", clock=clock, window=5, console=False,

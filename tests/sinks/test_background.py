@@ -3,12 +3,45 @@
 import sys
 import threading
 import time
+from collections import deque
+from typing import NamedTuple
 
 from trainpace.sinks.background import Writer
 
 
 def nothing(windows):
     pass
+
+
+class W(NamedTuple):
+    """A window as the writer counts it: the step it reaches."""
+
+    last_step: int
+
+
+class Handed:
+    """Windows handed to the writer (its ``take_windows``): an append that wakes nobody."""
+
+    def __init__(self):
+        self._windows = deque()
+
+    def hand(self, *steps):
+        self._windows.extend(W(step) for step in steps)
+
+    def take(self):
+        taken = []
+        while self._windows:
+            taken.append(self._windows.popleft())
+        return taken
+
+
+def writer_of(on_windows=nothing, on_error=lambda e: None, **kwargs):
+    handed = Handed()
+    return Writer(on_windows, on_error, take_windows=handed.take, **kwargs), handed
+
+
+def steps_of(windows):
+    return [w.last_step for w in windows]
 
 
 def test_calls_run_in_order_off_the_calling_thread_and_close_drains():
@@ -38,35 +71,36 @@ def asleep_for(poll_s):
 
 def test_a_window_handed_over_wakes_nobody_the_writer_finds_it_when_it_looks():
     poll, looked = asleep_for(60.0)
-    writer = Writer(nothing, lambda e: None, poll_s=poll)
+    writer, handed = writer_of(poll_s=poll)
     assert looked.wait(10)
-    writer.submit_window("w")  # after the writer's look: it sleeps on, 60 s
+    handed.hand(7)  # after the writer's look: it sleeps on, 60 s
     threading.Event().wait(0.2)
-    assert writer.windows_written == 0  # not woken (a slower machine only sleeps longer)
-    assert writer.wait_for(1, timeout_s=10)  # a wait wakes it
+    assert writer.written_step == 0  # not woken (a slower machine only sleeps longer)
+    assert writer.wait_for(7, timeout_s=10)  # a wait wakes it
     assert writer.close(timeout_s=10)
 
 
 def test_an_idle_writer_finds_a_window_at_its_next_look():
     poll, looked = asleep_for(0.01)
-    writer = Writer(nothing, lambda e: None, poll_s=poll)
+    writer, handed = writer_of(poll_s=poll)
     assert looked.wait(10)
-    writer.submit_window("w")
+    handed.hand(3)
     deadline = time.monotonic() + 10
-    while writer.windows_written == 0 and time.monotonic() < deadline:
+    while writer.written_step == 0 and time.monotonic() < deadline:
         threading.Event().wait(0.005)  # no wait_for: it would wake the writer
-    assert writer.windows_written == 1
+    assert writer.written_step == 3
     assert writer.close(timeout_s=10)
 
 
 def test_close_wakes_a_sleeping_writer_and_drains_the_queue():
     seen = []
     poll, looked = asleep_for(60.0)
-    writer = Writer(nothing, lambda e: None, poll_s=poll)
+    writer, handed = writer_of(lambda windows: seen.append(steps_of(windows)), poll_s=poll)
     assert looked.wait(10)
     writer.submit(seen.append, "job")
+    handed.hand(4)  # made before close(): written before the writer stops
     assert writer.close(timeout_s=10)  # not 60 s later
-    assert seen == ["job"]
+    assert seen == [[4], "job"] and writer.written_step == writer.sent_step == 4
 
 
 def test_a_failing_call_is_reported_and_the_writer_goes_on():
@@ -87,35 +121,34 @@ def test_windows_handed_over_faster_than_written_are_taken_together():
     def on_windows(windows):
         busy.set()
         gate.wait(5)
-        taken.append(list(windows))
+        taken.append(steps_of(windows))
 
-    writer = Writer(on_windows, lambda e: None)
-    numbers = [writer.submit_window(0)]
-    assert busy.wait(5)  # the writer holds window 0: the next four wait for it
-    numbers += [writer.submit_window(i) for i in range(1, 5)]
-    assert numbers == [1, 2, 3, 4, 5]
+    writer, handed = writer_of(on_windows)
+    handed.hand(10)
+    assert busy.wait(5)  # the writer holds the first window: the next four wait for it
+    handed.hand(20, 30, 40, 50)
     gate.set()
-    assert writer.wait_for(5, timeout_s=5)
+    assert writer.wait_for(50, timeout_s=5)
     writer.close()
-    assert taken == [[0], [1, 2, 3, 4]]  # all, in order; the four in one call
-    assert writer.windows_written == 5
+    assert taken == [[10], [20, 30, 40, 50]]  # all, in order; the four in one call
+    assert writer.written_step == 50
 
 
 def test_wait_for_gives_up_when_the_window_is_not_written():
     release = threading.Event()
-    writer = Writer(lambda windows: release.wait(5), lambda e: None)
-    writer.submit_window("held")
-    assert writer.wait_for(1, timeout_s=0.01) is False
+    writer, handed = writer_of(lambda windows: release.wait(5))
+    handed.hand(9)
+    assert writer.wait_for(9, timeout_s=0.01) is False
     release.set()
-    assert writer.wait_for(1, timeout_s=5) is True
+    assert writer.wait_for(9, timeout_s=5) is True
     assert writer.close(timeout_s=5)
 
 
 def test_a_window_job_raising_is_reported_and_counted_written():
     errors = []
-    writer = Writer(lambda windows: 1 / 0, errors.append)
-    writer.submit_window("bad")
-    assert writer.wait_for(1, timeout_s=5)  # no one waits forever on a window that failed
+    writer, handed = writer_of(lambda windows: 1 / 0, errors.append)
+    handed.hand(2)
+    assert writer.wait_for(2, timeout_s=5)  # no one waits forever on a window that failed
     writer.close()
     assert [type(e) for e in errors] == [ZeroDivisionError]
 
@@ -142,9 +175,9 @@ def test_work_held_back_goes_out_when_no_window_follows():
         held.clear()
         idled.set()
 
-    writer = Writer(on_windows, lambda e: None, on_idle=on_idle,
-                    holding=lambda: bool(held), idle_s=0.01)
-    writer.submit_window("tiny")
+    writer, handed = writer_of(on_windows, on_idle=on_idle, holding=lambda: bool(held),
+                               idle_s=0.01)
+    handed.hand(1)
     assert idled.wait(10)  # event-driven: however loaded the machine, it comes
     writer.close()
     assert held == []
@@ -152,9 +185,9 @@ def test_work_held_back_goes_out_when_no_window_follows():
 
 def test_nothing_held_back_means_no_idle_work():
     calls = []
-    writer = Writer(nothing, lambda e: None, on_idle=lambda: calls.append(1),
-                    holding=lambda: False, idle_s=0.001)
-    writer.submit_window("written in full")
+    writer, handed = writer_of(on_idle=lambda: calls.append(1), holding=lambda: False,
+                               idle_s=0.001)
+    handed.hand(1)  # written in full
     assert writer.wait_for(1, timeout_s=10)
     writer.close()
     assert calls == []
@@ -169,19 +202,19 @@ def test_windows_count_written_before_their_figures_are_made():
         in_after.set()
         release.wait(5)
 
-    writer = Writer(nothing, lambda e: None, after_windows=after)
-    writer.submit_window("w")
-    assert writer.wait_for(1, timeout_s=5)  # written, though its figures are still held
+    writer, handed = writer_of(after_windows=after)
+    handed.hand(5)
+    assert writer.wait_for(5, timeout_s=5)  # written, though its figures are still held
     assert in_after.wait(5)
-    assert writer.windows_written == 1 and writer.windows_sent == 0
-    assert writer.wait_for(1, timeout_s=0.01, sent=True) is False
+    assert writer.written_step == 5 and writer.sent_step == 0
+    assert writer.wait_for(5, timeout_s=0.01, sent=True) is False
     release.set()
-    assert writer.wait_for(1, timeout_s=5, sent=True)
+    assert writer.wait_for(5, timeout_s=5, sent=True)
     writer.close()
-    assert writer.windows_sent == 1
+    assert writer.sent_step == 5
 
 
-def test_jobs_and_windows_keep_their_order_and_windows_waiting_go_together():
+def test_windows_found_at_a_look_come_before_the_jobs_queued_and_go_together():
     seen = []
     gate, busy = threading.Event(), threading.Event()
 
@@ -189,17 +222,16 @@ def test_jobs_and_windows_keep_their_order_and_windows_waiting_go_together():
         busy.set()
         gate.wait(5)
 
-    writer = Writer(lambda windows: seen.append(list(windows)), lambda e: None,
-                    after_windows=lambda: seen.append("after"))
+    writer, handed = writer_of(lambda windows: seen.append(steps_of(windows)),
+                               after_windows=lambda: seen.append("after"))
     writer.submit(hold)
     assert busy.wait(5)
-    for i in range(3):
-        writer.submit_window(i)
+    handed.hand(1, 2, 3)
     writer.submit(seen.append, "job")
-    writer.submit_window(3)
+    writer.submit(seen.append, "job 2")
     gate.set()
     writer.close()
-    assert seen == [[0, 1, 2], "after", "job", [3], "after"]
+    assert seen == [[1, 2, 3], "after", "job", "job 2"]
 
 
 class TwoParts:
@@ -222,35 +254,35 @@ class TwoParts:
 
 
 def in_first_part(seen):
-    """A writer inside the first part of window "a"'s record, and that record's work."""
+    """A writer inside the first part of window 1's record, that record's work, and the
+    windows handed to it."""
     work = TwoParts(seen)
-    writer = Writer(lambda windows: seen.append(list(windows)), lambda e: None,
-                    after_windows=work)
-    writer.submit_window("a")
+    writer, handed = writer_of(lambda windows: seen.append(steps_of(windows)),
+                               after_windows=work)
+    handed.hand(1)
     assert work.in_part.wait(5)
-    return writer, work
+    return writer, work, handed
 
 
 def test_windows_handed_over_between_parts_get_their_lines_before_the_parts_go_on():
     # The figures and sinks come in parts; a window handed over meanwhile is written (what
     # a SIGKILL would lose) at the next pause, not after the whole record's work.
     seen = []
-    writer, work = in_first_part(seen)
-    writer.submit_window("b")
+    writer, work, handed = in_first_part(seen)
+    handed.hand(2)
     work.go_on.set()
     writer.close()
-    assert seen == [["a"], "part 1", ["b"], "part 2"]
-    assert writer.windows_written == writer.windows_sent == 2
+    assert seen == [[1], "part 1", [2], "part 2"]
+    assert writer.written_step == writer.sent_step == 2
 
 
-def test_a_job_queued_before_windows_keeps_them_behind_it_while_parts_run():
+def test_a_job_queued_while_parts_run_waits_for_them():
     seen = []
-    writer, work = in_first_part(seen)
+    writer, work, _handed = in_first_part(seen)
     writer.submit(seen.append, "job")
-    writer.submit_window("b")
     work.go_on.set()
     writer.close()
-    assert seen == [["a"], "part 1", "part 2", "job", ["b"]]
+    assert seen == [[1], "part 1", "part 2", "job"]
 
 
 def test_the_writer_pauses_between_parts_only():
@@ -264,12 +296,12 @@ def test_the_writer_pauses_between_parts_only():
         pauses.append(1)
         return 0.0
 
-    writer = Writer(nothing, lambda e: None, after_windows=parts, pause_s=pause_s)
-    writer.submit_window("w")
+    writer, handed = writer_of(after_windows=parts, pause_s=pause_s)
+    handed.hand(1)
     assert writer.wait_for(1, timeout_s=10, sent=True)
     writer.close()
     assert len(pauses) == 2  # three parts, two pauses
-    assert writer.windows_sent == 1
+    assert writer.sent_step == 1
 
 
 def test_a_part_that_raises_is_reported_and_the_window_still_counts_sent():
@@ -279,11 +311,11 @@ def test_a_part_that_raises_is_reported_and_the_window_still_counts_sent():
         yield
         raise ValueError("figures")
 
-    writer = Writer(nothing, errors.append, after_windows=parts)
-    writer.submit_window("w")
+    writer, handed = writer_of(on_error=errors.append, after_windows=parts)
+    handed.hand(1)
     writer.close()
     assert [type(e) for e in errors] == [ValueError]
-    assert writer.windows_sent == 1
+    assert writer.sent_step == 1
 
 
 def test_a_writer_behind_the_loop_does_not_pause():
@@ -292,14 +324,14 @@ def test_a_writer_behind_the_loop_does_not_pause():
     pauses, work = [], None
 
     def pause_s():
-        pauses.append(writer.windows_written)
+        pauses.append(writer.written_step)
         return 0.0
 
     def parts():
         yield  # nothing waits yet: a pause
         work.go_on.set()
-        writer.submit_window("b")
-        yield  # "b" waits: its lines, no pause
+        handed.hand(2)
+        yield  # window 2 waits: its lines, no pause
 
     class Work:
         go_on = threading.Event()
@@ -308,9 +340,24 @@ def test_a_writer_behind_the_loop_does_not_pause():
             return parts() if not self.go_on.is_set() else None
 
     work = Work()
-    writer = Writer(nothing, lambda e: None, after_windows=work, pause_s=pause_s)
-    writer.submit_window("a")
+    writer, handed = writer_of(after_windows=work, pause_s=pause_s)
+    handed.hand(1)
     assert writer.wait_for(2, timeout_s=10, sent=True)
     writer.close()  # a stop waiting is no time to pause either
     assert pauses == [1]
-    assert writer.windows_written == writer.windows_sent == 2
+    assert writer.written_step == writer.sent_step == 2
+
+
+def test_a_look_that_raises_is_reported_and_the_writer_looks_again():
+    errors, looks = [], []
+
+    def take():
+        looks.append(1)
+        if len(looks) == 1:
+            raise OSError("taking the steps")
+        return [W(8)] if len(looks) == 2 else []
+
+    writer = Writer(nothing, errors.append, take_windows=take, poll_s=lambda: 0.001)
+    assert writer.wait_for(8, timeout_s=10)
+    writer.close()
+    assert [type(e) for e in errors] == [OSError]

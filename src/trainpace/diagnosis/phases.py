@@ -145,12 +145,12 @@ def _merged(runs: list[tuple[int, int]], flags: np.ndarray, t: Thresholds) -> li
 
 
 def _handover_before(ctx: Context, start_step: int) -> int | None:
-    """The step after which trainpace last handed its steps to its writer (at each window's
-    end and ``max(window // 2, 1)`` steps into it, as the Meter's loop does), when
-    ``start_step`` is at most ``trainpace_boundary_steps`` plus a quarter window after it
-    (the writer finds a hand-over at its next look, within half the time between two
-    hand-overs); None without a known window, before the first hand-over or further from
-    one."""
+    """The last boundary of trainpace's before ``start_step`` (each window's end, and
+    ``max(window // 2, 1)`` steps into it, where the Meter's loop checks its writer and, on
+    a device clock, hands its steps over), when ``start_step`` is at most
+    ``trainpace_boundary_steps`` plus a quarter window after it (the writer takes a
+    window's steps, and begins its work on them, at its next look: every quarter window or
+    so); None without a known window, before the first boundary or further from one."""
     window = ctx.window_steps
     if window is None:
         return None

@@ -363,7 +363,34 @@ class StepRecorder:
             if all(kind is _TENSOR for kind in layout) and batch[0].dim() > 0:
                 self._tensors_layout = layout  # its samples: the first tensor's first dimension
 
-    # -- the window boundary's side -------------------------------------------------------
+    # -- the writer's side ----------------------------------------------------------------
+
+    @property
+    def metered(self) -> bool:
+        """Whether the loop pulls its batches through the metered loader (the time outside
+        the steps is measured)."""
+        return self._metered
+
+    def close_newest(self) -> None:
+        """Training thread, on the host clock: the newest closed step may be taken too
+        (:meth:`take_closed`): a value observed from now on goes to the next step."""
+        last = self.last_closed
+        if last is not None:
+            last.emitted = True
+
+    def take_closed(self) -> list[StepRow]:
+        """Writer thread, on the host clock: the closed steps that the training thread no
+        longer writes into, oldest first, taken out: all but the newest (a loss observed
+        after its step is still its), and the newest once :meth:`close_newest` said so. The
+        training thread only appends closed steps; this is the one call that takes them
+        out, so the two need no lock."""
+        pending = self._pending
+        rows = []
+        while len(pending) > 1 or (pending and pending[0].emitted):
+            rows.append(pending.popleft())
+        return rows
+
+    # -- the window boundary's side, on a device clock ---------------------------------------
 
     def take_ready(self, *, final: bool = False) -> Callable[[], list[StepValues]]:
         """Finished ``steps.jsonl`` records (their values: :data:`~trainpace.records.StepValues`),

@@ -65,7 +65,7 @@ from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.checkpoints import CheckpointPatches
 from trainpace.meter.distributed import JobRank
 from trainpace.meter.ending import RunEnd
-from trainpace.meter.handover import WriterHandOver
+from trainpace.meter.handover import ClosedRows, HandedWindows, WriterHandOver
 from trainpace.meter.ledger import JobLedger, RunInJob, end_of
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
@@ -167,8 +167,13 @@ class Meter:
             vitals=lambda: self._vitals, refresh=self._summaries.refresh)
         if self._job.monitor is not None:  # a rank of a distributed job
             self._pipeline.observers.append(self._job.window)
+        # the host clock's steps are taken by the writer; a device clock's are read back on
+        # the training thread, which issues the copies (see meter.handover)
+        source = (ClosedRows(recorder, config.window) if recorder.timer is None
+                  else HandedWindows(recorder))
         self._writer = Writer(self._pipeline.write,
                               lambda exc: self._log_once.report("writing the run", exc),
+                              take_windows=source.take,
                               after_windows=self._pipeline.send,
                               on_idle=self._pipeline.send_held,
                               holding=lambda: self._pipeline.holding, idle_s=SINK_WINDOW_S,
@@ -184,8 +189,8 @@ class Meter:
             emit=self._pipeline.emit, goal=lambda: self._goal,
             loader=lambda: self._state.loader, vitals=lambda: self._vitals,
             ceilings=lambda: self._summaries.ceilings)
-        hand_over = WriterHandOver(recorder=recorder, writer=self._writer, meta=self._meta,
-                                   sinks=self._sinks, console=config.console)
+        hand_over = WriterHandOver(recorder=recorder, source=source, writer=self._writer,
+                                   meta=self._meta, sinks=self._sinks, console=config.console)
         self._loop = Loop(recorder=self._recorder, probes=self._probes, log_once=self._log_once,
                           window=config.window, hand_over=hand_over.hand_over,
                           first_step=self._begin_run, loader_done=hand_over.console_line_out)

@@ -1,9 +1,20 @@
-"""The training thread's hand-over to the writer: the steps closed, twice a window, as they
-are; a SIGKILL loses at most one window."""
+"""How the steps reach the writer, and what the training thread does for it at a boundary.
+
+On the host clock the writer takes the closed steps from the recorder itself at each of its
+looks (:class:`ClosedRows`): the training thread hands nothing over at a window's end, and
+only marks where a window must end early (a loader ran out, the run ends). On a device
+clock the steps' events and values are read back on the training thread (it issues the
+copies), twice a window, and handed over as windows (:class:`HandedWindows`). Either way a
+SIGKILL loses at most one window.
+"""
 
 from __future__ import annotations
 
+from collections import deque
+from functools import partial
+
 from trainpace.measure.recorder import StepRecorder
+from trainpace.measure.steprow import records_of
 from trainpace.meter.meta import MetaLog
 from trainpace.meter.pipeline import Window
 from trainpace.sinks.background import Writer
@@ -16,44 +27,133 @@ LINE_FLUSH_S = 1.0
 LAG_WAIT_S = 0.5
 
 
-class WriterHandOver:
-    """What the :class:`~trainpace.meter.loop.Loop` calls on the training thread to give the
-    writer its work (:meth:`hand_over`, twice a window) and, at a loader's end, to have the
-    console line out (:meth:`console_line_out`). Its promise: a SIGKILL loses at most one
-    window."""
+class ClosedRows:
+    """The host clock's steps, taken by the writer thread (:meth:`take`) from the recorder
+    and cut into windows of ``window`` steps (a window ends early where the training thread
+    said so: :meth:`cut`). The training thread only appends rows and cuts; only the writer
+    takes them out."""
 
-    def __init__(self, *, recorder: StepRecorder, writer: Writer, meta: MetaLog, sinks: FanOut,
-                 console: bool) -> None:
+    def __init__(self, recorder: StepRecorder, window: int) -> None:
         self._recorder = recorder
+        self._window = window
+        self._window_end = window  # the step at which the open window ends
+        self._taken = 0  # the steps taken so far
+        # (step, final, flush): where the training thread ended a window early
+        self._cuts: deque[tuple[int, bool, bool]] = deque()
+
+    def hand_over(self, final: bool, flush: bool, ends_window: bool) -> bool:
+        """Training thread. A window's regular end needs nothing: the writer finds its
+        steps. A loader that ran out, or the run's end, cuts the window there (the steps up
+        to now may all be taken). True when it did."""
+        if not (final or flush):
+            return False
+        rec = self._recorder
+        # the cut first: a writer that takes the newest step knows where it ends
+        self._cuts.append((rec.steps_closed, final, flush))
+        rec.close_newest()
+        return True
+
+    def take(self) -> list[Window]:
+        """Writer thread: the steps closed since the last call that can be taken (the newest
+        waits for the next step or a cut: a value observed after it is still its), as
+        windows that end at each window's end and at each cut."""
+        rec = self._recorder
+        rows = rec.take_closed()
+        top = rows[-1].step if rows else self._taken
+        cuts = []
+        # after the rows: a cut is made before its step may be taken
+        while self._cuts and self._cuts[0][0] <= top:
+            cuts.append(self._cuts.popleft())
+        if not cuts and not rows:
+            return []
+        windows: list[Window] = []
+        base = self._taken  # the step before rows[0]
+        t0, metered = rec.t0, rec.metered
+
+        def up_to(step: int, final: bool, flush: bool, ends_window: bool) -> None:
+            part = rows[self._taken - base:max(step - base, 0)]
+            windows.append(Window(partial(records_of, part, t0, metered), final, step, flush,
+                                  ends_window))
+            self._taken = max(self._taken, step)
+
+        for step, final, flush in cuts:
+            while self._window_end < step:
+                up_to(self._window_end, False, False, True)
+                self._window_end += self._window
+            up_to(step, final, flush, True)
+            self._window_end = step + self._window
+        while self._window_end <= top:
+            up_to(self._window_end, False, False, True)
+            self._window_end += self._window
+        if top > self._taken:
+            up_to(top, False, False, False)
+        return windows
+
+
+class HandedWindows:
+    """A device clock's windows, handed over by the training thread (read back there, twice
+    a window: :meth:`hand_over`) and taken by the writer thread (:meth:`take`). The hand-over
+    is an append, in C, that wakes nobody."""
+
+    def __init__(self, recorder: StepRecorder) -> None:
+        self._recorder = recorder
+        self._windows: deque[Window] = deque()
+
+    def hand_over(self, final: bool, flush: bool, ends_window: bool) -> bool:
+        rec = self._recorder
+        self._windows.append(Window(rec.take_ready(final=final), final, rec.steps_closed,
+                                    flush, ends_window))
+        return True
+
+    def take(self) -> list[Window]:
+        windows = []
+        while self._windows:
+            windows.append(self._windows.popleft())
+        return windows
+
+
+class WriterHandOver:
+    """What the :class:`~trainpace.meter.loop.Loop` calls on the training thread at each half
+    window (:meth:`hand_over`) and, at a loader's end, to have the console line out
+    (:meth:`console_line_out`). Its promise: a SIGKILL loses at most one window."""
+
+    def __init__(self, *, recorder: StepRecorder, source: ClosedRows | HandedWindows,
+                 writer: Writer, meta: MetaLog, sinks: FanOut, console: bool) -> None:
+        self._recorder = recorder
+        self._source = source
         self._writer = writer
         self._meta = meta
         self._sinks = sinks
         self._console = console
         self._writer_stalled = False
+        self._previous = 0  # the steps closed at the previous half window's end
+        self._handed = 0  # the steps the writer may take all of
 
-    def hand_over(self, final: bool, flush: bool, ends_window: bool) -> None:
-        """The steps closed since the last hand-over (half a window), to the writer as they
-        are. When the writer has not written an earlier half's lines yet (steps far shorter
-        than its work per step, holding the GIL it needs), wait for them (not for the figures
-        and sinks that follow), at most LAG_WAIT_S: a SIGKILL then loses
-        the open half and the one handed over: a window at most. A writer that keeps up is
-        never waited for; one that could not catch up once (a stalled disk) is not waited for
-        again until it has."""
+    def hand_over(self, final: bool, flush: bool, ends_window: bool) -> bool:
+        """At each half window (and at a loader's end, and the run's): the source's
+        hand-over (see there); True when every step closed may now be taken. When the writer
+        has not written the previous half's lines yet (steps far shorter than its work per
+        step, holding the GIL it needs), wait for them (not for the figures and sinks that
+        follow), at most LAG_WAIT_S: a SIGKILL then loses the open half and the one before
+        it: a window at most. A writer that keeps up is never waited for; one that could not
+        catch up once (a stalled disk) is not waited for again until it has."""
         rec = self._recorder
-        make_records = rec.take_ready(final=final)
+        closed = rec.steps_closed
+        handed = self._source.hand_over(final, flush, ends_window)
+        if handed:
+            self._handed = closed
         if rec.tokens_counted != self._meta.last.get("tokens_counted"):
             self._meta.log()  # learnt from the first token batch: a killed run keeps it
-        writer = self._writer
-        number = writer.submit_window(Window(make_records, final, rec.steps_closed, flush,
-                                             ends_window))
-        if writer.windows_written >= number - 1:
+        writer, previous = self._writer, self._previous
+        self._previous = closed
+        if writer.written_step >= previous:
             self._writer_stalled = False
         elif not final and not self._writer_stalled:
-            self._writer_stalled = not writer.wait_for(number - 1, LAG_WAIT_S)
+            self._writer_stalled = not writer.wait_for(previous, LAG_WAIT_S)
+        return handed
 
     def console_line_out(self) -> None:
         """At a loader's end: the window's console line is out before the user's code goes on
         (an evaluation printing its own lines), within LINE_FLUSH_S."""
-        if self._console and self._writer.wait_for(self._writer.windows_submitted,
-                                                   LINE_FLUSH_S, sent=True):
+        if self._console and self._writer.wait_for(self._handed, LINE_FLUSH_S, sent=True):
             self._sinks.flush(LINE_FLUSH_S, only=lambda sink: isinstance(sink, ConsoleSink))

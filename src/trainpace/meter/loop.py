@@ -38,13 +38,13 @@ class Loop:
     """
 
     def __init__(self, *, recorder: StepRecorder, probes: StepProbes, log_once: LogOnce,
-                 window: int, hand_over: Callable[[bool, bool, bool], None],
+                 window: int, hand_over: Callable[[bool, bool, bool], bool],
                  first_step: Callable[[], Any], loader_done: Callable[[], None]) -> None:
         self.recorder = recorder
         self.probes = probes
         self.log_once = log_once
         self.window = window
-        self.handed_over = 0  # steps handed over to the writer
+        self.handed_over = 0  # the steps the writer may take all of
         # (step, its end on the run's clock) at each step closed: the job's progress map
         self.step_closed: Callable[[int, float], None] | None = None
         self.window_start = 0  # the steps closed when the open window began
@@ -63,8 +63,8 @@ class Loop:
         at once)."""
         closed = self.recorder.steps_closed
         ends_window = final or flush or closed - self.window_start >= self.window
-        self._hand_over(final, flush, ends_window)
-        self.handed_over = closed
+        if self._hand_over(final, flush, ends_window):
+            self.handed_over = closed
         if ends_window:
             self.window_start = closed
             self.next_hand_over = _halfway(closed, self.window)

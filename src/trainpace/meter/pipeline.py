@@ -1,15 +1,16 @@
 """The writer side of a window: records, columns, figures, the run folder, sinks, observers.
 
-Runs on the writer thread (:class:`~trainpace.sinks.background.Writer`). The training thread
-hands over the rows of each half window as they are; here they become ``steps.jsonl`` records
-(their values, no dict per step), whose lines go to the run folder at once
-(one append for all the halves taken together). The records wait for the end of their window;
-then they become columns once (a :class:`~trainpace.series.StepSeries`, appended to the
-run's), and the window's figures come from the function that computes the run's. Each
-window's figures go to the sinks (one :class:`~trainpace.sinks.base.FanOut`) as its window
-record; windows shorter than ``SINK_WINDOW_S`` go out together (their columns made in one
-pass too). That work comes in parts (:meth:`WindowPipeline.send` yields between two), which
-the writer paces (:meth:`WindowPipeline.part_pause_s`), so that no step waits for all of it.
+Runs on the writer thread (:class:`~trainpace.sinks.background.Writer`). The writer takes the
+steps closed since its last look, as they are (see :mod:`trainpace.meter.handover`); here they
+become ``steps.jsonl`` records (their values, no dict per step), whose lines go to the run
+folder at once (one append for all the windows taken together). The records wait for the
+end of their window; then they become columns once (a :class:`~trainpace.series.StepSeries`,
+appended to the run's), and the window's figures come from the function that computes the
+run's. Each window's figures go to the sinks (one :class:`~trainpace.sinks.base.FanOut`) as
+its window record; windows shorter than ``SINK_WINDOW_S`` go out together (their columns made
+in one pass too). That work comes in parts (:meth:`WindowPipeline.send` yields between two),
+which the writer paces (:meth:`WindowPipeline.part_pause_s`), so that no step waits for all
+of it.
 """
 
 from __future__ import annotations
@@ -50,11 +51,11 @@ SINK_WINDOW_S = 0.05
 # later).
 PART_PAUSE_MIN_S = 0.0005
 PART_PAUSE_MAX_S = 0.01
-# How often the idle writer looks for a window handed over (it is not woken): this share of
-# the loop's recent real time between two hand-overs, so that a half window's lines are
-# written well before the next half comes (the training thread waits for a writer a whole
-# half behind), within these bounds. Each look costs: a sleeping thread woken by a timer
-# took 30-130 µs of CPU on a 2-core virtual machine (0.7% of a core at 50 looks a second).
+# How often the idle writer looks for steps to take (it is not woken): this share of the
+# loop's recent real time per half window, so that a half window's lines are written well
+# before the next half ends (the training thread waits for a writer a whole half behind),
+# within these bounds. Each look costs: a sleeping thread woken by a timer took 30-130 µs of
+# CPU on a 2-core virtual machine (0.7% of a core at 50 looks a second).
 POLL_SHARE = 0.5
 POLL_MIN_S = 0.001
 POLL_MAX_S = 0.1
@@ -67,13 +68,13 @@ window statistics across ranks); what it raises is contained and reported once."
 
 @dataclass(frozen=True)
 class Window:
-    """One window handed over by the training thread."""
+    """Steps of one window, as the writer takes them (all of it, or a part)."""
 
     make_records: Callable[[], list[StepValues]]  # called on the writer thread
     final: bool
-    last_step: int  # the steps closed when it was handed over
+    last_step: int  # the steps closed up to its end
     flush: bool = False  # its window record goes out now (a loader ran out)
-    ends_window: bool = True  # the last half of a window (else: the first)
+    ends_window: bool = True  # the window's last steps (else: its first ones)
 
 
 class WindowPipeline:
@@ -108,8 +109,7 @@ class WindowPipeline:
         # the pause is about the GIL, in real time, whatever clock the run is timed by
         self._written_at_s = time.perf_counter()
         self._step_s_real = 0.0
-        self._handed_at_s = self._written_at_s  # the last call of write(), for poll_s()
-        self._hand_over_s_real: float | None = None  # None until a window came
+        self._half_window = max(state.config.window // 2, 1)  # steps, for poll_s()
 
     def emit(self, record: Record) -> None:
         """To the run folder (now, here) and to the sinks."""
@@ -121,13 +121,11 @@ class WindowPipeline:
         self.sinks.log(record)
 
     def write(self, windows: list[Window]) -> None:
-        """The halves handed over since the last call, taken together: their records made,
+        """The windows taken since the last call, together: their records made,
         their lines into the run folder (one append), their values kept as columns for
         :meth:`send` (both made while the values are in the CPU's caches). What a SIGKILL
         would lose waits for this only."""
         now = time.perf_counter()
-        self._hand_over_s_real = (now - self._handed_at_s) / len(windows)
-        self._handed_at_s = now
         rows: list[StepValues] = []
         made: list[tuple[Window, int]] = []
         for window in windows:
@@ -192,13 +190,14 @@ class WindowPipeline:
 
     def poll_s(self) -> float:
         """How long the idle writer sleeps before it looks for work again: ``POLL_SHARE`` of
-        the loop's real time between two hand-overs lately, within ``POLL_MIN_S``..
-        ``POLL_MAX_S`` (the longest until the first window came: the time before it holds
-        the run's start-up, and a short first half window finds the writer woken by the
-        second's wait for it)."""
-        if self._hand_over_s_real is None:
+        the loop's real time per half window lately, within ``POLL_MIN_S``..``POLL_MAX_S``
+        (the longest until the first steps came: the time before them holds the run's
+        start-up, and a short first half window finds the writer woken by the training
+        thread's wait for it at the second)."""
+        if not self._step_s_real:
             return POLL_MAX_S
-        return min(max(self._hand_over_s_real * POLL_SHARE, POLL_MIN_S), POLL_MAX_S)
+        return min(max(self._step_s_real * self._half_window * POLL_SHARE, POLL_MIN_S),
+                   POLL_MAX_S)
 
     def _send(self, final: bool, upto: int | None = None) -> Iterator[None]:
         """The steps not sent yet (the first ``upto`` of them): into the run's columns (made

@@ -1,0 +1,103 @@
+"""How the host clock's steps reach the writer: it takes them from the recorder at its looks,
+cut into windows by step counts, and the training thread only marks where a window ends early.
+Driven by hand, one call at a time: which thread would make each call is said in the test."""
+
+import torch
+
+from trainpace.measure.recorder import StepRecorder
+from trainpace.meter.handover import ClosedRows
+from trainpace.records import STEP_FIELDS
+
+_STEP, _LOSS = STEP_FIELDS.index("step"), STEP_FIELDS.index("loss")
+
+
+def steps(rec, clock, count):
+    for _ in range(count):
+        rec.enter(1)
+        clock.advance(0.01)
+        rec.exit(torch.zeros(4), failed=False)
+
+
+def shape(windows):
+    """Each window taken: (its steps, last_step, final, flush, ends_window)."""
+    return [([v[_STEP] for v in w.make_records()], w.last_step, w.final, w.flush,
+             w.ends_window) for w in windows]
+
+
+def test_the_writer_takes_all_but_the_newest_step_cut_at_each_windows_end(clock):
+    rec = StepRecorder(clock=clock)
+    rows = ClosedRows(rec, window=5)
+    assert rows.take() == []  # nothing closed: nothing to take
+    steps(rec, clock, 12)
+    assert shape(rows.take()) == [
+        ([1, 2, 3, 4, 5], 5, False, False, True),
+        ([6, 7, 8, 9, 10], 10, False, False, True),
+        ([11], 11, False, False, False),  # the window's first steps; 12, the newest, waits
+    ]
+    assert rows.take() == []
+    steps(rec, clock, 4)  # 13..16
+    assert shape(rows.take()) == [([12, 13, 14, 15], 15, False, False, True)]
+
+
+def test_at_a_regular_end_the_training_thread_hands_nothing_over(clock):
+    rec = StepRecorder(clock=clock)
+    rows = ClosedRows(rec, window=4)
+    steps(rec, clock, 4)
+    assert rows.hand_over(final=False, flush=False, ends_window=True) is False
+    assert shape(rows.take()) == [([1, 2, 3], 3, False, False, False)]  # 4 still waits
+
+
+def test_a_cut_ends_the_window_early_and_the_next_counts_from_it(clock):
+    rec = StepRecorder(clock=clock)
+    rows = ClosedRows(rec, window=5)
+    steps(rec, clock, 7)
+    assert rows.hand_over(final=False, flush=True, ends_window=True) is True  # loader ran out
+    assert shape(rows.take()) == [
+        ([1, 2, 3, 4, 5], 5, False, False, True),
+        ([6, 7], 7, False, True, True),
+    ]
+    steps(rec, clock, 6)  # 8..13: the next window ends at 12
+    assert shape(rows.take()) == [([8, 9, 10, 11, 12], 12, False, False, True)]
+    rows.hand_over(final=True, flush=False, ends_window=True)
+    assert shape(rows.take()) == [([13], 13, True, False, True)]
+
+
+def test_a_cut_with_no_new_step_still_reaches_the_writer(clock):
+    # The loader ran out (its window was cut), then the run ends: nothing new, the end still
+    # comes through (the pipeline sends what it held back).
+    rec = StepRecorder(clock=clock)
+    rows = ClosedRows(rec, window=10)
+    steps(rec, clock, 3)
+    rows.hand_over(final=False, flush=True, ends_window=True)
+    assert shape(rows.take()) == [([1, 2, 3], 3, False, True, True)]
+    rows.hand_over(final=True, flush=False, ends_window=True)
+    assert shape(rows.take()) == [([], 3, True, False, True)]
+
+
+def test_a_cut_the_writer_sees_before_its_step_waits_for_it(clock):
+    # The writer took the steps, then the training thread cut (the cut first, then the
+    # newest step may be taken): the cut waits for its step, taken at the next look.
+    rec = StepRecorder(clock=clock)
+    rows = ClosedRows(rec, window=10)
+    steps(rec, clock, 3)
+    rows._cuts.append((3, False, True))  # the cut is in, its step not yet released
+    assert shape(rows.take()) == [([1, 2], 2, False, False, False)]
+    rec.close_newest()
+    assert shape(rows.take()) == [([3], 3, False, True, True)]
+
+
+def test_a_loss_observed_after_its_step_is_its_however_often_the_writer_looks(clock):
+    rec = StepRecorder(clock=clock)
+    rows = ClosedRows(rec, window=10)
+    taken = []
+    for i in range(1, 5):
+        steps(rec, clock, 1)
+        taken += rows.take()  # the writer looks between the step and its loss
+        rec.observe(loss=float(i))
+    rows.hand_over(final=True, flush=False, ends_window=True)
+    taken += rows.take()
+    assert [v[_LOSS] for w in taken for v in w.make_records()] == [1.0, 2.0, 3.0, 4.0]
+    rec.observe(loss=9.0)  # after the cut: the next step's
+    steps(rec, clock, 1)
+    rows.hand_over(final=True, flush=False, ends_window=True)
+    assert [v[_LOSS] for w in rows.take() for v in w.make_records()] == [9.0]
