@@ -246,9 +246,10 @@ def test_a_short_phase_right_after_trainpaces_hand_over_is_trainpaces():
         counted = finding.evidence["slow_wall_pct"]
         if cause == "trainpace_boundary":
             assert finding.severity == "info" and counted == 0.0
-            assert ("trainpace's own work after its hand-over (its writer's window record; "
-                    f"under DDP the ranks' exchange), not the training's; it began {start - 200} "
-                    "steps after trainpace handed over its steps at step 200") in finding.title
+            assert ("trainpace's own work after one of its window boundaries (its writer's "
+                    "window record; under DDP the ranks' exchange), not the training's; it "
+                    f"began {start - 200} steps after trainpace's window boundary at step "
+                    "200") in finding.title
         else:
             assert counted == pytest.approx(100 * 0.02 / 0.81)
 
@@ -264,7 +265,7 @@ def test_a_phase_after_a_hand_over_costing_more_than_trainpaces_work_is_not_its(
     assert (phase.start_step, phase.cause, phase.after_handover) == (102, "unknown", 100)
     finding = phases.slow_phases(c).verdicts[0].finding
     assert ("none of the recorded signs (data wait, host CPU, memory, throttling) explains "
-            "it; it began 2 steps after trainpace handed over its steps at step 100, but its "
+            "it; it began 2 steps after trainpace's window boundary at step 100, but its "
             "extra time (100 ms) is more than trainpace's work there costs") in finding.title
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from trainpace.measure.recorder import StepRecorder
+from trainpace.measure.steprow import records_of
 from trainpace.records import STEP_FIELDS
 
 
@@ -16,7 +17,12 @@ def as_records(values):
 
 
 def take_records(rec, *, final=False):
-    """The finished records, made at once (the Meter leaves that to its writer thread)."""
+    """The finished records, made at once (the Meter leaves that to its writer thread): on
+    the host clock the steps as the writer takes them once the loop let the newest go, on a
+    device clock those read back so far (every one with ``final``)."""
+    if rec.timer is None:
+        rec.close_newest()
+        return as_records(records_of(rec.take_closed(), rec.t0, rec.metered))
     return as_records(rec.take_ready(final=final)())
 
 
@@ -306,9 +312,9 @@ def test_a_batch_that_cannot_be_counted_gives_unknown_samples_and_one_warning(ca
 
 
 @pytest.mark.parametrize("kind", ["plain", "losses", "tokens", "metered", "uncounted"])
-def test_the_rows_handed_over_become_records_of_the_one_schema(clock, kind):
-    """The training thread hands its rows over as they are; the records are made by whoever
-    calls what it was given (the writer thread), every field present."""
+def test_the_rows_taken_become_records_of_the_one_schema(clock, kind):
+    """The writer takes the rows as they are and makes their records, every field
+    present."""
     rec = StepRecorder(clock=clock)
     for i in range(6):
         if kind == "metered":
@@ -320,9 +326,10 @@ def test_the_rows_handed_over_become_records_of_the_one_schema(clock, kind):
         batch = {"input_ids": torch.ones(2, 3, dtype=torch.long)} if kind == "tokens" else (
             object() if kind == "uncounted" else torch.zeros(4, 2))
         rec.exit(batch, failed=False)
-    make_records = rec.take_ready()
-    assert take_records(rec) == []  # handed over: the rows left the recorder
-    records = as_records(make_records())
+    rec.close_newest()
+    rows = rec.take_closed()
+    assert take_records(rec) == []  # taken: the rows left the recorder
+    records = as_records(records_of(rows, rec.t0, rec.metered))
     assert [tuple(r) for r in records] == [STEP_FIELDS] * 6
     assert [r["step"] for r in records] == list(range(1, 7))
     assert [r["step_s"] for r in records] == pytest.approx(

@@ -2,11 +2,17 @@
 cut into windows by step counts, and the training thread only marks where a window ends early.
 Driven by hand, one call at a time: which thread would make each call is said in the test."""
 
+import json
+
+import pytest
 import torch
 
+import trainpace
 from trainpace.measure.recorder import StepRecorder
-from trainpace.meter.handover import ClosedRows
+from trainpace.meter import facade
+from trainpace.meter.handover import ClosedRows, HandedWindows, WriterHandOver
 from trainpace.records import STEP_FIELDS
+from trainpace.runlog import read_run
 
 _STEP, _LOSS = STEP_FIELDS.index("step"), STEP_FIELDS.index("loss")
 
@@ -39,12 +45,17 @@ def test_the_writer_takes_all_but_the_newest_step_cut_at_each_windows_end(clock)
     assert shape(rows.take()) == [([12, 13, 14, 15], 15, False, False, True)]
 
 
-def test_at_a_regular_end_the_training_thread_hands_nothing_over(clock):
+def test_at_a_half_window_the_training_thread_only_lets_the_newest_step_go(clock):
     rec = StepRecorder(clock=clock)
     rows = ClosedRows(rec, window=4)
-    steps(rec, clock, 4)
-    assert rows.hand_over(final=False, flush=False, ends_window=True) is False
-    assert shape(rows.take()) == [([1, 2, 3], 3, False, False, False)]  # 4 still waits
+    steps(rec, clock, 2)
+    assert shape(rows.take()) == [([1], 1, False, False, False)]  # 2, the newest, waits
+    # the loop enters step 3: step 2 gets no more values, the writer may take it
+    assert rows.hand_over(final=False, flush=False, ends_window=False) is False  # no cut
+    assert shape(rows.take()) == [([2], 2, False, False, False)]
+    steps(rec, clock, 2)
+    rows.hand_over(final=False, flush=False, ends_window=True)
+    assert shape(rows.take()) == [([3, 4], 4, False, False, True)]
 
 
 def test_a_cut_ends_the_window_early_and_the_next_counts_from_it(clock):
@@ -101,3 +112,59 @@ def test_a_loss_observed_after_its_step_is_its_however_often_the_writer_looks(cl
     steps(rec, clock, 1)
     rows.hand_over(final=True, flush=False, ends_window=True)
     assert [v[_LOSS] for w in rows.take() for v in w.make_records()] == [9.0]
+
+
+class HostEvents:
+    """A device clock whose events complete at once, on the test's manual clock: the Meter's
+    device path (read back on the training thread, handed over), without a device."""
+
+    name = "cuda"
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def mark(self):
+        return self.clock.now
+
+    def ready(self, marker):
+        return True
+
+    def elapsed_s(self, start, end):
+        return end - start
+
+    def wait(self, marker):
+        pass
+
+    def release(self, marker):
+        pass
+
+
+def test_a_device_clocks_steps_are_handed_over_twice_a_window_and_all_reach_the_folder(
+        tmp_path, clock, monkeypatch):
+    monkeypatch.setattr(facade, "device_timer_for", lambda device: HostEvents(clock))
+    handed = []
+    real = WriterHandOver.hand_over
+
+    def recording(self, final, flush, ends_window):
+        handed.append((self._recorder.steps_closed, type(self._source).__name__))
+        return real(self, final, flush, ends_window)
+
+    monkeypatch.setattr(WriterHandOver, "hand_over", recording)
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=10, console=False,
+                            report=False, count_flops=False)
+    for i, b in enumerate(meter.loader([torch.zeros(2)] * 25)):
+        with meter.step(b):
+            clock.advance(0.01 * (1 + i % 2))
+            meter.observe(loss=float(i))
+    summary = meter.finish()
+    # halfway and at each window's end; then the loader's end and the run's
+    assert [step for step, _ in handed] == [5, 10, 15, 20, 25, 25]
+    assert {source for _, source in handed} == {HandedWindows.__name__}
+    run = read_run(meter.path)
+    assert [s["step"] for s in run.steps] == list(range(1, 26))
+    assert [s["loss"] for s in run.steps] == [float(i) for i in range(25)]
+    # the device's times between the events (the fetch included), not the host cycle
+    assert [s["step_s"] for s in run.steps] == pytest.approx([0.01 * (1 + i % 2)
+                                                              for i in range(25)])
+    assert summary.steps.total == 25
+    assert json.loads((meter.path / "meta.json").read_text())["clock"] == "cuda"

@@ -361,3 +361,15 @@ def test_a_look_that_raises_is_reported_and_the_writer_looks_again():
     assert writer.wait_for(8, timeout_s=10)
     writer.close()
     assert [type(e) for e in errors] == [OSError]
+
+
+def test_a_window_that_reaches_no_further_step_is_still_sent():
+    # The run's end, cut where the steps were all taken already: a window of no new step
+    # still has its work (the records held back go out then).
+    sends = []
+    writer, handed = writer_of(after_windows=lambda: sends.append(writer.written_step))
+    handed.hand(45)
+    assert writer.wait_for(45, timeout_s=10, sent=True)
+    handed.hand(45)
+    writer.close()
+    assert sends == [45, 45]

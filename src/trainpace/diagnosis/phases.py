@@ -51,8 +51,9 @@ class Phase:
     cause: str
     signs: HostSigns | None
     wait_share_pct: float | None
-    # the step after which trainpace handed its steps over, when the phase began within
-    # trainpace_boundary_steps of it (its writer's work lands on the steps that follow)
+    # the step of trainpace's window boundary (a window's end or middle) before the phase,
+    # when it began within trainpace_boundary_steps and a quarter window of it (its writer's
+    # work lands on the steps that follow)
     after_handover: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,7 +181,7 @@ def _cause(ctx: Context, line: Timeline, phase: tuple[int, int], signs: HostSign
         return "trainpace_first_step"
     if phase[0] == 0 and phase[1] - phase[0] + 1 <= t.compile_warmup_steps:
         return "warmup"
-    # right after a hand-over, and no more than trainpace's work there costs: trainpace's
+    # right after a boundary, and no more than trainpace's work there costs: trainpace's
     if handover is not None and extra_s <= t.trainpace_boundary_max_s:
         return "trainpace_boundary"
     return "unknown"
@@ -234,8 +235,9 @@ _CAUSE_TEXT = {
     "warmup": "compile, allocator and cache warm-up (the first steps)",
     "trainpace_first_step": "trainpace's own first-step work (counting the step's FLOPs), "
                             "not the training's",
-    "trainpace_boundary": "trainpace's own work after its hand-over (its writer's window "
-                          "record; under DDP the ranks' exchange), not the training's",
+    "trainpace_boundary": "trainpace's own work after one of its window boundaries (its "
+                          "writer's window record; under DDP the ranks' exchange), not the "
+                          "training's",
     "unknown": "none of the recorded signs (data wait, host CPU, memory, throttling) "
                "explains it",
 }
@@ -257,7 +259,7 @@ _ADVICE = {
     "trainpace_first_step": "once per run, and left out of the figures with the warm-up; "
                             "nothing in the training needs to change for it",
     "trainpace_boundary": "nothing in the training needs to change for it; a larger window "
-                          "makes trainpace's hand-overs rarer",
+                          "makes trainpace's window work rarer",
     "unknown": "look at what else ran on the machine then; a profiler trace of those steps "
                "(Meter(profile_steps=...)) shows where the time went",
 }
@@ -272,7 +274,7 @@ def _describe(p: Phase) -> str:
         cause += f" ({p.signs.text()})"
     if p.cause == "trainpace_boundary" or (p.cause == "unknown" and p.after_handover):
         cause += (f"; it began {p.start_step - (p.after_handover or 0)} steps after "
-                  f"trainpace handed over its steps at step {p.after_handover}")
+                  f"trainpace's window boundary at step {p.after_handover}")
         if p.cause == "unknown":
             cause += (f", but its extra time ({duration(p.extra_s)}) is more than trainpace's "
                       "work there costs")

@@ -27,7 +27,7 @@ import torch
 from trainpace.measure.batch import TokenCount, count_tokens, samples_in
 from trainpace.measure.clock import DeviceTimer, Marker
 from trainpace.measure.readback import DeviceReadback
-from trainpace.measure.steprow import StepRow, records_of
+from trainpace.measure.steprow import StepRow
 from trainpace.records import StepValues
 
 logger = logging.getLogger(__name__)
@@ -372,8 +372,9 @@ class StepRecorder:
         return self._metered
 
     def close_newest(self) -> None:
-        """Training thread, on the host clock: the newest closed step may be taken too
-        (:meth:`take_closed`): a value observed from now on goes to the next step."""
+        """Training thread, on the host clock, as the next step begins (or the loop ends):
+        the newest closed step may be taken too (:meth:`take_closed`); a value observed from
+        now on goes to the next step."""
         last = self.last_closed
         if last is not None:
             last.emitted = True
@@ -393,20 +394,17 @@ class StepRecorder:
     # -- the window boundary's side, on a device clock ---------------------------------------
 
     def take_ready(self, *, final: bool = False) -> Callable[[], list[StepValues]]:
-        """Finished ``steps.jsonl`` records (their values: :data:`~trainpace.records.StepValues`),
-        oldest first (those whose values can be read now), the making of them left to the
-        caller of the function returned (the writer thread): on the host clock the rows are
-        handed over as they are, which keeps the training thread's share of a window to a list
-        copy. Without ``final`` it never blocks: a step whose device
-        events have not completed, or whose device values are still being copied, waits for a
-        later call. With ``final`` (end of run) it waits for the device and returns everything."""
-        if self.timer is None:  # every value is already on the host
-            rows = list(self._pending)
-            self._pending.clear()
-            if rows:
-                rows[-1].emitted = True  # observe() looks no further back than this one
-            return partial(records_of, rows, self.t0, self._metered)
-        assert self._readback is not None  # made with the timer
+        """On a device clock, on the training thread (it issues the copies of the steps'
+        device values): finished ``steps.jsonl`` records (their values:
+        :data:`~trainpace.records.StepValues`), oldest first (those whose values can be read
+        now), made by whoever calls the function returned. Without ``final`` it never blocks:
+        a step whose device events have not completed, or whose device values are still being
+        copied, waits for a later call. With ``final`` (end of run) it waits for the device
+        and returns everything. (On the host clock the writer takes the steps:
+        :meth:`take_closed`.)"""
+        if self._readback is None:
+            raise RuntimeError("take_ready() reads a device clock's steps back; on the host "
+                               "clock the writer takes them with take_closed()")
         t0 = self.t0 if self.t0 is not None else 0.0  # None: no step closed, none pending
         records = self._readback.take(self._pending, final=final, t0=t0, metered=self._metered)
         return partial(list, records)

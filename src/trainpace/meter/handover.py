@@ -1,8 +1,9 @@
 """How the steps reach the writer, and what the training thread does for it at a boundary.
 
 On the host clock the writer takes the closed steps from the recorder itself at each of its
-looks (:class:`ClosedRows`): the training thread hands nothing over at a window's end, and
-only marks where a window must end early (a loader ran out, the run ends). On a device
+looks (:class:`ClosedRows`): the training thread hands nothing over at a window's end; twice
+a window it lets the writer take the newest step too, and it marks where a window must end
+early (a loader ran out, the run ends). On a device
 clock the steps' events and values are read back on the training thread (it issues the
 copies), twice a window, and handed over as windows (:class:`HandedWindows`). Either way a
 SIGKILL loses at most one window.
@@ -42,16 +43,16 @@ class ClosedRows:
         self._cuts: deque[tuple[int, bool, bool]] = deque()
 
     def hand_over(self, final: bool, flush: bool, ends_window: bool) -> bool:
-        """Training thread. A window's regular end needs nothing: the writer finds its
-        steps. A loader that ran out, or the run's end, cuts the window there (the steps up
-        to now may all be taken). True when it did."""
-        if not (final or flush):
-            return False
+        """Training thread, at each half window: the newest step may be taken too (the loop
+        is entering the next step: a value observed from now on is that one's), so a writer
+        that was waited for here is not a step behind at the next. A loader that ran out,
+        or the run's end, also cuts the window there; True when it did."""
         rec = self._recorder
-        # the cut first: a writer that takes the newest step knows where it ends
-        self._cuts.append((rec.steps_closed, final, flush))
+        cut = final or flush
+        if cut:  # the cut first: a writer that takes the newest step knows where it ends
+            self._cuts.append((rec.steps_closed, final, flush))
         rec.close_newest()
-        return True
+        return cut
 
     def take(self) -> list[Window]:
         """Writer thread: the steps closed since the last call that can be taken (the newest

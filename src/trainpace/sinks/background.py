@@ -82,6 +82,10 @@ class Writer:
         self._done = threading.Condition(threading.Lock())
         self.written_step = 0  # on_windows returned: lines up to this step are in the folder
         self.sent_step = 0  # after_windows returned too: their records are at the sinks
+        # windows written and sent, counted: a window may reach no further step than the one
+        # before it (the run's end, cut where the steps were taken already) and still has
+        # work to send
+        self._written = self._sent = 0
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -179,17 +183,18 @@ class Writer:
     def _write(self, windows: list[Any]) -> None:
         self._contained(self._on_windows, windows)
         with self._done:
+            self._written += len(windows)
             self.written_step = max(self.written_step, windows[-1].last_step)
             self._done.notify_all()
 
     def _send_written(self) -> None:
         """``after_windows`` for the windows written and not sent yet (again, for those
         written between its parts)."""
-        while self.sent_step < self.written_step:
-            written = self.written_step
+        while self._sent < self._written:
+            written, step = self._written, self.written_step
             self._paced(self._after_windows)
             with self._done:
-                self.sent_step = written
+                self._sent, self.sent_step = written, step
                 self._done.notify_all()
 
     def _paced(self, work: Callable[[], Parts]) -> None:
