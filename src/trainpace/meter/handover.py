@@ -3,10 +3,9 @@
 On the host clock the writer takes the closed steps from the recorder itself at each of its
 looks (:class:`ClosedRows`): the training thread hands nothing over at a window's end; twice
 a window it lets the writer take the newest step too, and it marks where a window must end
-early (a loader ran out, the run ends). On a device
-clock the steps' events and values are read back on the training thread (it issues the
-copies), twice a window, and handed over as windows (:class:`HandedWindows`). Either way a
-SIGKILL loses at most one window.
+early (a loader ran out, the run ends). On a device clock the steps' events and values are
+read back on the training thread (it issues the copies), twice a window, and handed over as
+windows (:class:`HandedWindows`). Either way a SIGKILL loses at most one window.
 """
 
 from __future__ import annotations
@@ -31,8 +30,9 @@ LAG_WAIT_S = 0.5
 class ClosedRows:
     """The host clock's steps, taken by the writer thread (:meth:`take`) from the recorder
     and cut into windows of ``window`` steps (a window ends early where the training thread
-    said so: :meth:`cut`). The training thread only appends rows and cuts; only the writer
-    takes them out."""
+    said so: :meth:`hand_over`; the writer counts the windows' ends as the loop does, from
+    the same steps). The training thread only appends rows and cuts; only the writer takes
+    them out."""
 
     def __init__(self, recorder: StepRecorder, window: int) -> None:
         self._recorder = recorder

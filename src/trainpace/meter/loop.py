@@ -25,10 +25,12 @@ from trainpace.meter.probes import StepProbes
 class Loop:
     """The training thread's side of a Meter.
 
-    ``hand_over(final, flush, ends_window)`` gives the steps closed since the last hand-over
-    to the writer: twice a window (halfway, and at its end), so that the run folder is never
-    more than a window behind the loop (a SIGKILL loses at most one window: the steps of
-    the open half, and of the half handed over last if it is not written yet);
+    ``hand_over(final, flush, ends_window)`` runs twice a window (halfway, and at its end)
+    and where a window ends early: it lets the writer have the steps closed so far (on the
+    host clock the writer takes them itself; on a device clock they are read back and handed
+    over) and waits for a writer more than half a window behind, so that the run folder is
+    never more than a window behind the loop (a SIGKILL loses at most one window); it returns
+    True when every step closed may now be taken;
     ``first_step()`` runs when the first step begins (the sampler starts then, and returns a
     FLOP counter for that step, or None); ``loader_done()`` runs when a metered loader is
     exhausted. ``hand_over`` and ``loader_done`` are the
@@ -58,9 +60,8 @@ class Loop:
         self.context = StepContext(self)
 
     def boundary(self, *, final: bool = False, flush: bool = False) -> None:
-        """Hand the steps closed since the last hand-over to the writer: halfway through a
-        window, or at its end (``flush``: the window ends now and its record goes to the sinks
-        at once)."""
+        """Halfway through a window, or at its end (``flush``: the window ends now and its
+        record goes to the sinks at once): the hand-over (see the class)."""
         closed = self.recorder.steps_closed
         ends_window = final or flush or closed - self.window_start >= self.window
         if self._hand_over(final, flush, ends_window):
