@@ -191,7 +191,11 @@ def test_a_hung_rank_does_not_hang_rank0s_monitoring(tmp_path):
             time.sleep(0.5)
         merged = json.loads((out / "summary.json").read_text())
         [gone] = merged["dist"]["missing"]
-        assert (gone["rank"], gone["last_step"]) == (1, 10)
+        # 12 steps closed before the hang: the job's summary names the furthest the rank got
+        # in what it wrote, at least its last window's end (10) and at most its last step
+        # (the writer takes every step but the newest at its looks, the newest too at a half
+        # window); which, depends on when the writer last looked
+        assert gone["rank"] == 1 and 10 <= gone["last_step"] <= 12
         assert measured(out / "rank0")[2] == 30
         assert job.poll() is None  # rank 1 still hangs; rank 0 finished without it
     finally:

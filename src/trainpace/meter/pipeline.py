@@ -55,10 +55,13 @@ PART_PAUSE_MAX_S = 0.01
 # loop's recent real time per half window, so that a half window's lines are written well
 # before the next half ends (the training thread waits for a writer a whole half behind),
 # within these bounds. Each look costs: a sleeping thread woken by a timer took 30-130 µs of
-# CPU on a 2-core virtual machine (0.7% of a core at 50 looks a second).
+# CPU on a 2-core virtual machine (0.7% of a core at 50 looks a second). The longest sleep
+# bounds how late the lines of slow steps reach the run folder and a live view; at 0.1 s the
+# looks were half the writer's CPU on 30 ms steps (0.6% of a core against 0.3% at 1 s, where
+# a 2-core script's torch threads want both cores).
 POLL_SHARE = 0.5
 POLL_MIN_S = 0.001
-POLL_MAX_S = 0.1
+POLL_MAX_S = 1.0
 _STEP, _T_S = STEP_FIELDS.index("step"), STEP_FIELDS.index("t_s")
 
 WindowObserver = Callable[[Figures, list[dict[str, Any]]], None]
