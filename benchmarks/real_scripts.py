@@ -35,6 +35,22 @@ Figures per run:
 - ``threads`` (a figure under the table): the CPU of trainpace's threads (sampler, writer)
   as a share of one core, over the process's wall time.
 
+Whole processes on a shared machine differ by several percent from one another, and so do
+blocks of a second inside one process (its CPU time as much as its wall time: the machine's
+speed changes, not only its share), so the figures above cannot resolve a cost of 1%. The
+steady cost is measured apart, in one process per script (``--alternate``): the script runs
+``ALTERNATE_STEPS`` steps with the Meter's step around the second and third of every four and
+the others bare (ABBA, so that a drift within the four falls on both alike); after the first
+tenth, each group of four gives the metered pair's mean step less the bare pair's, in wall and
+in process CPU time, and the figure is their mean with twice its standard error. Its window
+boundaries and hand-overs fall on metered steps; its threads (sampler, writer) run through
+both kinds, so their share of a core, measured in the same process, is added to the cost's
+upper end (as if every CPU second of theirs were taken from the script). The target (at most
+1% on these steps of 10 ms or more) is called ``met`` when that upper end is at most 1%,
+``missed`` when the lower end is above, else ``not resolved``. ``trainpace run``'s hooks do
+what the Meter's step does from PyTorch's hooks, a few microseconds a step more
+(``benchmarks/run_overhead.py``).
+
 Before the rounds each variant of each script runs once untimed, so that every timed run
 finds what an installed trainpace has: its bytecode compiled (the child processes may write
 ``__pycache__``, as ``pip install`` does; ``PYTHONDONTWRITEBYTECODE`` is dropped for them), the
@@ -78,6 +94,9 @@ class Script:
 
 
 SCRIPT_SET = (Script("mnist", 60), Script("dcgan", 50), Script("word_lm", 80))
+# --alternate: the steps of each script's one process (--quick: a third), about 25 s each
+ALTERNATE_STEPS = {"mnist": 1200, "dcgan": 1200, "word_lm": 600}
+TARGET_PCT = 1.0
 
 
 def command(script: Script, variant: str, steps: int, folder: Path) -> list[str]:
@@ -143,6 +162,68 @@ def measure(scripts: tuple[Script, ...], rounds: int, quick: bool
     return out
 
 
+def alternate_once(script: Script, steps: int) -> dict[str, Any]:
+    """One process of ``script`` with the Meter on steps 1 and 2 of every 4: its timing."""
+    with tempfile.TemporaryDirectory(prefix="trainpace-real-") as tmp:
+        folder = Path(tmp)
+        subprocess.run([*command(script, "meter", steps, folder), "--alternate"], check=True,
+                       cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, env=CHILD_ENV)
+        timing: dict[str, Any] = json.loads((folder / "timing.json").read_text())
+    return timing
+
+
+def step_cost(ends_s: list[float]) -> dict[str, float]:
+    """The metered steps' cost from the ends of ABBA steps (steps 1 and 2 of every 4
+    metered): per group of four after the first tenth, the metered pair's mean step less the
+    bare pair's; their mean, twice its standard error, and the bare steps' mean."""
+    step_s = [b - a for a, b in itertools.pairwise(ends_s)]  # step_s[i - 1]: step i (i >= 1)
+    first = max(4, len(ends_s) // 10 // 4 * 4)  # about the first tenth, in whole groups
+    costs, bares = [], []
+    for k in range(first, len(ends_s) - 3, 4):
+        d0, d1, d2, d3 = step_s[k - 1:k + 3]
+        costs.append((d1 + d2 - d0 - d3) / 2)
+        bares.append((d0 + d3) / 2)
+    return {"bare_s": statistics.fmean(bares), "cost_s": statistics.fmean(costs),
+            "interval_s": 2 * statistics.stdev(costs) / len(costs) ** 0.5, "groups": len(costs)}
+
+
+def steady(scripts: tuple[Script, ...], quick: bool) -> dict[str, dict[str, Any]]:
+    """Per script: the Meter's cost per steady step (wall and CPU), its threads' share of a
+    core, and the verdict against ``TARGET_PCT``."""
+    out = {}
+    for script in scripts:
+        steps = ALTERNATE_STEPS[script.name] // (3 if quick else 1)
+        timing = alternate_once(script, steps)
+        wall, cpu = step_cost(timing["ends_s"]), step_cost(timing["cpu_ends_s"])
+        threads_pct = 100 * sum(
+            cpu_s for name, cpu_s in timing["threads_cpu_s"].items()
+            if name.startswith("trainpace")) / timing["loop_s"]
+        pct = 100 * wall["cost_s"] / wall["bare_s"]
+        interval_pct = 100 * wall["interval_s"] / wall["bare_s"]
+        upper, lower = pct + interval_pct + threads_pct, pct - interval_pct
+        verdict = ("met" if upper <= TARGET_PCT else "missed" if lower > TARGET_PCT
+                   else "not resolved")
+        out[script.name] = {
+            "steps": steps, "groups": wall["groups"], "bare_step_ms": 1e3 * wall["bare_s"],
+            "cost_us": 1e6 * wall["cost_s"], "interval_us": 1e6 * wall["interval_s"],
+            "cost_pct": pct, "interval_pct": interval_pct,
+            "cpu_cost_us": 1e6 * cpu["cost_s"], "cpu_interval_us": 1e6 * cpu["interval_s"],
+            "cpu_cost_pct": 100 * cpu["cost_s"] / cpu["bare_s"],
+            "threads_pct_of_core": threads_pct, "upper_pct": upper, "verdict": verdict}
+        print(f"steady {script.name}: {_steady_text(out[script.name])}", file=sys.stderr)
+    return out
+
+
+def _steady_text(one: dict[str, Any]) -> str:
+    return (f"the Meter's step {one['cost_us']:+.0f} ± {one['interval_us']:.0f} µs "
+            f"({one['cost_pct']:+.2f}% ± {one['interval_pct']:.2f}% of a "
+            f"{one['bare_step_ms']:.1f} ms step; CPU {one['cpu_cost_us']:+.0f} "
+            f"± {one['cpu_interval_us']:.0f} µs, {one['cpu_cost_pct']:+.2f}%), threads "
+            f"{one['threads_pct_of_core']:.2f}% of a core: at most {one['upper_pct']:.2f}% "
+            f"→ {one['verdict']} (target {TARGET_PCT:g}%)")
+
+
 def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "low": min(values), "high": max(values)}
 
@@ -190,7 +271,11 @@ def main() -> None:
     scripts = tuple(s for s in SCRIPT_SET if not args.only or s.name in args.only)
     measured = measure(scripts, rounds, args.quick)
     rows = table(measured)
+    steady_costs = steady(scripts, args.quick)
     figures: dict[str, Any] = {"rounds": rounds}
+    for name, one in steady_costs.items():
+        figures[f"{name}: steady step, {one['steps']} steps ABBA in one process"] = (
+            _steady_text(one))
     for name, per_round in measured.items():
         for variant in ("run", "meter"):
             share = [r[variant]["trainpace_threads_cpu_s"] / r[variant]["wall_s"]
@@ -201,10 +286,12 @@ def main() -> None:
         write_result("real_scripts", quick=args.quick, rows=rows, figures=figures,
                      load_before=load_before)
     if args.json:
-        print(json.dumps({"rows": rows, "raw": measured}))
+        print(json.dumps({"rows": rows, "steady": steady_costs, "raw": measured}))
         return
     for row in rows:
         print("  ".join(f"{k}={v}" for k, v in row.items()))
+    for name, one in steady_costs.items():
+        print(f"steady {name}: {_steady_text(one)}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ training loop, after the model and the data are built), the process CPU time of 
 when the loop began and ended on the wall clock (``time.time``, which the benchmark reads too),
 for the benchmark to tell the first step (trainpace counts its FLOPs) from the others, and the
 process's start (imports, the Meter) from its end (``finish()``, the report, the exit).
+``--alternate`` (with ``--meter``) meters only the second and third step of every four, the
+others run bare, in the same process a few milliseconds apart: the benchmark's measure of what
+the Meter's step costs, which differences between processes and between seconds on a shared
+machine would drown (the loader is not metered then: the step is what is compared).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ def arguments(description: str, steps: int) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=steps, help="optimizer steps to run")
     parser.add_argument("--meter", metavar="DIR", help="measure with trainpace.Meter(out=DIR)")
     parser.add_argument("--timing", metavar="FILE", help="write the loop's times to FILE")
+    parser.add_argument("--alternate", action="store_true",
+                        help="with --meter: meter steps 1 and 2 of every 4, the others bare")
     return parser.parse_args()
 
 
@@ -40,24 +46,33 @@ class Watch:
             import trainpace
 
             self.meter = trainpace.Meter(out=args.meter, console=False, report=False)
+        self._alternate = bool(args.meter and args.alternate)
+        self._metered_now = False
         self._ends_s: list[float] = []
+        self._cpu_ends_s: list[float] = []  # the process's CPU time at each step's end
         self._start_epoch_s = time.time()  # the benchmark's clock across processes
         self._start_s = time.perf_counter()
         self._start_cpu_s = time.process_time()
 
     def loader(self, batches: Iterable[Any]) -> Iterator[Any]:
-        return iter(self.meter.loader(batches) if self.meter is not None else batches)
+        metered = self.meter is not None and not self._alternate
+        return iter(self.meter.loader(batches) if metered else batches)
 
     def step(self, batch: Any) -> contextlib.AbstractContextManager[Any]:
-        return self.meter.step(batch) if self.meter is not None else contextlib.nullcontext()
+        # ABBA: of every four steps the middle two are metered, so that a drift of the
+        # machine's speed within the four falls on both kinds alike
+        self._metered_now = self.meter is not None and (
+            not self._alternate or len(self._ends_s) % 4 in (1, 2))
+        return self.meter.step(batch) if self._metered_now else contextlib.nullcontext()
 
     def observe(self, loss: Any) -> None:
-        if self.meter is not None:
+        if self._metered_now:
             self.meter.observe(loss=loss)
 
     def tick(self) -> None:
         """A step has ended (called after it, outside the Meter's step)."""
         self._ends_s.append(time.perf_counter() - self._start_s)
+        self._cpu_ends_s.append(time.process_time() - self._start_cpu_s)
 
     def done(self) -> None:
         loop_s = time.perf_counter() - self._start_s
@@ -68,6 +83,7 @@ class Watch:
         if self._args.timing:
             Path(self._args.timing).write_text(json.dumps(
                 {"loop_s": loop_s, "loop_cpu_s": loop_cpu_s, "ends_s": self._ends_s,
+                 "cpu_ends_s": self._cpu_ends_s, "alternate": self._alternate,
                  "threads_cpu_s": threads, "loop_start_epoch_s": self._start_epoch_s,
                  "loop_end_epoch_s": self._start_epoch_s + loop_s}))
 
