@@ -48,6 +48,11 @@ class Steps:
     # extension: measured steps that ran while other processes took the CPU (null without
     # host CPU readings); the steady span is the measured steps without them
     slowed_by_others: int | None = None
+    # extension: the steps at which a window ended early because a metered loader ran out
+    # (an epoch's end), in order: trainpace's later window boundaries count from the last one
+    # before them; null when not known (a summary rebuilt from steps.jsonl, or more than
+    # 10,000 of them)
+    window_ends: list[int] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

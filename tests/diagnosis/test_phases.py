@@ -274,3 +274,33 @@ def test_the_hand_over_before_a_phase_is_where_the_meters_loop_makes_it():
     c = ctx(meta={"config": {"window": 5}})
     found = {step: phases._handover_before(c, step) for step in (1, 2, 3, 5, 6, 8, 11)}
     assert found == {1: None, 2: None, 3: 2, 5: 2, 6: 5, 8: 7, 11: 10}
+
+
+def test_a_window_ended_by_a_loader_moves_the_boundaries_after_it():
+    # window 5, epochs of 7 steps: the loop's windows end at 5, 7 (the loader ran out), 12,
+    # 14, 19, 21 ..., with halfway hand-overs 2 steps into each (2, 9, 16, ...); without
+    # the ends known, the boundaries are counted from the run's start (5, 7, 10, 12, 15)
+    known = ctx(Summary(steps=Steps(window_ends=[7, 14])), meta={"config": {"window": 5}})
+    unknown = ctx(meta={"config": {"window": 5}})
+    steps = (3, 8, 9, 10, 12, 13, 15, 16, 17, 20)
+    assert {s: phases._handover_before(known, s) for s in steps} == {
+        3: 2, 8: 7, 9: 7, 10: 9, 12: 9, 13: 12, 15: 14, 16: 14, 17: 16, 20: 19}
+    assert {s: phases._handover_before(unknown, s) for s in steps} == {
+        3: 2, 8: 7, 9: 7, 10: 7, 12: 10, 13: 12, 15: 12, 16: 15, 17: 15, 20: 17}
+
+
+def test_a_phase_right_after_a_loader_ended_window_is_named_at_that_boundary():
+    # window 100, epochs of 64 steps: the loop's windows end at 64 (a loader ran out), 114
+    # (halfway), 128 (the next loader end), 178, 192, 242, 256 ... A phase at steps 259-263
+    # begins 3 steps after the boundary at 256; counted from the run's start the last
+    # boundary would be 250, and the phase 9 steps after it
+    step_s = [0.002] * 400
+    step_s[258:263] = [0.004] * 5
+    c = ctx(Summary(steps=Steps(window_ends=[64, 128, 192, 256, 320, 384]),
+                    time=Time(wall_s=sum(step_s))),
+            steps=records(step_s), meta={"config": {"window": 100}}, slow_phase_min_wall_pct=0.5)
+    [phase] = phases.find_phases(c)
+    assert (phase.start_step, phase.cause, phase.after_handover) == (
+        259, "trainpace_boundary", 256)
+    finding = phases.slow_phases(c).verdicts[0].finding
+    assert "began 3 steps after trainpace's window boundary at step 256" in finding.title

@@ -414,3 +414,19 @@ def test_profile_steps_capture_and_analyze_a_trace(tmp_path):
     assert any("DataLoader" in e.get("name", "") for e in events)
     analysis = json.loads((meter.path / "profile_analysis.json").read_text())
     assert analysis["ranks"][0]["rank"] == 0
+
+
+def test_the_windows_a_loader_ended_are_in_the_summary(tmp_path, clock):
+    # window 10, epochs of 7 batches: the loop's boundaries are 5 (halfway), 7 (the loader ran
+    # out: the window ends there), 12, 14, 19, 21; the ends at a loader's end are kept, so the
+    # diagnosis places trainpace's later boundaries from them
+    meter = quiet(tmp_path, clock=clock, window=10)
+    for _epoch in range(3):
+        for b in meter.loader([torch.zeros(2)] * 7):
+            with meter.step(b):
+                clock.advance(0.01)
+    s = meter.finish()
+    assert s.steps.window_ends == [7, 14, 21]
+    written = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert written["steps"]["window_ends"] == [7, 14, 21]
+    assert read_run(tmp_path / "run").summary.steps.window_ends == [7, 14, 21]

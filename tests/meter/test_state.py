@@ -27,3 +27,15 @@ def test_steps_other_processes_slowed_are_not_warm_up_and_leave_the_steady_span(
     assert (summary.steps.warmup, summary.steps.slowed_by_others) == (3, 100)
     assert summary.throughput.samples_per_s == pytest.approx(3000 / 9.0)
     assert summary.throughput.steady_samples_per_s == pytest.approx(500.0)
+
+
+def test_window_ends_are_kept_in_order_once_each_and_dropped_beyond_the_bound(monkeypatch):
+    state = RunState(MeterConfig(), torch.device("cpu"), "r", cpu_count=2)
+    for step in (7, 7, 14, 3, 21):  # a repeat or an older step is not a new end
+        state.window_ended(step)
+    assert state.window_ends == [7, 14, 21]
+    monkeypatch.setattr("trainpace.meter.state.WINDOW_ENDS_KEPT", 3)
+    state.window_ended(28)  # one more than kept: not known any more, not a wrong list
+    assert state.window_ends is None
+    state.window_ended(35)
+    assert state.window_ends is None

@@ -307,6 +307,12 @@ class Context:
         return value if isinstance(value, int) and value > 1 else None
 
     @property
+    def window_ends(self) -> list[int] | None:
+        """The steps at which a window ended early (a metered loader ran out), in order:
+        the summary's ``steps.window_ends``; None when not known."""
+        return self.summary.steps.window_ends
+
+    @property
     def made_by(self) -> str | None:
         """The front-end that made the run when it is not a loop's own Meter: ``"run"`` or
         ``"demo"`` (its advice then names the verb's flags), ``"lightning"`` or ``"hf"`` (the

@@ -10,6 +10,7 @@ steady figures then describe a small part of the run.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -151,12 +152,16 @@ def _handover_before(ctx: Context, start_step: int) -> int | None:
     a device clock, hands its steps over), when ``start_step`` is at most
     ``trainpace_boundary_steps`` plus a quarter window after it (the writer takes a
     window's steps, and begins its work on them, at its next look: every quarter window or
-    so); None without a known window, before the first boundary or further from one."""
+    so); None without a known window, before the first boundary or further from one. A
+    loader that ran out ended its window early, and the windows after it count from there
+    (``steps.window_ends``; where those are not known, from the run's start)."""
     window = ctx.window_steps
     if window is None:
         return None
     closed = start_step - 1  # the steps closed before the phase began
-    window_start = closed // window * window
+    ends = ctx.window_ends or []
+    origin = ends[bisect.bisect_right(ends, closed) - 1] if ends and ends[0] <= closed else 0
+    window_start = origin + (closed - origin) // window * window
     halfway = window_start + max(window // 2, 1)
     handover = halfway if closed >= halfway else window_start
     if handover == 0 or start_step - handover > ctx.t.trainpace_boundary_steps + window // 4:

@@ -157,6 +157,8 @@ class WindowPipeline:
         t_s = self._columns[_T_S]
         for window, steps in made:
             self._unsent += steps
+            if window.flush:  # a loader ran out: the loop's next windows count from here
+                self.state.window_ended(window.last_step)
             if window.ends_window or window.final or window.flush:
                 self._ended = self._unsent
             if self._unsent and (window.final or window.flush or (

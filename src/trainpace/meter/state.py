@@ -33,6 +33,8 @@ ENERGY_KEYS = ("index", "energy_mj", "power_w")  # of each GPU: the cost's energ
 # the host readings the diagnosis reads over time (CPU contention, the loading's CPU demand)
 SYSTEM_HOST_KEYS = ("system_cpu_pct", "process_cpu_pct", "main_cpu_pct", "main_demand_pct",
                     "workers_demand_pct", "job_cpu_pct")
+# Window ends kept for the summary (steps.window_ends): an epoch each; beyond, not known.
+WINDOW_ENDS_KEPT = 10_000
 
 
 class RunState:
@@ -56,6 +58,9 @@ class RunState:
             key: deque(maxlen=SYSTEM_ROWS_KEPT) for key in HOST_COLUMNS}
         self._cpu_count = cpu_count if cpu_count is not None else usable_cpus()
         self.loader: dict[str, Any] | None = None
+        # the steps at which a window ended early (a loader ran out), in order; None once
+        # there were more than WINDOW_ENDS_KEPT
+        self.window_ends: list[int] | None = []
         self._warmup_count = 0
         self._warmup_at_steps = 0
         self._host = socket.gethostname()
@@ -65,6 +70,17 @@ class RunState:
         self.goal = goal
         self.tracker = TargetTracker(goal)
         self.tracker.add(self.series)
+
+    def window_ended(self, step: int) -> None:
+        """A window ended early at ``step`` (a metered loader ran out): the loop's later
+        window boundaries count from it, and the diagnosis places them so."""
+        ends = self.window_ends
+        if ends is None or (ends and ends[-1] >= step):
+            return
+        if len(ends) >= WINDOW_ENDS_KEPT:
+            self.window_ends = None
+        else:
+            ends.append(step)
 
     def keep_system_rows(self, rows: list[dict[str, Any]]) -> None:
         kept = [_kept(row) for row in rows]
@@ -109,6 +125,9 @@ class RunState:
             loader=self.loader,
             host=self._host,
         )
+        ends = None if self.window_ends is None else list(self.window_ends)
+        summary = dataclasses.replace(
+            summary, steps=dataclasses.replace(summary.steps, window_ends=ends))
         if vitals is None:
             return self.costed(dataclasses.replace(
                 summary, device=Device(kind=self.device.type, name=device_name(self.device))),
