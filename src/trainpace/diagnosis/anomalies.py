@@ -8,6 +8,7 @@ and the rules say so.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -118,6 +119,15 @@ def _near(period: int, length: int, t: Thresholds) -> bool:
     return abs(period - length) <= max(1, int(length * t.period_tolerance_pct / 100.0))
 
 
+def _loader_end_spacing(ends: list[int] | None) -> int | None:
+    """The steps between the windows a loader ended, when they are regular (at least three
+    ends, every gap the same): an epoch's length in steps; else None."""
+    if ends is None or len(ends) < 3:
+        return None
+    gaps = {b - a for a, b in itertools.pairwise(ends)}
+    return gaps.pop() if len(gaps) == 1 else None
+
+
 def _periodic_cause(ctx: Context, period: int, in_loader: bool, each: str, gain: str, *,
                     excess_s: float) -> tuple[str, str]:
     """(cause, advice) of slow steps every ``period`` steps, from what the run recorded:
@@ -137,6 +147,18 @@ def _periodic_cause(ctx: Context, period: int, in_loader: bool, each: str, gain:
             f"the slow steps fall on trainpace's own window boundary (every {window} steps, "
             f"config.window): the {each} each time is trainpace's cost, its work at the "
             f"boundary, not the training's; a larger window ({flag}) makes it rarer")
+    # Where each epoch is shorter than the window, the loader that runs out ends trainpace's
+    # window every epoch: its boundaries then come at the epoch's period. Outside the data
+    # wait (an epoch's first batch is the loader's) and no larger than its work there, a
+    # stall at that period is trainpace's too.
+    spacing = _loader_end_spacing(ctx.window_ends)
+    if (window is not None and spacing is not None and not in_loader
+            and excess_s <= t.trainpace_boundary_max_s and _near(period, spacing, t)):
+        return "trainpace_window", (
+            f"the slow steps fall on trainpace's own window boundary: the loader runs out "
+            f"every {spacing} steps, which ends trainpace's window there (steps.window_ends), "
+            f"and the {each} each time is trainpace's cost, its work at the boundary, not the "
+            "training's")
     loader = ctx.loader or {}
     workers = int(loader.get("num_workers") or 0)
     length = loader.get("length")
