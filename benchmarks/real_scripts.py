@@ -119,6 +119,14 @@ def children_cpu_s() -> float:
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
+def run_child(cmd: list[str], folder: Path) -> dict[str, Any]:
+    """Run a script's process in ``folder``, silent, as installed; the timing it wrote."""
+    subprocess.run(cmd, check=True, cwd=folder, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=CHILD_ENV)
+    timing: dict[str, Any] = json.loads((folder / "timing.json").read_text())
+    return timing
+
+
 def run_once(script: Script, variant: str, steps: int) -> dict[str, float]:
     """One process of ``script`` as ``variant``: its wall, CPU and step figures."""
     with tempfile.TemporaryDirectory(prefix="trainpace-real-") as tmp:
@@ -126,13 +134,10 @@ def run_once(script: Script, variant: str, steps: int) -> dict[str, float]:
         cpu_before = children_cpu_s()
         start_epoch_s = time.time()
         start = time.perf_counter()
-        subprocess.run(command(script, variant, steps, folder), check=True, cwd=folder,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, env=CHILD_ENV)
+        timing = run_child(command(script, variant, steps, folder), folder)
         wall_s = time.perf_counter() - start
         exit_epoch_s = time.time()
         cpu_s = children_cpu_s() - cpu_before
-        timing = json.loads((folder / "timing.json").read_text())
     ends = timing["ends_s"]
     return {"wall_s": wall_s, "cpu_s": cpu_s, "steps_s": ends[-1] - ends[0],
             "first_step_s": ends[0], "steps": len(ends) - 1,
@@ -166,11 +171,7 @@ def alternate_once(script: Script, steps: int) -> dict[str, Any]:
     """One process of ``script`` with the Meter on steps 1 and 2 of every 4: its timing."""
     with tempfile.TemporaryDirectory(prefix="trainpace-real-") as tmp:
         folder = Path(tmp)
-        subprocess.run([*command(script, "meter", steps, folder), "--alternate"], check=True,
-                       cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, env=CHILD_ENV)
-        timing: dict[str, Any] = json.loads((folder / "timing.json").read_text())
-    return timing
+        return run_child([*command(script, "meter", steps, folder), "--alternate"], folder)
 
 
 def step_cost(ends_s: list[float]) -> dict[str, float]:

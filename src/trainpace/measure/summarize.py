@@ -235,12 +235,14 @@ def summarize(
     loader: dict[str, Any] | None = None,
     host: str | None = None,
     slowed: np.ndarray | None = None,
+    window_ends: list[int] | None = None,
 ) -> Summary:
     """The run's summary from its steps (the device, bandwidth and flops parts left empty).
 
     ``excluded``: the warm-up count when the caller already knows it (else from ``warmup``);
     ``progress``: toward ``goal``, when the caller follows it already (else computed);
-    ``slowed``: per step, whether other processes took the CPU then (None: not known).
+    ``slowed``: per step, whether other processes took the CPU then (None: not known);
+    ``window_ends``: where a loader ended a window (None: not known, as from steps alone).
     """
     step_s = series.column("step_s")
     n = len(series)
@@ -278,7 +280,7 @@ def summarize(
         run_id=run_id,
         steps=Steps(total=n, warmup=excluded, measured=n - excluded,
                     warmup_mode="auto" if warmup == "auto" else "fixed",
-                    slowed_by_others=steady.slowed),
+                    slowed_by_others=steady.slowed, window_ends=window_ends),
         throughput=Throughput(
             samples_per_s=rates["samples_per_s"],
             tokens_per_s=rates["tokens_per_s"],

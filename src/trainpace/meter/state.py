@@ -124,10 +124,8 @@ class RunState:
             tokens_counted=tokens_counted,
             loader=self.loader,
             host=self._host,
+            window_ends=None if self.window_ends is None else list(self.window_ends),
         )
-        ends = None if self.window_ends is None else list(self.window_ends)
-        summary = dataclasses.replace(
-            summary, steps=dataclasses.replace(summary.steps, window_ends=ends))
         if vitals is None:
             return self.costed(dataclasses.replace(
                 summary, device=Device(kind=self.device.type, name=device_name(self.device))),
