@@ -173,23 +173,24 @@ def test_half_of_trainpaces_window_is_its_own_hand_over():
 
 
 def test_a_period_equal_to_the_epochs_that_end_trainpaces_windows_is_its_own():
-    # epochs of 32 steps, window 100: the loader that runs out ends every window, so
-    # trainpace's boundaries come every 32 steps (steps.window_ends), not every 50 or 100
-    step_s = [0.018 if i % 32 == 1 else 0.01 for i in range(1, 321)]
-    ends = list(range(32, 321, 32))
+    # epochs of 64 steps, window 100: the loader that runs out past half a window ends
+    # every window, so trainpace's boundaries come every 64 steps (steps.window_ends), not
+    # every 50 or 100
+    step_s = [0.018 if i % 64 == 1 else 0.01 for i in range(1, 641)]
+    ends = list(range(64, 641, 64))
     c = ctx(Summary(steps=Steps(window_ends=ends)), steps=records(step_s),
             meta={"config": {"window": 100}})
     v = only(anomalies.step_outliers(c))
     ev = v.finding.evidence
-    assert (ev["period_steps"], ev["cause"]) == (32, "trainpace_window")
+    assert (ev["period_steps"], ev["cause"]) == (64, "trainpace_window")
     assert (v.finding.severity, v.bottleneck) == ("info", None)
     assert v.finding.advice == [
-        "the slow steps fall on trainpace's own window boundary: the loader runs out every 32 "
+        "the slow steps fall on trainpace's own window boundary: the loader runs out every 64 "
         "steps, which ends trainpace's window there (steps.window_ends), and the 8 ms each time "
         "is trainpace's cost, its work at the boundary, not the training's"]
     # the same stall in the data wait is the epoch's first batch (the loader's), and
-    # without the ends known, nothing says trainpace's windows end every 32 steps
-    in_wait = records(step_s, wait_s=[0.008 if i % 32 == 1 else 0.0 for i in range(1, 321)])
+    # without the ends known, nothing says trainpace's windows end every 64 steps
+    in_wait = records(step_s, wait_s=[0.008 if i % 64 == 1 else 0.0 for i in range(1, 641)])
     c = ctx(Summary(steps=Steps(window_ends=ends)), steps=in_wait,
             meta={"config": {"window": 100}})
     assert only(anomalies.step_outliers(c)).finding.evidence["cause"] != "trainpace_window"

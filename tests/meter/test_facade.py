@@ -3,6 +3,7 @@
 import dataclasses
 import inspect
 import io
+import time
 
 import pytest
 import torch
@@ -129,15 +130,33 @@ def test_trainpaces_own_time_is_in_the_figures(tmp_path, clock, monkeypatch):
     assert summary.throughput.samples_per_s == pytest.approx(80 / sum(step_s))
 
 
-def test_the_last_window_line_is_out_when_the_loader_is_exhausted(tmp_path, clock):
+def test_a_loader_that_runs_out_past_half_a_window_ends_it_and_waits_for_nothing(
+        tmp_path, clock, monkeypatch):
+    # window 100, an epoch of 60 steps: the window ends at the loader's end, its line comes
+    # at the writer's next look, before finish(), and the loop never waited for it
+    from trainpace.sinks.background import Writer
+
+    waited: list[tuple[int, bool]] = []
+    real = Writer.wait_for
+
+    def spying(self, step, timeout_s, *, sent=False):
+        waited.append((step, sent))
+        return real(self, step, timeout_s, sent=sent)
+
+    monkeypatch.setattr(Writer, "wait_for", spying)
     stream = io.StringIO()
     meter = trainpace.Meter(tmp_path / "run", clock=clock, window=100, stream=stream,
                             report=False, count_flops=False)
-    for b in meter.loader([torch.zeros(2)] * 30):
+    for b in meter.loader([torch.zeros(2)] * 60):
         with meter.step(b):
             clock.advance(0.01)
-    assert stream.getvalue().splitlines()[-1].startswith("step 30 |")  # before finish()
-    meter.finish()
+    assert not [w for w in waited if w[1]]  # nothing waited for a window record
+    deadline = time.monotonic() + 10
+    while "step 60 |" not in stream.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stream.getvalue().splitlines()[-1].startswith("step 60 |")  # before finish()
+    summary = meter.finish()
+    assert summary.steps.window_ends == [60]
 
 
 def test_hand_driven_steps_like_the_framework_callbacks(tmp_path, clock):

@@ -203,6 +203,22 @@ def test_windows_shorter_than_sink_window_s_reach_the_sinks_together_every_step_
     assert [s["step"] for s in read_run(meter.path).steps] == list(range(1, 204))
 
 
+def test_epochs_shorter_than_half_a_window_share_their_windows(tmp_path, clock):
+    # window 20, epochs of 7 steps: a loader's end cuts the window only once it holds 10
+    # steps or more (at 14, then 28 ...: a window record per two epochs, not per epoch)
+    sink = Windows()
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=20, console=False,
+                            report=False, count_flops=False, sinks=[sink])
+    for _ in range(6):
+        for b in meter.loader([torch.zeros(2)] * 7):
+            with meter.step(b):
+                clock.advance(0.01)
+    summary = meter.finish()
+    assert summary.steps.window_ends == [14, 28, 42]
+    assert [data["window"]["last_step"] for data in sink.records] == [14, 28, 42]
+    assert summary.steps.total == 42
+
+
 class FiguresOnly(Windows):
     reads_steps = False  # the window figures only
 

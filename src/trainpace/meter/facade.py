@@ -190,10 +190,10 @@ class Meter:
             loader=lambda: self._state.loader, vitals=lambda: self._vitals,
             ceilings=lambda: self._summaries.ceilings)
         hand_over = WriterHandOver(recorder=recorder, source=source, writer=self._writer,
-                                   meta=self._meta, sinks=self._sinks, console=config.console)
+                                   meta=self._meta)
         self._loop = Loop(recorder=self._recorder, probes=self._probes, log_once=self._log_once,
                           window=config.window, hand_over=hand_over.hand_over,
-                          first_step=self._begin_run, loader_done=hand_over.console_line_out)
+                          first_step=self._begin_run)
         self._context = self._loop.context
         self._in_job: RunInJob | None = None
         if self._ledger is not None:

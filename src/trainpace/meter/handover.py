@@ -18,11 +18,7 @@ from trainpace.measure.steprow import records_of
 from trainpace.meter.meta import MetaLog
 from trainpace.meter.pipeline import Window
 from trainpace.sinks.background import Writer
-from trainpace.sinks.base import FanOut
-from trainpace.sinks.console_line import ConsoleSink
 
-# At a loader's end, the longest wait for the window's console line to be out.
-LINE_FLUSH_S = 1.0
 # The longest the training thread waits for a writer more than a window behind.
 LAG_WAIT_S = 0.5
 
@@ -115,20 +111,17 @@ class HandedWindows:
 
 class WriterHandOver:
     """What the :class:`~trainpace.meter.loop.Loop` calls on the training thread at each half
-    window (:meth:`hand_over`) and, at a loader's end, to have the console line out
-    (:meth:`console_line_out`). Its promise: a SIGKILL loses at most one window."""
+    window (:meth:`hand_over`). Its promise: a SIGKILL loses at most one window; nothing
+    else there waits for the writer."""
 
     def __init__(self, *, recorder: StepRecorder, source: ClosedRows | HandedWindows,
-                 writer: Writer, meta: MetaLog, sinks: FanOut, console: bool) -> None:
+                 writer: Writer, meta: MetaLog) -> None:
         self._recorder = recorder
         self._source = source
         self._writer = writer
         self._meta = meta
-        self._sinks = sinks
-        self._console = console
         self._writer_stalled = False
         self._previous = 0  # the steps closed at the previous half window's end
-        self._handed = 0  # the steps the writer may take all of
 
     def hand_over(self, final: bool, flush: bool, ends_window: bool) -> bool:
         """At each half window (and at a loader's end, and the run's): the source's
@@ -141,8 +134,6 @@ class WriterHandOver:
         rec = self._recorder
         closed = rec.steps_closed
         handed = self._source.hand_over(final, flush, ends_window)
-        if handed:
-            self._handed = closed
         if rec.tokens_counted != self._meta.last.get("tokens_counted"):
             self._meta.log()  # learnt from the first token batch: a killed run keeps it
         writer, previous = self._writer, self._previous
@@ -152,9 +143,3 @@ class WriterHandOver:
         elif not final and not self._writer_stalled:
             self._writer_stalled = not writer.wait_for(previous, LAG_WAIT_S)
         return handed
-
-    def console_line_out(self) -> None:
-        """At a loader's end: the window's console line is out before the user's code goes on
-        (an evaluation printing its own lines), within LINE_FLUSH_S."""
-        if self._console and self._writer.wait_for(self._handed, LINE_FLUSH_S, sent=True):
-            self._sinks.flush(LINE_FLUSH_S, only=lambda sink: isinstance(sink, ConsoleSink))

@@ -32,8 +32,7 @@ class Loop:
     never more than a window behind the loop (a SIGKILL loses at most one window); it returns
     True when every step closed may now be taken;
     ``first_step()`` runs when the first step begins (the sampler starts then, and returns a
-    FLOP counter for that step, or None); ``loader_done()`` runs when a metered loader is
-    exhausted. ``hand_over`` and ``loader_done`` are the
+    FLOP counter for that step, or None). ``hand_over`` is the
     :class:`~trainpace.meter.handover.WriterHandOver`'s, ``first_step`` the Meter's. Their
     time is the loop's: it is in the step times (or the time outside the steps) like any
     other work between two steps.
@@ -41,7 +40,7 @@ class Loop:
 
     def __init__(self, *, recorder: StepRecorder, probes: StepProbes, log_once: LogOnce,
                  window: int, hand_over: Callable[[bool, bool, bool], bool],
-                 first_step: Callable[[], Any], loader_done: Callable[[], None]) -> None:
+                 first_step: Callable[[], Any]) -> None:
         self.recorder = recorder
         self.probes = probes
         self.log_once = log_once
@@ -56,7 +55,6 @@ class Loop:
         self.finished = False
         self._hand_over = hand_over
         self._first_step = first_step
-        self._loader_done = loader_done
         self.context = StepContext(self)
 
     def boundary(self, *, final: bool = False, flush: bool = False) -> None:
@@ -80,11 +78,16 @@ class Loop:
             self.probes.count_flops(counter)
 
     def loader_exhausted(self) -> None:
-        """The metered loader ran out: the window so far goes out now (console line included),
-        not after whatever the user's code does next."""
-        if self.recorder.steps_closed > self.handed_over:
+        """The metered loader ran out. A window that holds at least half its steps ends here:
+        the writer sends it at its next look (console line included), not after the next
+        epoch's steps, and nothing here waits for that. A shorter one goes on into the next
+        epoch: epochs shorter than half a window share their windows, so a run of short
+        epochs makes a window record (and, under DDP, an exchange) per window, not one per
+        epoch. The rule counts steps only, so the ranks of a job, whose loaders run out at
+        the same steps, cut alike."""
+        closed = self.recorder.steps_closed
+        if closed > self.handed_over and closed - self.window_start >= max(self.window // 2, 1):
             self.boundary(flush=True)
-        self._loader_done()
 
     def profile_begin(self) -> None:
         rec = self.recorder
