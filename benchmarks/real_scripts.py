@@ -58,6 +58,7 @@ device's ceilings cached, the files in the page cache.
 
     python benchmarks/real_scripts.py             # 5 rounds (about 5 minutes on a quiet machine)
     python benchmarks/real_scripts.py --quick     # 2 rounds of shorter scripts
+    python benchmarks/real_scripts.py --steady-x 5  # the steady measure 5 times as long
     python benchmarks/real_scripts.py --json
 """
 
@@ -189,12 +190,13 @@ def step_cost(ends_s: list[float]) -> dict[str, float]:
             "interval_s": 2 * statistics.stdev(costs) / len(costs) ** 0.5, "groups": len(costs)}
 
 
-def steady(scripts: tuple[Script, ...], quick: bool) -> dict[str, dict[str, Any]]:
+def steady(scripts: tuple[Script, ...], quick: bool, scale: int = 1) -> dict[str, dict[str, Any]]:
     """Per script: the Meter's cost per steady step (wall and CPU), its threads' share of a
-    core, and the verdict against ``TARGET_PCT``."""
+    core, and the verdict against ``TARGET_PCT``; ``scale`` times ``ALTERNATE_STEPS`` steps (the
+    interval narrows as its square root)."""
     out = {}
     for script in scripts:
-        steps = ALTERNATE_STEPS[script.name] // (3 if quick else 1)
+        steps = ALTERNATE_STEPS[script.name] * scale // (3 if quick else 1)
         timing = alternate_once(script, steps)
         wall, cpu = step_cost(timing["ends_s"]), step_cost(timing["cpu_ends_s"])
         threads_pct = 100 * sum(
@@ -264,6 +266,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 rounds of shorter scripts")
     parser.add_argument("--rounds", type=int, help="rounds (default 5, --quick 2)")
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON object")
+    parser.add_argument("--steady-x", type=int, default=1, metavar="K",
+                        help="K times the steady measure's steps (its interval about 1/sqrt(K))")
     parser.add_argument("--only", choices=[s.name for s in SCRIPT_SET], action="append",
                         help="run only this script (repeatable); the result is not written")
     args = parser.parse_args()
@@ -272,8 +276,8 @@ def main() -> None:
     scripts = tuple(s for s in SCRIPT_SET if not args.only or s.name in args.only)
     measured = measure(scripts, rounds, args.quick)
     rows = table(measured)
-    steady_costs = steady(scripts, args.quick)
-    figures: dict[str, Any] = {"rounds": rounds}
+    steady_costs = steady(scripts, args.quick, args.steady_x)
+    figures: dict[str, Any] = {"rounds": rounds, "steady_x": args.steady_x}
     for name, one in steady_costs.items():
         figures[f"{name}: steady step, {one['steps']} steps ABBA in one process"] = (
             _steady_text(one))
