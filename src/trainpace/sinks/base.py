@@ -82,13 +82,6 @@ class FanOut:
         """Each sink's records delivered and dropped, by its class name."""
         return {q.name: {"delivered": q.delivered, "dropped": q.dropped} for q in self._queues}
 
-    def flush(self, timeout_s: float, only: Callable[[Sink], bool] = lambda sink: True) -> None:
-        """Wait until the sinks ``only`` picks have taken everything queued, ``timeout_s`` at
-        most for each."""
-        for queue in self._queues:
-            if only(queue.sink):
-                queue.flush(timeout_s)
-
     def close(self, timeout_s: float) -> list[str]:
         """Let every sink take what is queued and close, ``timeout_s`` for all together; the
         names of those abandoned (each warned about)."""
@@ -111,8 +104,6 @@ class _Queue:
         self._queued_steps = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._idle = threading.Condition(self._lock)
-        self._busy = False
         self._stopping = False
         self.dropped = 0
         self.delivered = 0
@@ -139,16 +130,6 @@ class _Queue:
             self._queued_steps += steps
             self._wake.notify()
 
-    def flush(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        with self._lock:
-            while (self._queue or self._busy) and self._thread.is_alive():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(left)
-            return True
-
     def stop(self) -> None:
         """Ask the thread to deliver what is queued, close the sink and end (no wait)."""
         with self._lock:
@@ -170,20 +151,15 @@ class _Queue:
         while True:
             with self._lock:
                 while not self._queue and not self._stopping:
-                    self._idle.notify_all()
                     self._wake.wait()
                 if not self._queue:  # stopping, and everything delivered
                     break
                 record, steps = self._queue.popleft()
                 self._queued_steps -= steps
-                self._busy = True
             self._call("log", self.sink.log, record)
             with self._lock:
-                self._busy = False
                 self.delivered += 1
         self._call("close", self.sink.close)
-        with self._lock:
-            self._idle.notify_all()
 
     def _call(self, action: str, fn: Callable[..., object], *args: Any) -> None:
         try:
