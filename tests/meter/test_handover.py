@@ -168,3 +168,28 @@ def test_a_device_clocks_steps_are_handed_over_twice_a_window_and_all_reach_the_
                                                               for i in range(25)])
     assert summary.steps.total == 25
     assert json.loads((meter.path / "meta.json").read_text())["clock"] == "cuda"
+
+
+def test_the_first_two_hand_overs_wake_the_idle_writer_and_no_later_one(
+        tmp_path, clock, monkeypatch):
+    # Until it has found steps at two looks the writer does not know the loop's pace and
+    # sleeps its longest; the loop would then wait for it at the first window's end. The
+    # first two hand-overs wake it (a system call each), the others never.
+    from trainpace.sinks.background import Writer
+
+    woken: list[int] = []
+    meter = trainpace.Meter(tmp_path / "run", clock=clock, window=10, console=False,
+                            report=False, count_flops=False)
+    real = Writer.wake
+
+    def recording(self):
+        woken.append(meter._recorder.steps_closed)
+        real(self)
+
+    monkeypatch.setattr(Writer, "wake", recording)
+    for b in [torch.zeros(2)] * 40:
+        with meter.step(b):
+            clock.advance(0.01)
+    summary = meter.finish()
+    assert woken == [5, 10]
+    assert summary.steps.total == 40

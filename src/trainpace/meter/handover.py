@@ -21,6 +21,8 @@ from trainpace.sinks.background import Writer
 
 # The longest the training thread waits for a writer more than a window behind.
 LAG_WAIT_S = 0.5
+# The first hand-overs of a run wake the writer (see WriterHandOver.hand_over).
+WAKES_AT_START = 2
 
 
 class ClosedRows:
@@ -122,6 +124,7 @@ class WriterHandOver:
         self._meta = meta
         self._writer_stalled = False
         self._previous = 0  # the steps closed at the previous half window's end
+        self._hand_overs = 0
 
     def hand_over(self, final: bool, flush: bool, ends_window: bool) -> bool:
         """At each half window (and at a loader's end, and the run's): the source's
@@ -138,6 +141,12 @@ class WriterHandOver:
             self._meta.log()  # learnt from the first token batch: a killed run keeps it
         writer, previous = self._writer, self._previous
         self._previous = closed
+        self._hand_overs += 1
+        if self._hand_overs <= WAKES_AT_START:
+            # The idle writer knows the loop's pace only from two looks that found steps;
+            # until then it sleeps its longest (a second), and the loop would wait for it at
+            # the first window's end. Woken here it writes the first halves in time.
+            writer.wake()
         if writer.written_step >= previous:
             self._writer_stalled = False
         elif not final and not self._writer_stalled:

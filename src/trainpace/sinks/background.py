@@ -11,7 +11,9 @@ that woke the writer took 25 µs of the training thread's time in a loop of 1.4 
 2-core virtual machine, 14 µs without the wake, and the writer's work then started at once,
 in the step after the window boundary, every time. Found by looking, the work starts
 anywhere in the steps that follow, and no step pays for it by its place in the window. Only
-what waits for the writer (:meth:`Writer.wait_for`, :meth:`Writer.close`) wakes it.
+what waits for the writer (:meth:`Writer.wait_for`, :meth:`Writer.close`) wakes it, and the
+run's first two hand-overs (:meth:`Writer.wake`), while the writer does not know the loop's
+pace yet and sleeps its longest.
 
 At each look the windows come first: written (``on_windows``: their lines in the run folder,
 all that a SIGKILL would lose) and counted written at once; the rest of their work
@@ -126,6 +128,10 @@ class Writer:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
         return not self._thread.is_alive()
+
+    def wake(self) -> None:
+        """Wake the writer if it sleeps (a system call for the caller; nothing waits)."""
+        self._wake_up()
 
     def _wake_up(self) -> None:
         with contextlib.suppress(RuntimeError):  # already released: it is awake, or will be
