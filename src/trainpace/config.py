@@ -63,8 +63,9 @@ class MeterConfig:
     """Print one line per window (to ``stream``, default stderr)."""
     report: bool = True
     """Print the report at finish (to ``stream``, default stderr)."""
-    sample_interval_s: float = 0.1
-    """Background sampler period (device and host readings)."""
+    sample_interval_s: float | None = None
+    """Background sampler period (device and host readings); None: 0.1 s where a GPU is read,
+    0.5 s where the host alone is (see :func:`~trainpace.measure.vitals.default_interval_s`)."""
     count_flops: bool = True
     """Count FLOPs and bytes of one (warm-up) step, for MFU and the roofline."""
     flops_per_step: float | None = None
@@ -120,7 +121,8 @@ class MeterConfig:
                 raise ConfigError(key, value, "must be a callable taking a batch, or None")
         if self.device is not None and not _device_ok(self.device):
             raise ConfigError("device", self.device, 'must be "cpu", "cuda", "cuda:N" or "mps"')
-        if not _finite(self.sample_interval_s) or self.sample_interval_s <= 0:
+        if self.sample_interval_s is not None and (
+                not _finite(self.sample_interval_s) or self.sample_interval_s <= 0):
             raise ConfigError("sample_interval_s", self.sample_interval_s, "must be > 0")
         if self.flops_per_step is not None and (
             not _finite(self.flops_per_step) or self.flops_per_step <= 0

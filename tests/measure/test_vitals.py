@@ -7,7 +7,7 @@ import torch
 
 from trainpace.devices.specs import Peak, Peaks
 from trainpace.errors import ConfigError
-from trainpace.measure.vitals import DeviceVitals
+from trainpace.measure.vitals import DeviceVitals, default_interval_s
 from trainpace.sampling.fake import FakeGpu, fake_pynvml
 from trainpace.sampling.host import HOST_KEYS
 
@@ -43,8 +43,8 @@ class FakeDcgm:
 
 def _cpu_vitals(clock, host, **kwargs):
     vitals = DeviceVitals(device="cpu", clock=clock, t0=1000.0, host=host, **kwargs)
+    vitals._sampler.stop(final_reading=False)  # no thread: the tests drive readings
     vitals.start()
-    vitals._sampler.stop(final_reading=False)  # the tests drive readings themselves
     return vitals
 
 
@@ -94,8 +94,8 @@ def test_mps_has_no_utilization_figures_of_its_own():
     clock = Clock()
     vitals = DeviceVitals(device="mps", clock=clock, t0=1000.0,
                           host=ScriptedHost(main_cpu_pct=90.0, memory_used_pct=50.0))
+    vitals._sampler.stop(final_reading=False)  # no thread: the tests drive readings
     vitals.start()
-    vitals._sampler.stop(final_reading=False)
     row = _tick(vitals, clock, 1.0)
     assert row["device_util_pct"] is None
     assert row["memory_used_pct"] is None
@@ -162,8 +162,8 @@ def _cuda_vitals(clock, gpu, **kwargs):
     fake = fake_pynvml([gpu], clock_us=lambda: int(clock.now * 1e6))
     vitals = DeviceVitals(device="cuda", clock=clock, t0=1000.0, nvml=fake.pynvml,
                           host=ScriptedHost(), **kwargs)
+    vitals._sampler.stop(final_reading=False)  # no thread: the tests drive readings
     vitals.start()
-    vitals._sampler.stop(final_reading=False)
     return fake, vitals
 
 
@@ -268,8 +268,8 @@ def test_start_never_raises_when_nvml_cannot_start(caplog):
     clock = Clock()
     vitals = DeviceVitals(device="cuda", clock=clock, t0=1000.0, nvml=fake.pynvml,
                           host=ScriptedHost(rss_gb=1.0))
+    vitals._sampler.stop(final_reading=False)  # no thread: the tests drive readings
     vitals.start()
-    vitals._sampler.stop(final_reading=False)
     row = _tick(vitals, clock, 1.0)
     assert row["gpus"] == []
     assert row["device_util_pct"] is None
@@ -341,6 +341,17 @@ def test_the_real_thread_with_real_sources():
     assert host.rss_gb > 0
 
 
+def test_the_period_follows_what_is_read():
+    # NVML's gauges at 10 Hz; the host's counters alone twice a second; the user's, as given
+    assert default_interval_s("cuda:1") == 0.1
+    assert default_interval_s("cpu") == default_interval_s(torch.device("mps")) == 0.5
+    assert DeviceVitals(device="cpu", t0=0.0, nvml=False).interval_s == 0.5
+    cuda = DeviceVitals(device="cuda", t0=0.0, nvml=fake_pynvml([FakeGpu()]))
+    assert cuda.interval_s == 0.1
+    assert cuda.meta()["sampler"]["interval_s"] == 0.1
+    assert DeviceVitals(device="cpu", t0=0.0, interval_s=0.02).interval_s == 0.02
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -408,8 +419,8 @@ def test_a_windows_signs_are_the_sections_figures(kind):
         fake = fake_pynvml([gpu], clock_us=lambda: int(clock.now * 1e6))
         vitals = DeviceVitals(device="cuda", clock=clock, t0=1000.0, nvml=fake.pynvml,
                               host=host, dcgm=False)
+        vitals._sampler.stop(final_reading=False)  # no thread: the tests drive readings
         vitals.start()
-        vitals._sampler.stop(final_reading=False)
     else:
         vitals = _cpu_vitals(clock, host)
     _tick(vitals, clock, 1.0)

@@ -140,10 +140,11 @@ def test_without_poll_the_thread_waits_on_a_lock(monkeypatch):
     # a 30 s wait on the lock is cut short by stop(): far sooner than the wait, at any load
     waiting = Sampler(_scripted([1.0] * 10), interval_s=30.0, clock=Clock(), t0=0.0)
     waiting.start()
+    _wait_for_readings(waiting, 1)  # the thread's first, taken as it starts
     started = time.perf_counter()
     waiting.stop()
     assert time.perf_counter() - started < 15.0
-    assert waiting.readings == 1  # the last reading, taken by stop()
+    assert waiting.readings == 2  # and the last, taken by stop()
 
 
 def test_stop_cuts_the_wait_short_and_closes_the_pipe():
@@ -152,10 +153,28 @@ def test_stop_cuts_the_wait_short_and_closes_the_pipe():
     sampler = Sampler(_scripted([1.0] * 10), interval_s=30.0, clock=Clock(), t0=0.0)
     sampler.start()
     read_fd, write_fd = sampler._pipe
+    _wait_for_readings(sampler, 1)  # the thread's first, taken as it starts
     started = time.perf_counter()
     sampler.stop()
     assert time.perf_counter() - started < 15.0  # a 30 s wait was cut short, at any load
-    assert sampler.readings == 1  # the last reading, taken by stop()
+    assert sampler.readings == 2  # and the last, taken by stop()
     for fd in (read_fd, write_fd):
         with pytest.raises(OSError, match="Bad file descriptor"):
             os.fstat(fd)
+
+
+def _wait_for_readings(sampler: Sampler, readings: int) -> None:
+    """Until the thread has taken ``readings`` (waited for, not timed: at any load)."""
+    deadline = time.monotonic() + 60
+    while sampler.readings < readings and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert sampler.readings >= readings
+
+
+def test_the_thread_reads_as_it_starts_then_every_period():
+    sampler = Sampler(_scripted([1.0] * 10), interval_s=30.0, clock=Clock(), t0=0.0)
+    sampler.start()
+    _wait_for_readings(sampler, 1)
+    time.sleep(0.05)
+    assert sampler.readings == 1  # the next comes after the 30 s period, not before
+    sampler.stop()

@@ -44,9 +44,24 @@ from trainpace.measure.flops import StepCount, StepCounter
 from trainpace.sampling.sampler import Sampler, is_positive_number
 from trainpace.summary import Bandwidth, Device, Flops, Host
 
-__all__ = ["BANDWIDTH_SOURCES", "DeviceVitals"]
+__all__ = ["BANDWIDTH_SOURCES", "DeviceVitals", "default_interval_s"]
 
 logger = logging.getLogger(__name__)
+
+# The sampler's period, by what it reads. NVML's readings are gauges (temperature, power,
+# clocks) and utilization over the driver's last sample period (1/6 s to 1 s): 10 Hz sees them
+# change. The host's CPU figures are differences of cumulative counters, so a window's mean is
+# the same at any rate, and its memory is read once a second: twice a second gives every
+# window of a second two readings, for a fifth of the CPU (a reading and the thread's wake
+# took 0.25-0.4 ms of CPU each on a 2-core virtual machine, cold after a training step).
+GPU_INTERVAL_S = 0.1
+HOST_INTERVAL_S = 0.5
+
+
+def default_interval_s(device: str | torch.device) -> float:
+    """The sampler's period for a run on ``device``: ``GPU_INTERVAL_S`` where NVML is read (a
+    CUDA device), else ``HOST_INTERVAL_S`` (the host's counters alone)."""
+    return GPU_INTERVAL_S if torch.device(device).type == "cuda" else HOST_INTERVAL_S
 
 
 class DeviceVitals:
@@ -54,7 +69,7 @@ class DeviceVitals:
 
     Args:
         device: the device the training runs on (``cpu``, ``cuda[:N]``).
-        interval_s: sampling period (10 Hz default).
+        interval_s: sampling period (None: :func:`default_interval_s` of ``device``).
         clock: the meter's clock; ``t0`` is its zero (system rows' ``t_s = clock() - t0``;
             default: now, or what :meth:`start` is given).
         nvml: a pynvml-like module (tests pass :func:`trainpace.sampling.fake.fake_pynvml`),
@@ -74,7 +89,7 @@ class DeviceVitals:
         self,
         *,
         device: str | torch.device,
-        interval_s: float = 0.1,
+        interval_s: float | None = None,
         clock: Callable[[], float] = time.perf_counter,
         t0: float | None = None,
         nvml: Any = None,
@@ -91,6 +106,8 @@ class DeviceVitals:
         self._user_peaks = override_peaks(peaks) if peaks is not None else None
         self._sources = DeviceSources(self.device, clock=clock, nvml=nvml, dcgm=dcgm,
                                       host=host, fault=self._fault)
+        if interval_s is None:
+            interval_s = default_interval_s(self.device)
         self._sampler = Sampler(self._sources.read, interval_s=interval_s, clock=clock, t0=t0)
         self._flops_per_step = float(flops_per_step) if flops_per_step is not None else None
         self._count_flops = count_flops
@@ -137,6 +154,11 @@ class DeviceVitals:
     def sample_once(self) -> dict[str, Any] | None:
         """Take one reading now, without the thread (tests, a manual clock)."""
         return self._sampler.sample_once()
+
+    @property
+    def interval_s(self) -> float:
+        """The sampler's period."""
+        return self._sampler.interval_s
 
     @property
     def threads(self) -> int:

@@ -279,7 +279,7 @@ class WindowPipeline:
         vitals = self._vitals()
         if vitals is None:
             return {}
-        if t_end_s - self._device_figures_s >= self.state.config.sample_interval_s:
+        if t_end_s - self._device_figures_s >= vitals.interval_s:
             t_start_s = min(t_start_s, self._device_figures_s)
             self._device_figures = vitals.window_figures(max(t_start_s, 0.0), t_end_s)
             self._device_figures_s = t_end_s
@@ -290,7 +290,7 @@ class WindowPipeline:
         if vitals is None:
             return
         rows = vitals.drain_rows()
-        if not rows:  # most hand-overs: the sampler reads ten times a second
+        if not rows:  # most hand-overs: the sampler reads at most ten times a second
             return
         self.state.keep_system_rows(rows)
         # Every reading feeds the aggregates; the file keeps about one a second.

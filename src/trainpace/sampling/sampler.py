@@ -1,16 +1,17 @@
 """The background sampler: a daemon thread that takes a reading every ``interval_s``.
 
-Each reading gives two things: a row for ``system.jsonl`` (``t_s`` added here, on the meter's
-clock) and flat numbers that feed a :class:`~trainpace.sampling.aggregates.SeriesSet`, from which
-any window's time-weighted aggregates are computed. Tests call :meth:`Sampler.sample_once`
-with a manual clock and no thread. Between readings the thread waits in ``poll`` on a pipe
-that :meth:`Sampler.stop` writes to (a lock with a timeout where there is no ``poll``): a
-wait that can be cut short for the least CPU a cycle (``Event.wait`` runs a dozen lines of
-Python and a timed lock wait costs a third more than ``poll``). A failing
-reading is logged once and sampling goes on; :meth:`Sampler.stop` joins the thread and
-takes a last reading, so the aggregates reach the end of the run. Rows wait for
-:meth:`Sampler.drain_rows` in a bounded buffer (an hour at 10 Hz); the aggregates do not
-depend on it.
+The thread takes a reading as it starts (the baseline of the figures that are differences of
+counters), then one every ``interval_s``. Each reading gives two things: a row for
+``system.jsonl`` (``t_s`` added here, on the meter's clock) and flat numbers that feed a
+:class:`~trainpace.sampling.aggregates.SeriesSet`, from which any window's time-weighted
+aggregates are computed. Tests call :meth:`Sampler.sample_once` with a manual clock and no
+thread. Between readings the thread waits in ``poll`` on a pipe that :meth:`Sampler.stop`
+writes to (a lock with a timeout where there is no ``poll``): a wait that can be cut short
+for the least CPU a cycle (``Event.wait`` runs a dozen lines of Python and a timed lock wait
+costs a third more than ``poll``). A failing reading is logged once and sampling goes on;
+:meth:`Sampler.stop` joins the thread and takes a last reading, so the aggregates reach the
+end of the run. Rows wait for :meth:`Sampler.drain_rows` in a bounded buffer (an hour at
+10 Hz); the aggregates do not depend on it.
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ class Sampler:
 
     def _loop(self) -> None:
         take, pipe = self._take, self._pipe
+        # at once: the baseline of the figures that are differences between two readings (CPU
+        # shares), so that the run's first period has them too
+        take()
         if pipe is not None:
             poll = select.poll()
             poll.register(pipe[0], select.POLLIN)
