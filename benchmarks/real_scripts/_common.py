@@ -6,8 +6,9 @@ shows; under ``trainpace run -- mnist.py`` it is the bare script, patched from o
 ``--timing FILE`` makes it write when each step ended (``perf_counter``, from the start of its
 training loop, after the model and the data are built), the process CPU time of the loop, and
 when the loop began and ended on the wall clock (``time.time``, which the benchmark reads too),
-for the benchmark to tell the first step (trainpace counts its FLOPs) from the others, and the
-process's start (imports, the Meter) from its end (``finish()``, the report, the exit).
+and which steps took an epoch's first batch: for the benchmark to tell the first step
+(trainpace counts its FLOPs) from the others, the process's start (imports, the Meter) from
+its end (``finish()``, the report, the exit), and the steps that waited for a loader's start.
 ``--alternate`` (with ``--meter``) meters only the second and third step of every four, the
 others run bare, in the same process a few milliseconds apart: the benchmark's measure of what
 the Meter's step costs, which differences between processes and between seconds on a shared
@@ -50,11 +51,14 @@ class Watch:
         self._metered_now = False
         self._ends_s: list[float] = []
         self._cpu_ends_s: list[float] = []  # the process's CPU time at each step's end
+        self._epoch_starts: list[int] = []  # the steps that took an epoch's first batch
         self._start_epoch_s = time.time()  # the benchmark's clock across processes
         self._start_s = time.perf_counter()
         self._start_cpu_s = time.process_time()
 
     def loader(self, batches: Iterable[Any]) -> Iterator[Any]:
+        # an epoch begins: the next step waits for the loader's start (its workers')
+        self._epoch_starts.append(len(self._ends_s))
         metered = self.meter is not None and not self._alternate
         return iter(self.meter.loader(batches) if metered else batches)
 
@@ -84,6 +88,7 @@ class Watch:
             Path(self._args.timing).write_text(json.dumps(
                 {"loop_s": loop_s, "loop_cpu_s": loop_cpu_s, "ends_s": self._ends_s,
                  "cpu_ends_s": self._cpu_ends_s, "alternate": self._alternate,
+                 "epoch_starts": self._epoch_starts,
                  "threads_cpu_s": threads, "loop_start_epoch_s": self._start_epoch_s,
                  "loop_end_epoch_s": self._start_epoch_s + loop_s}))
 
