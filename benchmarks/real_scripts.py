@@ -39,14 +39,14 @@ Whole processes on a shared machine differ by several percent from one another, 
 blocks of a second inside one process (its CPU time as much as its wall time: the machine's
 speed changes, not only its share), so the figures above cannot resolve a cost of 1%. The
 steady cost is measured apart, in one process per script (``--alternate``): the script runs
-``ALTERNATE_STEPS`` steps with the Meter's step around the second and third of every four and
-the others bare (ABBA, so that a drift within the four falls on both alike); after the first
+``ALTERNATE_STEPS`` steps with the Meter around the second and third of every four (their
+batches through its loader, their steps in its step) and the others bare (ABBA, so that a drift within the four falls on both alike); after the first
 tenth, each group of four gives the metered pair's mean step less the bare pair's, in wall and
 in process CPU time, and the figure is their mean with twice its standard error. A group that
 holds an epoch's first step is left out, chosen by its place, before any time is read: that
 step waits for the loader's start, the script's own (dcgan's worker process starts again, tens
-to hundreds of milliseconds that swamp the fraction of a millisecond measured), and the loader
-is not metered in this measure. Its window
+to hundreds of milliseconds that swamp the fraction of a millisecond measured), whichever
+kind of step takes it. Its window
 boundaries and hand-overs fall on metered steps; its threads (sampler, writer) run through
 both kinds, so their share of a core, measured in the same process, is added to the cost's
 upper end (as if every CPU second of theirs were taken from the script). The target (at most

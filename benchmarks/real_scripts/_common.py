@@ -9,10 +9,10 @@ when the loop began and ended on the wall clock (``time.time``, which the benchm
 and which steps took an epoch's first batch: for the benchmark to tell the first step
 (trainpace counts its FLOPs) from the others, the process's start (imports, the Meter) from
 its end (``finish()``, the report, the exit), and the steps that waited for a loader's start.
-``--alternate`` (with ``--meter``) meters only the second and third step of every four, the
-others run bare, in the same process a few milliseconds apart: the benchmark's measure of what
-the Meter's step costs, which differences between processes and between seconds on a shared
-machine would drown (the loader is not metered then: the step is what is compared).
+``--alternate`` (with ``--meter``) meters only the second and third step of every four (their
+batches through the Meter's loader, their steps in its step), the others run bare, in the same
+process a few milliseconds apart: the benchmark's measure of what the Meter costs a step,
+which differences between processes and between seconds on a shared machine would drown.
 """
 
 from __future__ import annotations
@@ -59,8 +59,22 @@ class Watch:
     def loader(self, batches: Iterable[Any]) -> Iterator[Any]:
         # an epoch begins: the next step waits for the loader's start (its workers')
         self._epoch_starts.append(len(self._ends_s))
-        metered = self.meter is not None and not self._alternate
-        return iter(self.meter.loader(batches) if metered else batches)
+        if self.meter is None:
+            return iter(batches)
+        if not self._alternate:
+            return iter(self.meter.loader(batches))
+        return self._alternating(batches)
+
+    def _alternating(self, batches: Iterable[Any]) -> Iterator[Any]:
+        """The batches of the metered steps come through the Meter's loader, the others
+        straight from the same iterator: its cost per batch is in the metered steps too."""
+        bare = iter(batches)
+        metered = iter(self.meter.loader(bare))  # the same iterator, each next() timed
+        while True:
+            try:
+                yield next(metered if len(self._ends_s) % 4 in (1, 2) else bare)
+            except StopIteration:
+                return
 
     def step(self, batch: Any) -> contextlib.AbstractContextManager[Any]:
         # ABBA: of every four steps the middle two are metered, so that a drift of the
