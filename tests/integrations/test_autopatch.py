@@ -11,6 +11,8 @@ from torch.utils.data import DataLoader
 import trainpace
 from trainpace.integrations.autopatch import AutoPatch
 
+pytestmark = pytest.mark.usefixtures("without_host_readings")
+
 COMPUTE_S = 0.006  # per micro-batch, in the loop body
 
 

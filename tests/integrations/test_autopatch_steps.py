@@ -14,6 +14,8 @@ from torch.utils.data import DataLoader
 
 from trainpace.integrations.autopatch import AutoPatch
 
+pytestmark = pytest.mark.usefixtures("without_host_readings")
+
 COMPUTE_S = 0.006  # forward and backward
 TAIL_S = 0.004  # after optimizer.step(): zero_grad(), a print
 EVAL_S = 0.25  # one evaluation
