@@ -16,8 +16,9 @@ two steps and any read of the batch finds torch out of the CPU's caches (a worst
 loader produces). The tools:
 
 - ``trainpace``: ``trainpace.Meter`` with its defaults: run folder, console line (to
-  /dev/null), background sampler at 10 Hz, FLOPs counted on the first step. A fresh Meter per
-  block, so its sampler thread runs only during its own blocks.
+  /dev/null), background sampler at its rate for the CPU (twice a second), FLOPs counted on
+  the first step. A fresh Meter per block, so its sampler thread runs only during its own
+  blocks.
 - ``trainpace@base``: the same, imported from ``--baseline-src PATH`` (another checkout's
   ``src``, e.g. today's main), measured in the same run as this tree's; the ``÷ base`` column
   is this tree's overhead over it. Only with ``--baseline-src``.
