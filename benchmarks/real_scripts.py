@@ -40,20 +40,20 @@ blocks of a second inside one process (its CPU time as much as its wall time: th
 speed changes, not only its share), so the figures above cannot resolve a cost of 1%. The
 steady cost is measured apart, in one process per script (``--alternate``): the script runs
 ``ALTERNATE_STEPS`` steps with the Meter around the second and third of every four (their
-batches through its loader, their steps in its step) and the others bare (ABBA, so that a drift within the four falls on both alike); after the first
-tenth, each group of four gives the metered pair's mean step less the bare pair's, in wall and
-in process CPU time, and the figure is their mean with twice its standard error. A group that
-holds an epoch's first step is left out, chosen by its place, before any time is read: that
-step waits for the loader's start, the script's own (dcgan's worker process starts again, tens
-to hundreds of milliseconds that swamp the fraction of a millisecond measured), whichever
-kind of step takes it. Its window
-boundaries and hand-overs fall on metered steps; its threads (sampler, writer) run through
-both kinds, so their share of a core, measured in the same process, is added to the cost's
-upper end (as if every CPU second of theirs were taken from the script). The target (at most
-1% on these steps of 10 ms or more) is called ``met`` when that upper end is at most 1%,
-``missed`` when the lower end is above, else ``not resolved``. ``trainpace run``'s hooks do
-what the Meter's step does from PyTorch's hooks, a few microseconds a step more
-(``benchmarks/run_overhead.py``).
+batches through its loader, their steps in its step) and the others bare (ABBA, so that a
+drift within the four falls on both alike); after the first tenth, each group of four gives
+the metered pair's mean step less the bare pair's, in wall and in process CPU time, and the
+figure is their mean with twice its standard error. A group that holds an epoch's first step
+is left out, chosen by its place, before any time is read: that step waits for the loader's
+start, the script's own (dcgan's worker process starts again, tens to hundreds of
+milliseconds that swamp the fraction of a millisecond measured), whichever kind of step takes
+it. Its window boundaries and hand-overs fall on metered steps; its threads (sampler,
+writer) run through both kinds, so their share of a core, measured in the same process, is
+added to the cost's upper end (as if every CPU second of theirs were taken from the script).
+The target (at most 1% on these steps of 10 ms or more) is called ``met`` when that upper
+end is at most 1%, ``missed`` when the lower end is above, else ``not resolved``.
+``trainpace run``'s hooks do what the Meter's step does from PyTorch's hooks, a few
+microseconds a step more (``benchmarks/run_overhead.py``).
 
 Before the rounds each variant of each script runs once untimed, so that every timed run
 finds what an installed trainpace has: its bytecode compiled (the child processes may write
@@ -237,8 +237,9 @@ def _steady_text(one: dict[str, Any]) -> str:
     return (f"the Meter's step {one['cost_us']:+.0f} ± {one['interval_us']:.0f} µs "
             f"({one['cost_pct']:+.2f}% ± {one['interval_pct']:.2f}% of a "
             f"{one['bare_step_ms']:.1f} ms step, {one['groups']} groups, "
-            f"{one['epoch_groups_left_out']} at epoch starts left out; CPU {one['cpu_cost_us']:+.0f} "
-            f"± {one['cpu_interval_us']:.0f} µs, {one['cpu_cost_pct']:+.2f}%), threads "
+            f"{one['epoch_groups_left_out']} at epoch starts left out; "
+            f"CPU {one['cpu_cost_us']:+.0f} ± {one['cpu_interval_us']:.0f} µs, "
+            f"{one['cpu_cost_pct']:+.2f}%), threads "
             f"{one['threads_pct_of_core']:.2f}% of a core: at most {one['upper_pct']:.2f}% "
             f"→ {one['verdict']} (target {TARGET_PCT:g}%)")
 
