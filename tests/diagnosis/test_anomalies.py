@@ -173,9 +173,9 @@ def test_half_of_trainpaces_window_is_its_own_hand_over():
 
 
 def test_a_period_equal_to_the_epochs_that_end_trainpaces_windows_is_its_own():
-    # epochs of 64 steps, window 100: the loader that runs out past half a window ends
-    # every window, so trainpace's boundaries come every 64 steps (steps.window_ends), not
-    # every 50 or 100
+    # epochs of 64 steps, window 100: the loader that runs out ends every window (a second
+    # epoch would not fit in it), so trainpace's boundaries come every 64 steps
+    # (steps.window_ends), not every 50 or 100
     step_s = [0.018 if i % 64 == 1 else 0.01 for i in range(1, 641)]
     ends = list(range(64, 641, 64))
     c = ctx(Summary(steps=Steps(window_ends=ends)), steps=records(step_s),

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 import trainpace
@@ -203,20 +204,25 @@ def test_windows_shorter_than_sink_window_s_reach_the_sinks_together_every_step_
     assert [s["step"] for s in read_run(meter.path).steps] == list(range(1, 204))
 
 
-def test_epochs_shorter_than_half_a_window_share_their_windows(tmp_path, clock):
-    # window 20, epochs of 7 steps: a loader's end cuts the window only once it holds 10
-    # steps or more (at 14, then 28 ...: a window record per two epochs, not per epoch)
+@pytest.mark.parametrize(("epoch", "ends", "records"), [
+    (7, [14, 28, 42], [14, 28, 42]),  # a third epoch would not fit: cut after two
+    (6, [18, 36], [18, 36]),  # three fit (18 steps), a fourth would not
+    (5, [20], [20, 30]),  # four fill the window: it ends with the fourth
+])
+def test_a_window_holds_the_whole_epochs_that_fit_in_it(tmp_path, clock, epoch, ends, records):
+    # window 20, six epochs: a loader's end cuts the window only when another epoch as long
+    # would not fit in it (a window record per two or three epochs, not per epoch)
     sink = Windows()
     meter = trainpace.Meter(tmp_path / "run", clock=clock, window=20, console=False,
                             report=False, count_flops=False, sinks=[sink])
     for _ in range(6):
-        for b in meter.loader([torch.zeros(2)] * 7):
+        for b in meter.loader([torch.zeros(2)] * epoch):
             with meter.step(b):
                 clock.advance(0.01)
     summary = meter.finish()
-    assert summary.steps.window_ends == [14, 28, 42]
-    assert [data["window"]["last_step"] for data in sink.records] == [14, 28, 42]
-    assert summary.steps.total == 42
+    assert summary.steps.window_ends == ends
+    assert [data["window"]["last_step"] for data in sink.records] == records
+    assert summary.steps.total == 6 * epoch
 
 
 class FiguresOnly(Windows):

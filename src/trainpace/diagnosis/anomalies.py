@@ -147,10 +147,10 @@ def _periodic_cause(ctx: Context, period: int, in_loader: bool, each: str, gain:
             f"the slow steps fall on trainpace's own window boundary (every {window} steps, "
             f"config.window): the {each} each time is trainpace's cost, its work at the "
             f"boundary, not the training's; a larger window ({flag}) makes it rarer")
-    # Where each epoch is shorter than the window (and at least half of it), the loader that
-    # runs out ends trainpace's window every epoch: its boundaries then come at the epoch's
-    # period. Outside the data wait (an epoch's first batch is the loader's) and no larger
-    # than its work there, a stall at that period is trainpace's too.
+    # Where epochs are shorter than the window, the loader that runs out ends trainpace's
+    # window at the epoch's end where another epoch would not fit: its boundaries then come
+    # every one or few epochs. Outside the data wait (an epoch's first batch is the loader's)
+    # and no larger than its work there, a stall at that period is trainpace's too.
     spacing = _loader_end_spacing(ctx.window_ends)
     if (window is not None and spacing is not None and not in_loader
             and excess_s <= t.trainpace_boundary_max_s and _near(period, spacing, t)):

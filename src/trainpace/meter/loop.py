@@ -53,6 +53,7 @@ class Loop:
         self.next_hand_over = _halfway(0, window)
         self.started = False
         self.finished = False
+        self._loader_end = 0  # the steps closed when the metered loader last ran out
         self._hand_over = hand_over
         self._first_step = first_step
         self.context = StepContext(self)
@@ -78,15 +79,17 @@ class Loop:
             self.probes.count_flops(counter)
 
     def loader_exhausted(self) -> None:
-        """The metered loader ran out. A window that holds at least half its steps ends here:
-        the writer sends it at its next look (console line included), not after the next
-        epoch's steps, and nothing here waits for that. A shorter one goes on into the next
-        epoch: epochs shorter than half a window share their windows, so a run of short
-        epochs makes a window record (and, under DDP, an exchange) per window, not one per
-        epoch. The rule counts steps only, so the ranks of a job, whose loaders run out at
-        the same steps, cut alike."""
+        """The metered loader ran out. The open window ends here when another epoch as long
+        as this one would not fit in it: the writer sends it at its next look (console line
+        included), not after the next epoch's steps, and nothing here waits for that.
+        Otherwise it goes on into the next epoch, so windows end at epochs' ends and hold as
+        many whole epochs as fit (25-step epochs, window 100: a record per 100 steps, not one
+        per epoch; 60-step epochs: one per epoch), and a run of short epochs makes a window
+        record (and, under DDP, an exchange) per window. The rule counts steps only, so the
+        ranks of a job, whose loaders run out at the same steps, cut alike."""
         closed = self.recorder.steps_closed
-        if closed > self.handed_over and closed - self.window_start >= max(self.window // 2, 1):
+        epoch, self._loader_end = closed - self._loader_end, closed
+        if closed > self.handed_over and closed - self.window_start + epoch > self.window:
             self.boundary(flush=True)
 
     def profile_begin(self) -> None:
