@@ -143,3 +143,20 @@ def test_steps_a_sibling_rank_slowed_are_the_jobs_own_and_an_unrelated_hogs_are_
     slowed = slowed_by_others(step_s, end_s, readings(UNRELATED), CORES)
     assert np.flatnonzero(slowed).tolist() == list(range(3, 103))
     assert warmup_steps(step_s, "auto", slowed) == 3
+
+
+def test_a_rows_host_values_are_its_columns_nan_where_unknown():
+    from trainpace.measure.contention import host_values
+
+    nested = {"t_s": 1.5, "host": {"system_cpu_pct": 90, "process_cpu_pct": None}}
+    flat = {"t_s": 2.0, "system_cpu_pct": float("inf"), "process_cpu_pct": 150.0,
+            "job_cpu_pct": True}  # a bool is no reading
+    values = [host_values(row) for row in (nested, flat, {"host": {}}, {"t_s": "x"})]
+    assert values[2:] == [None, None]  # no time: no reading
+    assert np.array(values[:2], dtype=float) == pytest.approx(np.array(
+        [[1.5, 90.0, np.nan, np.nan], [2.0, np.nan, 150.0, np.nan]]), nan_ok=True)
+    columns = host_columns([nested, {"host": {}}, flat])
+    np.testing.assert_array_equal(
+        np.array([columns[name] for name in ("t_s", "process_cpu_pct")]),
+        [[1.5, 2.0], [np.nan, 150.0]])
+    assert {len(column) for column in host_columns([]).values()} == {0}

@@ -39,3 +39,19 @@ def test_window_ends_are_kept_in_order_once_each_and_dropped_beyond_the_bound(mo
     assert state.window_ends is None
     state.window_ended(35)
     assert state.window_ends is None
+
+
+def test_the_kept_cpu_readings_are_the_rows_host_columns():
+    from trainpace.measure.contention import host_columns
+
+    state = RunState(MeterConfig(), torch.device("cpu"), "r", cpu_count=2)
+    rows = [{"t_s": 0.5, "host": {"system_cpu_pct": 100.0, "process_cpu_pct": 80.0}},
+            {"host": {"system_cpu_pct": 50.0}},  # no time: not a reading
+            {"t_s": 1.0, "host": {"system_cpu_pct": 60.0, "job_cpu_pct": 120.0}}]
+    state.keep_system_rows(rows[:1])
+    state.keep_system_rows(rows[1:])
+    expected = host_columns(rows)
+    assert list(state._cpu_rows) == list(expected)
+    for name, column in state._cpu_rows.items():
+        np.testing.assert_array_equal(np.array(column), expected[name])
+    assert [row["t_s"] for row in state.system_rows] == [0.5, None, 1.0]

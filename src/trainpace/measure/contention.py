@@ -41,30 +41,31 @@ HOST_COLUMNS = ("t_s", "system_cpu_pct", "process_cpu_pct", "job_cpu_pct")
 
 
 def host_columns(rows: Iterable[Mapping[str, Any]]) -> dict[str, np.ndarray]:
-    """:data:`HOST_COLUMNS` of sampler rows as columns (NaN unknown; ``job_cpu_pct`` is
-    unknown in a single process's rows); a row of ``system.jsonl`` nests the host readings
-    under ``host``, a row kept by the Meter has them flat."""
-    columns: dict[str, list[float | None]] = {name: [] for name in HOST_COLUMNS}
-    for row in rows:
-        t_s = _number(row.get("t_s"))
-        if t_s is None:
-            continue
-        host = row.get("host")
-        readings = host if isinstance(host, Mapping) else row
-        columns["t_s"].append(t_s)
-        for name in HOST_COLUMNS[1:]:
-            columns[name].append(_number(readings.get(name)))
-    return {name: _column(values) for name, values in columns.items()}
+    """:data:`HOST_COLUMNS` of sampler rows as columns (see :func:`host_values`)."""
+    values = [v for v in map(host_values, rows) if v is not None]
+    if not values:
+        return {name: np.empty(0, dtype=np.float64) for name in HOST_COLUMNS}
+    table = np.array(values, dtype=np.float64)
+    return {name: table[:, i] for i, name in enumerate(HOST_COLUMNS)}
 
 
-def _column(values: list[float | None]) -> np.ndarray:
-    return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def host_values(row: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """:data:`HOST_COLUMNS` of one sampler row, NaN where unknown (``job_cpu_pct`` is unknown
+    in a single process's rows), None for a row without a time; a row of ``system.jsonl``
+    nests the host readings under ``host``, a row kept by the Meter has them flat."""
+    t_s = _number(row.get("t_s"))
+    if math.isnan(t_s):
         return None
-    return float(value) if math.isfinite(value) else None
+    host = row.get("host")
+    readings = host if isinstance(host, Mapping) else row
+    return (t_s, *(_number(readings.get(name)) for name in HOST_COLUMNS[1:]))
+
+
+def _number(value: Any) -> float:
+    """A finite number as a float, else NaN (unknown)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value) if math.isfinite(value) else math.nan
 
 
 def crowded_readings(columns: Mapping[str, np.ndarray], cpu_count: int | None) -> np.ndarray | None:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from trainpace.config import MeterConfig
-from trainpace.measure.contention import HOST_COLUMNS, host_columns, slowed_by_others
+from trainpace.measure.contention import HOST_COLUMNS, host_values, slowed_by_others
 from trainpace.measure.cost import cost_of_run, measured_span
 from trainpace.measure.summarize import Goal, TargetTracker, summarize, warmup_steps
 from trainpace.measure.vitals import DeviceVitals
@@ -85,8 +85,11 @@ class RunState:
     def keep_system_rows(self, rows: list[dict[str, Any]]) -> None:
         kept = [_kept(row) for row in rows]
         self.system_rows.extend(kept)
-        for name, column in host_columns(kept).items():
-            self._cpu_rows[name].extend(column.tolist())
+        # a reading or two at a time: plain floats, no arrays (the diagnosis makes those)
+        for values in map(host_values, kept):
+            if values is not None:
+                for column, value in zip(self._cpu_rows.values(), values, strict=True):
+                    column.append(value)
 
     def slowed(self) -> np.ndarray | None:
         """Per step so far: did other processes take the CPU then (None: no readings)?"""
