@@ -161,3 +161,30 @@ def test_a_summary_shown_live_is_refreshed_from_the_first_window(monkeypatch):
     list(made.send())
     sinks.close(5.0)
     assert panel.kinds == ["window", "summary"]
+
+
+def test_no_window_record_is_made_for_nobody_and_one_is_for_an_observer(monkeypatch):
+    # no sink and no observer (a quiet run): the steps reach the run's columns, and no
+    # figures are computed for a record nobody reads; an observer gets its record
+    monkeypatch.setattr(pipeline, "time", RealTime())
+    computed = []
+    real_figures = pipeline.figures
+
+    def counting(steps, warmup):
+        computed.append(len(steps))
+        return real_figures(steps, warmup)
+
+    monkeypatch.setattr(pipeline, "figures", counting)
+    made = WindowPipeline(state=RunState(MeterConfig(), torch.device("cpu"), "r"),
+                          run_folder=None, sinks=FanOut([]), log_once=LogOnce(),
+                          clock=lambda: 0.0, vitals=lambda: None, refresh=lambda now: Refreshed())
+    made.write([window(step_values(1, 20, 0.01))])
+    list(made.send())
+    assert (computed, len(made.state.series)) == ([], 20)
+    observed = []
+    made.observers.append(lambda figures, records: observed.append(
+        (figures["steps"], [r["step"] for r in records])))
+    made.write([window(step_values(21, 20, 0.01))])
+    list(made.send())
+    assert (computed, len(made.state.series)) == ([20], 40)
+    assert observed == [(20, list(range(21, 41)))]

@@ -6,11 +6,12 @@ become ``steps.jsonl`` records (their values, no dict per step), whose lines go 
 folder at once (one append for all the windows taken together). The records wait for the
 end of their window; then they become columns once (a :class:`~trainpace.series.StepSeries`,
 appended to the run's), and the window's figures come from the function that computes the
-run's. Each window's figures go to the sinks (one :class:`~trainpace.sinks.base.FanOut`) as
-its window record; windows shorter than ``SINK_WINDOW_S`` go out together (their columns made
-in one pass too). That work comes in parts (:meth:`WindowPipeline.send` yields between two),
-which the writer paces (:meth:`WindowPipeline.part_pause_s`), so that no step waits for all
-of it.
+run's. Each window's figures go to the sinks (one :class:`~trainpace.sinks.base.FanOut`) and
+the window observers as its window record (with neither, no record is made: the steps are on
+disk and in the run's columns); windows shorter than ``SINK_WINDOW_S`` go out together (their
+columns made in one pass too). That work comes in parts (:meth:`WindowPipeline.send` yields
+between two), which the writer paces (:meth:`WindowPipeline.part_pause_s`), so that no step
+waits for all of it.
 """
 
 from __future__ import annotations
@@ -226,9 +227,11 @@ class WindowPipeline:
                 [column[done:] for column in columns]))
         if not final:
             yield
-        # the steps go as records only to those that read them
-        read = bool(self.observers or self.sinks.reads_steps)
-        yield from self._window(steps, steps.records() if read else [], last_step, final)
+        # a window record only for those that read one (no sink and no observer: a quiet
+        # run's writer makes none), its step records only for those that read them
+        if self.observers or not self.sinks.empty:
+            read = bool(self.observers or self.sinks.reads_steps)
+            yield from self._window(steps, steps.records() if read else [], last_step, final)
         if not final:
             yield
             self._maybe_refresh(last_step)

@@ -64,6 +64,11 @@ class FanOut:
         self._queues = [_Queue(sink, capacity, capacity_steps) for sink in sinks]
 
     @property
+    def empty(self) -> bool:
+        """True when there is no sink: nothing would read a record."""
+        return not self._queues
+
+    @property
     def reads_steps(self) -> bool:
         """True when some sink reads the step records of a window record."""
         return any(getattr(q.sink, "reads_steps", True) for q in self._queues)
