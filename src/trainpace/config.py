@@ -65,7 +65,7 @@ class MeterConfig:
     """Print the report at finish (to ``stream``, default stderr)."""
     sample_interval_s: float | None = None
     """Background sampler period (device and host readings); None: 0.1 s where a GPU is read,
-    0.5 s where the host alone is (see :func:`~trainpace.measure.vitals.default_interval_s`)."""
+    1 s where the host alone is (see :func:`~trainpace.measure.vitals.default_interval_s`)."""
     count_flops: bool = True
     """Count FLOPs and bytes of one (warm-up) step, for MFU and the roofline."""
     flops_per_step: float | None = None

@@ -342,10 +342,10 @@ def test_the_real_thread_with_real_sources():
 
 
 def test_the_period_follows_what_is_read():
-    # NVML's gauges at 10 Hz; the host's counters alone twice a second; the user's, as given
+    # NVML's gauges at 10 Hz; the host's counters alone once a second; the user's, as given
     assert default_interval_s("cuda:1") == 0.1
-    assert default_interval_s("cpu") == default_interval_s(torch.device("mps")) == 0.5
-    assert DeviceVitals(device="cpu", t0=0.0, nvml=False).interval_s == 0.5
+    assert default_interval_s("cpu") == default_interval_s(torch.device("mps")) == 1.0
+    assert DeviceVitals(device="cpu", t0=0.0, nvml=False).interval_s == 1.0
     cuda = DeviceVitals(device="cuda", t0=0.0, nvml=fake_pynvml([FakeGpu()]))
     assert cuda.interval_s == 0.1
     assert cuda.meta()["sampler"]["interval_s"] == 0.1

@@ -51,11 +51,12 @@ logger = logging.getLogger(__name__)
 # The sampler's period, by what it reads. NVML's readings are gauges (temperature, power,
 # clocks) and utilization over the driver's last sample period (1/6 s to 1 s): 10 Hz sees them
 # change. The host's CPU figures are differences of cumulative counters, so a window's mean is
-# the same at any rate, and its memory is read once a second: twice a second gives every
-# window of a second two readings, for a fifth of the CPU (a reading and the thread's wake
-# took 0.25-0.4 ms of CPU each on a 2-core virtual machine, cold after a training step).
+# the same at any rate; its memory, its workers and system.jsonl's rows come once a second
+# anyway: once a second is all a run on the CPU needs (a reading and the thread's wake took
+# 0.25-1 ms of CPU each on a 2-core virtual machine, cold after a training step: 0.20% of a
+# core at two a second beside a DataLoader worker, 0.14% at one).
 GPU_INTERVAL_S = 0.1
-HOST_INTERVAL_S = 0.5
+HOST_INTERVAL_S = 1.0
 
 
 def default_interval_s(device: str | torch.device) -> float:
