@@ -193,3 +193,41 @@ def test_the_first_two_hand_overs_wake_the_idle_writer_and_no_later_one(
     summary = meter.finish()
     assert woken == [5, 10]
     assert summary.steps.total == 40
+
+
+class LaggingWriter:
+    """A writer whose lines reach ``written_step``; records what the loop waits for."""
+
+    def __init__(self):
+        self.written_step = 0
+        self.waited_for: list[int] = []
+
+    def wake(self):
+        pass
+
+    def wait_for(self, step, timeout_s):
+        self.waited_for.append(step)
+        return True
+
+
+class NoMeta:
+    def __init__(self):
+        self.last = {"tokens_counted": None}
+
+
+def test_the_loop_waits_only_for_lines_older_than_half_a_window(clock):
+    # window 10 (halves of 5): the loop waits for a writer that has not written the
+    # previous half; where a loader runs out 2 steps after the previous hand-over, only for
+    # the lines older than half a window: a SIGKILL still loses a window at most
+    rec = StepRecorder(clock=clock)
+    writer = LaggingWriter()
+    hand = WriterHandOver(recorder=rec, source=ClosedRows(rec, window=10), writer=writer,
+                          meta=NoMeta(), half_window=5)
+    for closed, flush, written in [(5, False, 5), (10, False, 5), (15, False, 4),
+                                   (20, False, 20), (22, True, 18), (24, True, 18)]:
+        steps(rec, clock, closed - rec.steps_closed)
+        writer.written_step = written
+        hand.hand_over(final=False, flush=flush, ends_window=closed % 10 == 0 or flush)
+    # at 15: 4 written of the previous hand-over's 10; at 22, 18 of 20 is enough (17 are
+    # older than half a window); at 24 it is not (19)
+    assert writer.waited_for == [10, 19]

@@ -190,7 +190,7 @@ class Meter:
             loader=lambda: self._state.loader, vitals=lambda: self._vitals,
             ceilings=lambda: self._summaries.ceilings)
         hand_over = WriterHandOver(recorder=recorder, source=source, writer=self._writer,
-                                   meta=self._meta)
+                                   meta=self._meta, half_window=max(config.window // 2, 1))
         self._loop = Loop(recorder=self._recorder, probes=self._probes, log_once=self._log_once,
                           window=config.window, hand_over=hand_over.hand_over,
                           first_step=self._begin_run)

@@ -117,8 +117,9 @@ class WriterHandOver:
     else there waits for the writer."""
 
     def __init__(self, *, recorder: StepRecorder, source: ClosedRows | HandedWindows,
-                 writer: Writer, meta: MetaLog) -> None:
+                 writer: Writer, meta: MetaLog, half_window: int) -> None:
         self._recorder = recorder
+        self._half_window = half_window
         self._source = source
         self._writer = writer
         self._meta = meta
@@ -132,14 +133,18 @@ class WriterHandOver:
         has not written the previous half's lines yet (steps far shorter than its work per
         step, holding the GIL it needs), wait for them (not for the figures and sinks that
         follow), at most LAG_WAIT_S: a SIGKILL then loses the open half and the one before
-        it: a window at most. A writer that keeps up is never waited for; one that could not
+        it: a window at most. Where the previous hand-over was less than half a window ago
+        (a loader ran out soon after a window's middle), only the lines older than half a
+        window are waited for: the same bound, and a writer that looks once a half window is
+        not waited for there. A writer that keeps up is never waited for; one that could not
         catch up once (a stalled disk) is not waited for again until it has."""
         rec = self._recorder
         closed = rec.steps_closed
         handed = self._source.hand_over(final, flush, ends_window)
         if rec.tokens_counted != self._meta.last.get("tokens_counted"):
             self._meta.log()  # learnt from the first token batch: a killed run keeps it
-        writer, previous = self._writer, self._previous
+        writer = self._writer
+        previous = min(self._previous, closed - self._half_window)
         self._previous = closed
         self._hand_overs += 1
         if self._hand_overs <= WAKES_AT_START:
