@@ -228,11 +228,11 @@ def test_flop_counting_then_hogs_a_first_step_of_trainpaces_and_a_phase_of_the_m
 def test_a_short_phase_right_after_trainpaces_hand_over_is_trainpaces():
     # window 100: hand-overs after steps 50, 100, 150, ... Steps 203-207 at 2× the steady
     # 2 ms (5 ms extra in all) begin 3 steps after the hand-over at step 200: trainpace's
-    # work there, info only, as up to 10 + 100 // 4 steps after it (the writer finds a
-    # hand-over within a quarter window). The same phase 36 steps after it is nothing's
-    # that was recorded.
-    for start, cause in ((203, "trainpace_boundary"), (235, "trainpace_boundary"),
-                         (236, "unknown")):
+    # work there, info only, as up to 10 + 37 steps after it (the writer finds a hand-over
+    # within three eighths of a window). The same phase 48 steps after it is nothing's that
+    # was recorded.
+    for start, cause in ((203, "trainpace_boundary"), (247, "trainpace_boundary"),
+                         (248, "unknown")):
         step_s = [0.002] * 400
         step_s[start - 1:start + 4] = [0.004] * 5
         c = ctx(Summary(time=Time(wall_s=sum(step_s))), steps=records(step_s),
@@ -304,3 +304,9 @@ def test_a_phase_right_after_a_loader_ended_window_is_named_at_that_boundary():
         259, "trainpace_boundary", 256)
     finding = phases.slow_phases(c).verdicts[0].finding
     assert "began 3 steps after trainpace's window boundary at step 256" in finding.title
+
+
+def test_the_writers_look_period_is_the_meters():
+    from trainpace.meter.pipeline import POLL_SHARE
+
+    assert phases.WRITER_LOOK_WINDOWS == POLL_SHARE / 2  # of a half window

@@ -1,5 +1,6 @@
 """The writer side of a window: its record's work comes in parts, paced by the loop's steps."""
 
+import pytest
 import torch
 
 from trainpace.config import MeterConfig
@@ -88,12 +89,13 @@ def test_the_pause_is_the_loops_real_time_per_step_within_bounds(monkeypatch):
     sinks.close(5.0)
 
 
-def test_the_writer_looks_for_work_at_half_the_loops_time_per_half_window(monkeypatch):
+def test_the_writer_looks_for_work_at_three_quarters_of_the_loops_time_per_half_window(
+        monkeypatch):
     made, real, sinks = make_pipeline(monkeypatch, Recording(), window=20)
     assert made.poll_s() == POLL_MAX_S  # no steps yet: the time before them is start-up
     real.now_s += 0.0390625  # ten steps (a half window) came in 39 ms
     made.write([window(step_values(1, 10, 0.1))])
-    assert made.poll_s() == 0.0390625 / 2
+    assert made.poll_s() == pytest.approx(0.0390625 * 0.75)
     real.now_s += 0.0009765625  # twenty steps taken together, 1 ms after the last look
     made.write([window(step_values(11, 10, 0.1)), window(step_values(21, 10, 0.1))])
     assert made.poll_s() == POLL_MIN_S

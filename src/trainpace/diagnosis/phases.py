@@ -35,6 +35,11 @@ from trainpace.summary import Bottleneck, Finding
 from trainpace.units import format_duration as duration
 from trainpace.units import number_or_none
 
+# How often the Meter's idle writer looks for steps, in windows: POLL_SHARE (0.75) of the
+# loop's time per half window (meter/pipeline.py). Its work on a window's steps begins at the
+# first look after the window's end or middle, so within this much of it.
+WRITER_LOOK_WINDOWS = 0.375
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -53,8 +58,8 @@ class Phase:
     signs: HostSigns | None
     wait_share_pct: float | None
     # the step of trainpace's window boundary (a window's end or middle) before the phase,
-    # when it began within trainpace_boundary_steps and a quarter window of it (its writer's
-    # work lands on the steps that follow)
+    # when it began within trainpace_boundary_steps and the writer's look period of it (its
+    # writer's work lands on the steps that follow)
     after_handover: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,10 +155,10 @@ def _handover_before(ctx: Context, start_step: int) -> int | None:
     """The last boundary of trainpace's before ``start_step`` (each window's end, and
     ``max(window // 2, 1)`` steps into it, where the Meter's loop checks its writer and, on
     a device clock, hands its steps over), when ``start_step`` is at most
-    ``trainpace_boundary_steps`` plus a quarter window after it (the writer takes a
-    window's steps, and begins its work on them, at its next look: every quarter window or
-    so); None without a known window, before the first boundary or further from one. A
-    loader that ran out ended its window early, and the windows after it count from there
+    ``trainpace_boundary_steps`` plus ``WRITER_LOOK_WINDOWS`` of a window after it (the
+    writer takes a window's steps, and begins its work on them, at its next look); None
+    without a known window, before the first boundary or further from one. A loader that ran
+    out ended its window early, and the windows after it count from there
     (``steps.window_ends``; where those are not known, from the run's start)."""
     window = ctx.window_steps
     if window is None:
@@ -164,7 +169,8 @@ def _handover_before(ctx: Context, start_step: int) -> int | None:
     window_start = origin + (closed - origin) // window * window
     halfway = window_start + max(window // 2, 1)
     handover = halfway if closed >= halfway else window_start
-    if handover == 0 or start_step - handover > ctx.t.trainpace_boundary_steps + window // 4:
+    look_steps = int(window * WRITER_LOOK_WINDOWS)
+    if handover == 0 or start_step - handover > ctx.t.trainpace_boundary_steps + look_steps:
         return None
     return handover
 

@@ -53,14 +53,18 @@ SINK_WINDOW_S = 0.05
 PART_PAUSE_MIN_S = 0.0005
 PART_PAUSE_MAX_S = 0.01
 # How often the idle writer looks for steps to take (it is not woken): this share of the
-# loop's recent real time per half window, so that a half window's lines are written well
-# before the next half ends (the training thread waits for a writer a whole half behind),
-# within these bounds. Each look costs: a sleeping thread woken by a timer took 30-130 µs of
-# CPU on a 2-core virtual machine (0.7% of a core at 50 looks a second). The longest sleep
-# bounds how late the lines of slow steps reach the run folder and a live view; at 0.1 s the
-# looks were half the writer's CPU on 30 ms steps (0.6% of a core against 0.3% at 1 s, where
-# a 2-core script's torch threads want both cores).
-POLL_SHARE = 0.5
+# loop's recent real time per half window, so that a half window's lines are written before
+# the next half ends (the training thread waits for a writer a whole half behind) while the
+# loop's pace holds within a third, within these bounds. Each look costs: a sleeping thread
+# woken by a timer took 30-130 µs of CPU on a 2-core virtual machine (0.7% of a core at 50
+# looks a second), and a look that finds steps writes their lines (a fixed part and a part
+# per step, all of it cold after a training step). At half the time per half window the
+# writer took 163-212 ms of CPU over 2,000 dcgan steps (11 ms, a DataLoader worker), at three
+# quarters 115-141 ms, and the loop waited for it once or twice (0.4-1 ms in all). The
+# longest sleep bounds how late the lines of slow steps reach the run folder and a live view;
+# at 0.1 s the looks were half the writer's CPU on 30 ms steps (0.6% of a core against 0.3%
+# at 1 s, where a 2-core script's torch threads want both cores).
+POLL_SHARE = 0.75
 POLL_MIN_S = 0.001
 POLL_MAX_S = 1.0
 _STEP, _T_S = STEP_FIELDS.index("step"), STEP_FIELDS.index("t_s")
