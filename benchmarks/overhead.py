@@ -16,7 +16,7 @@ two steps and any read of the batch finds torch out of the CPU's caches (a worst
 loader produces). The tools:
 
 - ``trainpace``: ``trainpace.Meter`` with its defaults: run folder, console line (to
-  /dev/null), background sampler at its rate for the CPU (twice a second), FLOPs counted on
+  /dev/null), background sampler at its rate for the CPU (once a second), FLOPs counted on
   the first step. A fresh Meter per block, so its sampler thread runs only during its own
   blocks.
 - ``trainpace@base``: the same, imported from ``--baseline-src PATH`` (another checkout's

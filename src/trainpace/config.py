@@ -21,6 +21,12 @@ from trainpace.jsonsafe import json_safe
 WarmupSetting = int | Literal["auto"]
 
 
+def half_window(window: int) -> int:
+    """The steps into a window of ``window`` steps at which its middle comes (the Meter's first
+    hand-over in it): half of them, at least one."""
+    return max(window // 2, 1)
+
+
 @dataclass(frozen=True, kw_only=True)
 class MeterConfig:
     """Settings of a :class:`trainpace.Meter`. Every check names the key and the bad value."""

@@ -231,3 +231,9 @@ def test_the_loop_waits_only_for_lines_older_than_half_a_window(clock):
     # at 15: 4 written of the previous hand-over's 10; at 22, 18 of 20 is enough (17 are
     # older than half a window); at 24 it is not (19)
     assert writer.waited_for == [10, 19]
+
+
+def test_a_windows_middle_is_half_its_steps_and_at_least_one():
+    from trainpace.config import half_window
+
+    assert [half_window(w) for w in (1, 2, 5, 10, 101)] == [1, 1, 2, 5, 50]

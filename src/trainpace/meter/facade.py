@@ -53,7 +53,7 @@ from typing import Any, TextIO
 
 import torch
 
-from trainpace.config import MeterConfig, is_int_at_least
+from trainpace.config import MeterConfig, half_window, is_int_at_least
 from trainpace.devices.specs import canonical_dtype, override_peaks
 from trainpace.errors import ConfigError
 from trainpace.job.process import redacted_argv
@@ -190,7 +190,7 @@ class Meter:
             loader=lambda: self._state.loader, vitals=lambda: self._vitals,
             ceilings=lambda: self._summaries.ceilings)
         hand_over = WriterHandOver(recorder=recorder, source=source, writer=self._writer,
-                                   meta=self._meta, half_window=max(config.window // 2, 1))
+                                   meta=self._meta, half_window=half_window(config.window))
         self._loop = Loop(recorder=self._recorder, probes=self._probes, log_once=self._log_once,
                           window=config.window, hand_over=hand_over.hand_over,
                           first_step=self._begin_run)

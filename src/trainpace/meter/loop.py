@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from trainpace.config import half_window
 from trainpace.measure.batch import is_pinned, move_to
 from trainpace.measure.recorder import StepRecorder
 from trainpace.meter.log_once import LogOnce
@@ -298,7 +299,7 @@ class MeteredIterator:
 
 def _halfway(start: int, window: int) -> int:
     """The steps closed at the first hand-over of a window that begins after ``start``."""
-    return start + max(window // 2, 1)
+    return start + half_window(window)
 
 
 def _contained(loop: Loop, where: str, fn: Callable[..., Any], *args: Any) -> Any:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from itertools import starmap
 from typing import Any
 
+from trainpace.config import half_window
 from trainpace.measure.summarize import Goal, figures
 from trainpace.measure.vitals import DeviceVitals
 from trainpace.meter.log_once import LogOnce
@@ -117,7 +118,7 @@ class WindowPipeline:
         # the pause is about the GIL, in real time, whatever clock the run is timed by
         self._written_at_s = time.perf_counter()
         self._step_s_real = 0.0
-        self._half_window = max(state.config.window // 2, 1)  # steps, for poll_s()
+        self._half_window = half_window(state.config.window)  # steps, for poll_s()
 
     def emit(self, record: Record) -> None:
         """To the run folder (now, here) and to the sinks."""
