@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from trainpace.config import half_window
 from trainpace.diagnosis import advice as adv
 from trainpace.diagnosis._context import (
     Context,
@@ -154,7 +153,7 @@ def _merged(runs: list[tuple[int, int]], flags: np.ndarray, t: Thresholds) -> li
 
 def _handover_before(ctx: Context, start_step: int) -> int | None:
     """The last boundary of trainpace's before ``start_step`` (each window's end, and
-    :func:`~trainpace.config.half_window` steps into it, where the Meter's loop checks its
+    ``max(window // 2, 1)`` steps into it, where the Meter's loop checks its
     writer and, on a device clock, hands its steps over), when ``start_step`` is at most
     ``trainpace_boundary_steps`` plus ``WRITER_LOOK_WINDOWS`` of a window after it (the
     writer takes a window's steps, and begins its work on them, at its next look); None
@@ -168,7 +167,8 @@ def _handover_before(ctx: Context, start_step: int) -> int | None:
     ends = ctx.window_ends or []
     origin = ends[bisect.bisect_right(ends, closed) - 1] if ends and ends[0] <= closed else 0
     window_start = origin + (closed - origin) // window * window
-    halfway = window_start + half_window(window)
+    # the Meter's trainpace.config.half_window, not imported: analysis loads no settings
+    halfway = window_start + max(window // 2, 1)
     handover = halfway if closed >= halfway else window_start
     look_steps = int(window * WRITER_LOOK_WINDOWS)
     if handover == 0 or start_step - handover > ctx.t.trainpace_boundary_steps + look_steps:
