@@ -97,6 +97,40 @@ def test_a_cut_the_writer_sees_before_its_step_waits_for_it(clock):
     assert shape(rows.take()) == [([3], 3, False, True, True)]
 
 
+def test_the_writer_counts_the_steps_to_the_loops_next_hand_over(clock):
+    # Window 10: the loop hands over at 5, 10, 15, ...; from a cut, every 5 after it.
+    rec = StepRecorder(clock=clock)
+    rows = ClosedRows(rec, window=10)
+    assert rows.steps_to_hand_over() == 5
+    steps(rec, clock, 4)
+    rows.take()  # 1..3 (4, the newest, waits)
+    assert rows.steps_to_hand_over() == 2  # from 3 to 5
+    steps(rec, clock, 3)
+    rows.take()  # 4..6
+    assert rows.steps_to_hand_over() == 4  # past the middle: to the window's end, 10
+    rows.hand_over(final=False, flush=True, ends_window=True)  # the loader ran out at 7
+    rows.take()
+    assert rows.steps_to_hand_over() == 5  # the next window counts from 7: its middle is 12
+
+
+def test_windows_are_due_once_a_half_window_waits_to_be_taken(clock, monkeypatch):
+    rec = StepRecorder(clock=clock)
+    rows = ClosedRows(rec, window=10)
+    steps(rec, clock, 4)
+    assert not rows.due()  # 4 closed, none taken: less than a half window (5)
+    steps(rec, clock, 1)
+    assert rows.due()
+    rows.take()  # 1..4
+    assert not rows.due()
+    monkeypatch.setattr(rec, "take_ready", lambda final: list)  # a device clock's read-back
+    handed = HandedWindows(rec)
+    assert not handed.due()
+    handed.hand_over(final=False, flush=False, ends_window=False)
+    assert handed.due()
+    handed.take()
+    assert not handed.due()
+
+
 def test_a_loss_observed_after_its_step_is_its_however_often_the_writer_looks(clock):
     rec = StepRecorder(clock=clock)
     rows = ClosedRows(rec, window=10)

@@ -7,6 +7,7 @@ from trainpace.config import MeterConfig
 from trainpace.meter import pipeline
 from trainpace.meter.log_once import LogOnce
 from trainpace.meter.pipeline import (
+    LOOK_PAST_HAND_OVER,
     PART_PAUSE_MAX_S,
     PART_PAUSE_MIN_S,
     POLL_MAX_S,
@@ -60,14 +61,15 @@ def step_values(first, count, step_s):
     return rows
 
 
-def make_pipeline(monkeypatch, sink, window=100):
+def make_pipeline(monkeypatch, sink, window=100, steps_to_hand_over=None):
     real = RealTime()
     monkeypatch.setattr(pipeline, "time", real)
     sinks = FanOut([sink])
     made = WindowPipeline(state=RunState(MeterConfig(window=window), torch.device("cpu"), "r"),
                           run_folder=None, sinks=sinks, log_once=LogOnce(),
                           clock=lambda: 0.0, vitals=lambda: None,
-                          refresh=lambda now: Refreshed())
+                          refresh=lambda now: Refreshed(),
+                          steps_to_hand_over=steps_to_hand_over)
     return made, real, sinks
 
 
@@ -101,6 +103,21 @@ def test_the_writer_looks_for_work_at_three_quarters_of_the_loops_time_per_half_
     assert made.poll_s() == POLL_MIN_S
     real.now_s += 5.0  # an evaluation between two windows: at most the longest
     made.write([window(step_values(31, 10, 0.1))])
+    assert made.poll_s() == POLL_MAX_S
+    sinks.close(5.0)
+
+
+def test_a_writer_that_counts_the_windows_looks_a_quarter_half_window_past_the_hand_over(
+        monkeypatch):
+    to_hand_over = [10]
+    made, real, sinks = make_pipeline(monkeypatch, Recording(), window=20,
+                                      steps_to_hand_over=lambda: to_hand_over[0])
+    assert made.poll_s() == POLL_MAX_S  # no steps yet
+    real.now_s += 0.0390625  # ten steps in 39 ms: 3.90625 ms a step
+    made.write([window(step_values(1, 10, 0.1))])
+    to_hand_over[0] = 7  # taken up to 3 steps past a hand-over: 7 steps to the next
+    assert made.poll_s() == pytest.approx(0.00390625 * (7 + 10 * LOOK_PAST_HAND_OVER))
+    to_hand_over[0] = 10_000  # an evaluation ahead, say: at most the longest sleep
     assert made.poll_s() == POLL_MAX_S
     sinks.close(5.0)
 

@@ -373,3 +373,60 @@ def test_a_window_that_reaches_no_further_step_is_still_sent():
     handed.hand(45)
     writer.close()
     assert sends == [45, 45]
+
+
+def test_after_a_look_that_found_windows_the_writer_looks_again_at_once_only_when_due():
+    # Steps far shorter than the writer's work: a half window closed while it wrote, and it
+    # looks again at once. Otherwise it sleeps first: a look that would find a step or two
+    # is a write at its full fixed cost.
+    takes, due = [], [False]
+    poll, looked = asleep_for(60.0)
+    handed = Handed()
+
+    def take():
+        takes.append(1)
+        return handed.take()
+
+    writer = Writer(nothing, lambda e: None, take_windows=take, poll_s=poll,
+                    due=lambda: due[0])
+    assert looked.wait(10)
+    looked.clear()
+    handed.hand(5)
+    writer.wake()
+    assert looked.wait(10)  # woken: one look found window 5, and the writer sleeps again
+    assert len(takes) == 2 and writer.written_step == 5
+    looked.clear()
+    due[0] = True  # this time a half window closes while it writes
+    handed.hand(10)
+    writer.wake()
+    assert looked.wait(10)
+    assert len(takes) == 4  # the look, then one more at once (it found nothing)
+    assert writer.close(timeout_s=10)
+
+
+def test_between_two_parts_the_writer_takes_windows_only_when_due():
+    takes, part, due = [], [0], [False]
+    handed = Handed()
+
+    def take():
+        takes.append(part[0])
+        return handed.take()
+
+    def parts():
+        if part[0]:
+            return  # the second window's work: nothing to check there
+        part[0] = 1
+        handed.hand(2)  # a step closed meanwhile, not a half window
+        yield
+        part[0], due[0] = 2, True
+        yield
+        part[0] = 3
+
+    writer = Writer(nothing, lambda e: None, take_windows=take, after_windows=parts,
+                    poll_s=lambda: 60.0, due=lambda: due[0])
+    handed.hand(1)
+    assert writer.wait_for(2, timeout_s=10)
+    # looks before the work (one or two: the first may come before window 1), then a take
+    # after the second part only (window 2 due by then), none after the first
+    assert 2 in takes and 1 not in takes
+    assert writer.close(timeout_s=10)

@@ -35,9 +35,11 @@ from trainpace.summary import Bottleneck, Finding
 from trainpace.units import format_duration as duration
 from trainpace.units import number_or_none
 
-# How often the Meter's idle writer looks for steps, in windows: POLL_SHARE (0.75) of the
-# loop's time per half window (meter/pipeline.py). Its work on a window's steps begins at the
-# first look after the window's end or middle, so within this much of it.
+# How late after a window's end or middle the Meter's idle writer looks for its steps, in
+# windows (meter/pipeline.py): on a device clock it looks every POLL_SHARE (0.75) of the loop's
+# time per half window, so within this much of it; on the host clock an eighth of a window
+# past it (LOOK_PAST_HAND_OVER of a half window) at the loop's recent pace, within this much
+# while the pace holds.
 WRITER_LOOK_WINDOWS = 0.375
 
 

@@ -150,8 +150,9 @@ SOURCES: Mapping[str, str] = {
     "larger excess each time is the loop's own (a checkpoint save every window's length)",
     "trainpace_boundary_steps": "measured: the writer does a window record's work in about "
     "eight parts, a step's time apart (meter/pipeline.py), so it lands on the first ten or so "
-    "steps after it took a window's last steps, no later; it looks for steps every three quarters "
-    "of the loop's time per half window, so the steps counted from the boundary are these plus "
+    "steps after it took a window's last steps, no later; it looks for steps an eighth of a "
+    "window past each hand-over at the loop's pace (on a device clock, every three quarters of "
+    "the loop's time per half window), so the steps counted from the boundary are these plus "
     "three eighths of a window",
     "outlier_warning_pct": "inferred: TF profiler counts 'all other time' ≥ 3–15% of the step "
     "as significant; 5% of the run lost is worth fixing",

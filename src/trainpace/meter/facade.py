@@ -160,17 +160,20 @@ class Meter:
                                probes=self._probes, log_once=self._log_once, device=self.device,
                                vitals=lambda: self._vitals, peaks_given=self._peaks is not None,
                                tune_loader_s=config.tune_loader_s)
+        # the host clock's steps are taken by the writer, which times its looks by the
+        # windows it counts; a device clock's are read back on the training thread, which
+        # issues the copies (see meter.handover)
+        source = (ClosedRows(recorder, config.window) if recorder.timer is None
+                  else HandedWindows(recorder))
         self._pipeline = WindowPipeline(
             state=self._state,
             run_folder=RunFolderSink(self.path) if self.path is not None else None,
             sinks=self._sinks, log_once=self._log_once, clock=clock,
-            vitals=lambda: self._vitals, refresh=self._summaries.refresh)
+            vitals=lambda: self._vitals, refresh=self._summaries.refresh,
+            steps_to_hand_over=(source.steps_to_hand_over
+                                if isinstance(source, ClosedRows) else None))
         if self._job.monitor is not None:  # a rank of a distributed job
             self._pipeline.observers.append(self._job.window)
-        # the host clock's steps are taken by the writer; a device clock's are read back on
-        # the training thread, which issues the copies (see meter.handover)
-        source = (ClosedRows(recorder, config.window) if recorder.timer is None
-                  else HandedWindows(recorder))
         self._writer = Writer(self._pipeline.write,
                               lambda exc: self._log_once.report("writing the run", exc),
                               take_windows=source.take,
@@ -178,7 +181,7 @@ class Meter:
                               on_idle=self._pipeline.send_held,
                               holding=lambda: self._pipeline.holding, idle_s=SINK_WINDOW_S,
                               pause_s=self._pipeline.part_pause_s,
-                              poll_s=self._pipeline.poll_s)
+                              poll_s=self._pipeline.poll_s, due=source.due)
         self._meta = MetaLog(
             config=config, made_by=made_by, run_id=self.run_id, started_at=started_at,
             # The command as the Meter was made: under `trainpace run` the script's own

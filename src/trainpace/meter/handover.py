@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from functools import partial
 
+from trainpace.config import half_window
 from trainpace.measure.recorder import StepRecorder
 from trainpace.measure.steprow import records_of
 from trainpace.meter.meta import MetaLog
@@ -35,6 +36,7 @@ class ClosedRows:
     def __init__(self, recorder: StepRecorder, window: int) -> None:
         self._recorder = recorder
         self._window = window
+        self._half_window = half_window(window)
         self._window_end = window  # the step at which the open window ends
         self._taken = 0  # the steps taken so far
         # (step, final, flush): where the training thread ended a window early
@@ -51,6 +53,19 @@ class ClosedRows:
             self._cuts.append((rec.steps_closed, final, flush))
         rec.close_newest()
         return cut
+
+    def steps_to_hand_over(self) -> int:
+        """Writer thread: the steps from the last one taken to the loop's next hand-over
+        (the open window's middle, else its end), as the writer counts the windows: for the
+        writer to time its next look (a cut it has not taken yet moves the loop's; the look
+        after it corrects)."""
+        halfway = self._window_end - self._window + self._half_window
+        return (halfway if self._taken < halfway else self._window_end) - self._taken
+
+    def due(self) -> bool:
+        """Writer thread: a half window's steps wait to be taken (the loop has run that far
+        ahead of the writer's last look)."""
+        return self._recorder.steps_closed - self._taken >= self._half_window
 
     def take(self) -> list[Window]:
         """Writer thread: the steps closed since the last call that can be taken (the newest
@@ -103,6 +118,10 @@ class HandedWindows:
         self._windows.append(Window(rec.take_ready(final=final), final, rec.steps_closed,
                                     flush, ends_window))
         return True
+
+    def due(self) -> bool:
+        """Writer thread: a window was handed over since the last take."""
+        return bool(self._windows)
 
     def take(self) -> list[Window]:
         windows = []

@@ -53,19 +53,26 @@ SINK_WINDOW_S = 0.05
 # later).
 PART_PAUSE_MIN_S = 0.0005
 PART_PAUSE_MAX_S = 0.01
-# How often the idle writer looks for steps to take (it is not woken): this share of the
-# loop's recent real time per half window, so that a half window's lines are written before
-# the next half ends (the training thread waits for a writer a whole half behind) while the
-# loop's pace holds within a third, within these bounds. Each look costs: a sleeping thread
-# woken by a timer took 30-130 µs of CPU on a 2-core virtual machine (0.7% of a core at 50
-# looks a second), and a look that finds steps writes their lines (a fixed part and a part
-# per step, all of it cold after a training step). At half the time per half window the
-# writer took 163-212 ms of CPU over 2,000 dcgan steps (11 ms, a DataLoader worker), at three
-# quarters 115-141 ms, and the loop waited for it once or twice (0.4-1 ms in all). The
-# longest sleep bounds how late the lines of slow steps reach the run folder and a live view;
-# at 0.1 s the looks were half the writer's CPU on 30 ms steps (0.6% of a core against 0.3%
-# at 1 s, where a 2-core script's torch threads want both cores).
+# How often the idle writer looks for steps (it is not woken), where it does not know when the
+# loop hands over (a device clock's windows): this share of the loop's recent real time per
+# half window, so that a half window's lines are written before the next half ends (the
+# training thread waits for a writer a whole half behind) while the loop's pace holds within a
+# third, within these bounds. Each look costs: a sleeping thread woken by a timer took 30-130
+# µs of CPU on a 2-core virtual machine (0.7% of a core at 50 looks a second), and a look that
+# finds steps writes their lines (a fixed part and a part per step, all of it cold after a
+# training step). The longest sleep bounds how late the lines of slow steps reach the run
+# folder and a live view; at 0.1 s the looks were half the writer's CPU on 30 ms steps (0.6% of
+# a core against 0.3% at 1 s, where a 2-core script's torch threads want both cores).
 POLL_SHARE = 0.75
+# Where the writer counts the windows itself (the host clock: it takes the steps from the
+# recorder), its sleep ends this share of a half window past the loop's next hand-over: one
+# look a half window, which finds that half's steps closed, and writes them well before the
+# next hand-over checks for them (the loop may run up to 1.75x faster than its recent pace
+# meanwhile; a slower loop costs a look that comes early, and the next). Looks timed by
+# POLL_SHARE came 1.33 times a half window, at any phase: with dcgan's 10 ms steps (a
+# DataLoader worker, window 100, no sink) the writer took 113-130 ms of CPU over 2,000 steps
+# at POLL_SHARE's pace, 93-95 ms at the hand-overs.
+LOOK_PAST_HAND_OVER = 0.25
 POLL_MIN_S = 0.001
 POLL_MAX_S = 1.0
 _STEP, _T_S = STEP_FIELDS.index("step"), STEP_FIELDS.index("t_s")
@@ -92,7 +99,8 @@ class WindowPipeline:
     def __init__(self, *, state: RunState,
                  run_folder: RunFolderSink | None, sinks: FanOut, log_once: LogOnce,
                  clock: Callable[[], float], vitals: Callable[[], DeviceVitals | None],
-                 refresh: Callable[[float], Summary]) -> None:
+                 refresh: Callable[[float], Summary],
+                 steps_to_hand_over: Callable[[], int] | None = None) -> None:
         self.state = state
         self.run_folder = run_folder
         self.sinks = sinks
@@ -119,6 +127,7 @@ class WindowPipeline:
         self._written_at_s = time.perf_counter()
         self._step_s_real = 0.0
         self._half_window = half_window(state.config.window)  # steps, for poll_s()
+        self._steps_to_hand_over = steps_to_hand_over
 
     def emit(self, record: Record) -> None:
         """To the run folder (now, here) and to the sinks."""
@@ -200,15 +209,20 @@ class WindowPipeline:
         return min(max(self._step_s_real, PART_PAUSE_MIN_S), PART_PAUSE_MAX_S)
 
     def poll_s(self) -> float:
-        """How long the idle writer sleeps before it looks for work again: ``POLL_SHARE`` of
-        the loop's real time per half window lately, within ``POLL_MIN_S``..``POLL_MAX_S``
-        (the longest until the first steps came: the time before them holds the run's
-        start-up, and a short first half window finds the writer woken by the training
-        thread's wait for it at the second)."""
+        """How long the idle writer sleeps before it looks for work again: until
+        ``LOOK_PAST_HAND_OVER`` of a half window past the loop's next hand-over, at the loop's
+        real time per step lately, where the writer knows when that comes (else
+        ``POLL_SHARE`` of the loop's time per half window), within
+        ``POLL_MIN_S``..``POLL_MAX_S`` (the longest until the first steps came: the time before
+        them holds the run's start-up, and a short first half window finds the writer woken by
+        the training thread's wait for it at the second)."""
         if not self._step_s_real:
             return POLL_MAX_S
-        return min(max(self._step_s_real * self._half_window * POLL_SHARE, POLL_MIN_S),
-                   POLL_MAX_S)
+        if self._steps_to_hand_over is not None:
+            steps = self._steps_to_hand_over() + self._half_window * LOOK_PAST_HAND_OVER
+        else:
+            steps = self._half_window * POLL_SHARE
+        return min(max(self._step_s_real * steps, POLL_MIN_S), POLL_MAX_S)
 
     def _send(self, final: bool, upto: int | None = None) -> Iterator[None]:
         """The steps not sent yet (the first ``upto`` of them): into the run's columns (made

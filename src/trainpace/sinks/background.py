@@ -18,12 +18,14 @@ pace yet and sleeps its longest.
 At each look the windows come first: written (``on_windows``: their lines in the run folder,
 all that a SIGKILL would lose) and counted written at once; the rest of their work
 (``after_windows``: figures, sinks) follows, paced: it comes in parts, and between two parts
-the writer first writes the lines of any window taken meanwhile, then sleeps
-(``pause_s()``). Each part holds the GIL; without the pauses a training thread that needs it
-would wait for the whole of the work (the interpreter takes the GIL back from a thread only
-after its switch interval, 5 ms). A writer that found windows or jobs waiting does not
-pause: it is behind the loop, and catches up first. The queued jobs run in order, after the
-windows found at the same look.
+the writer first writes the lines of the windows due meanwhile (``due()``: a half window's
+steps closed, or a window handed over), then sleeps (``pause_s()``). Each part holds the GIL;
+without the pauses a training thread that needs it would wait for the whole of the work (the
+interpreter takes the GIL back from a thread only after its switch interval, 5 ms). A writer
+that found windows due or jobs waiting does not pause: it is behind the loop, and catches up
+first; after a look that found windows it looks again at once only when more are due (else it
+would find a step or two, and pay a write's whole fixed cost for them). The queued jobs run in
+order, after the windows found at the same look.
 
 Whatever a job raises, ``BaseException`` included, is contained, reported once, and never
 reaches the training loop.
@@ -64,9 +66,11 @@ class Writer:
                  on_idle: Callable[[], Parts] = lambda: None,
                  holding: Callable[[], bool] = lambda: False, idle_s: float = 0.05,
                  pause_s: Callable[[], float] = lambda: 0.0,
-                 poll_s: Callable[[], float] = lambda: 0.005) -> None:
+                 poll_s: Callable[[], float] = lambda: 0.005,
+                 due: Callable[[], bool] = lambda: True) -> None:
         self._on_windows = on_windows
         self._take_windows = take_windows
+        self._due = due
         self._after_windows = after_windows
         self._on_error = on_error
         self._on_idle = on_idle
@@ -142,10 +146,16 @@ class Writer:
 
     def _run(self) -> None:
         idle_since = time.monotonic()
+        look = True
         while True:
-            if self._windows(self._taken()):
+            if look and self._windows(self._taken()):
                 idle_since = time.monotonic()
+                # again at once only where windows are due already (steps far shorter than
+                # the writer's work): a look that finds a step or two writes it at the full
+                # fixed cost of a write
+                look = self._is_due()
                 continue
+            look = True
             try:
                 item = self._queue.get_nowait()
             except Empty:
@@ -179,6 +189,14 @@ class Writer:
                 self._on_error(exc)
             return []
 
+    def _is_due(self) -> bool:
+        try:
+            return self._due()
+        except BaseException as exc:  # noqa: BLE001 - the writer must outlive one bad look
+            with contextlib.suppress(BaseException):  # reporting must not end it either
+                self._on_error(exc)
+            return True
+
     def _windows(self, windows: list[Any]) -> bool:
         if not windows:
             return False
@@ -209,7 +227,7 @@ class Writer:
         try:
             parts = work()
             for _ in parts or ():
-                windows = self._taken()
+                windows = self._taken() if self._is_due() else []
                 if windows:
                     self._write(windows)
                 elif self._queue.empty():  # behind the loop, the writer catches up first
