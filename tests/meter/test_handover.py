@@ -98,19 +98,23 @@ def test_a_cut_the_writer_sees_before_its_step_waits_for_it(clock):
 
 
 def test_the_writer_counts_the_steps_to_the_loops_next_hand_over(clock):
-    # Window 10: the loop hands over at 5, 10, 15, ...; from a cut, every 5 after it.
+    # Window 10: the loop hands over at 5, 10, 15, ...; from a cut, every 5 after it. Counted
+    # from the loop's last closed step, whatever the writer took.
     rec = StepRecorder(clock=clock)
     rows = ClosedRows(rec, window=10)
     assert rows.steps_to_hand_over() == 5
     steps(rec, clock, 4)
     rows.take()  # 1..3 (4, the newest, waits)
-    assert rows.steps_to_hand_over() == 2  # from 3 to 5
+    assert rows.steps_to_hand_over() == 1  # from 4 to 5
     steps(rec, clock, 3)
-    rows.take()  # 4..6
-    assert rows.steps_to_hand_over() == 4  # past the middle: to the window's end, 10
+    assert rows.steps_to_hand_over() == 3  # from 7 to the window's end, 10
     rows.hand_over(final=False, flush=True, ends_window=True)  # the loader ran out at 7
     rows.take()
     assert rows.steps_to_hand_over() == 5  # the next window counts from 7: its middle is 12
+    steps(rec, clock, 9)
+    assert rows.steps_to_hand_over() == 1  # from 16 to that window's end, 17
+    steps(rec, clock, 5)  # not taken: the next window (17..27) counts on alike
+    assert rows.steps_to_hand_over() == 1  # from 21 to its middle, 22
 
 
 def test_windows_are_due_once_a_half_window_waits_to_be_taken(clock, monkeypatch):

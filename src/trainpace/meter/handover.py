@@ -55,12 +55,16 @@ class ClosedRows:
         return cut
 
     def steps_to_hand_over(self) -> int:
-        """Writer thread: the steps from the last one taken to the loop's next hand-over
-        (the open window's middle, else its end), as the writer counts the windows: for the
-        writer to time its next look (a cut it has not taken yet moves the loop's; the look
-        after it corrects)."""
-        halfway = self._window_end - self._window + self._half_window
-        return (halfway if self._taken < halfway else self._window_end) - self._taken
+        """Writer thread: the steps from the loop's last closed one to its next hand-over (a
+        window's middle or end), as the writer counts the windows: for the writer to time its
+        next look from now, whatever its work took since its last (a cut it has not taken yet
+        moves the loop's; the look after it corrects)."""
+        closed = self._recorder.steps_closed
+        start = self._window_end - self._window
+        if closed >= start:  # windows the writer has not taken into yet count on alike
+            start += (closed - start) // self._window * self._window
+        halfway = start + self._half_window
+        return (halfway if closed < halfway else start + self._window) - closed
 
     def due(self) -> bool:
         """Writer thread: a half window's steps wait to be taken (the loop has run that far
