@@ -60,9 +60,9 @@ class ClosedRows:
         next look from now, whatever its work took since its last (a cut it has not taken yet
         moves the loop's; the look after it corrects)."""
         closed = self._recorder.steps_closed
-        start = self._window_end - self._window
-        if closed >= start:  # windows the writer has not taken into yet count on alike
-            start += (closed - start) // self._window * self._window
+        start = self._window_end - self._window  # at most the steps taken, so at most closed
+        # windows the writer has not taken into yet count on alike
+        start += (closed - start) // self._window * self._window
         halfway = start + self._half_window
         return (halfway if closed < halfway else start + self._window) - closed
 

@@ -38,9 +38,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from queue import Empty, SimpleQueue
-from typing import Any
+from typing import Any, TypeVar
 
 _STOP = object()
+T = TypeVar("T")
 
 Parts = Iterable[object] | None
 """What ``after_windows`` and ``on_idle`` return: their work in parts (a generator that yields
@@ -182,20 +183,10 @@ class Writer:
             self._wake.acquire(timeout=sleep_s)
 
     def _taken(self) -> list[Any]:
-        try:
-            return self._take_windows()
-        except BaseException as exc:  # noqa: BLE001 - the writer must outlive one bad look
-            with contextlib.suppress(BaseException):  # reporting must not end it either
-                self._on_error(exc)
-            return []
+        return self._guarded(self._take_windows, [])
 
     def _is_due(self) -> bool:
-        try:
-            return self._due()
-        except BaseException as exc:  # noqa: BLE001 - the writer must outlive one bad look
-            with contextlib.suppress(BaseException):  # reporting must not end it either
-                self._on_error(exc)
-            return True
+        return self._guarded(self._due, True)
 
     def _windows(self, windows: list[Any]) -> bool:
         if not windows:
@@ -222,25 +213,29 @@ class Writer:
                 self._done.notify_all()
 
     def _paced(self, work: Callable[[], Parts]) -> None:
-        """``work()``, and between two of its parts: the lines of the windows taken
-        meanwhile, or else (no job waiting either) a pause."""
-        try:
-            parts = work()
-            for _ in parts or ():
-                windows = self._taken() if self._is_due() else []
-                if windows:
-                    self._write(windows)
-                elif self._queue.empty():  # behind the loop, the writer catches up first
-                    pause_s = self._pause_s()
-                    if pause_s > 0:
-                        time.sleep(pause_s)
-        except BaseException as exc:  # noqa: BLE001 - the writer must outlive one bad job
-            with contextlib.suppress(BaseException):  # reporting must not end it either
-                self._on_error(exc)
+        """``work()``, and between two of its parts: the lines of the windows due meanwhile,
+        or else (no job waiting either) a pause. What it raises ends that work only."""
+        self._contained(self._parts, work)
+
+    def _parts(self, work: Callable[[], Parts]) -> None:
+        for _ in work() or ():
+            windows = self._taken() if self._is_due() else []
+            if windows:
+                self._write(windows)
+            elif self._queue.empty():  # behind the loop, the writer catches up first
+                pause_s = self._pause_s()
+                if pause_s > 0:
+                    time.sleep(pause_s)
 
     def _contained(self, fn: Callable[..., object], *args: Any) -> None:
+        self._guarded(lambda: fn(*args), None)
+
+    def _guarded(self, fn: Callable[[], T], failed: T) -> T:
+        """``fn()``, or ``failed`` when it raised: whatever it raises, ``BaseException``
+        included, is reported and ends nothing (the writer must outlive one bad look or job)."""
         try:
-            fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - the writer must outlive one bad job
+            return fn()
+        except BaseException as exc:  # noqa: BLE001 - the writer must outlive one bad call
             with contextlib.suppress(BaseException):  # reporting must not end it either
                 self._on_error(exc)
+            return failed
