@@ -48,12 +48,18 @@ is left out, chosen by its place, before any time is read: that step waits for t
 start, the script's own (dcgan's worker process starts again, tens to hundreds of
 milliseconds that swamp the fraction of a millisecond measured), whichever kind of step takes
 it. Its window boundaries and hand-overs fall on metered steps. trainpace's threads
-(sampler, writer) run through both kinds of step, so the difference cannot see them; their
-share of a core is measured in a second process of the script with the Meter on every step
-(half as many steps: a metered run's windows, twice as frequent as the alternating run's) and
-added to the cost's upper end (as if every CPU second of theirs were taken from the script).
-The target (at most 1% on these steps of 10 ms or more) is called ``met`` when that upper
-end is at most 1%, ``missed`` when the lower end is above, else ``not resolved``.
+(sampler, writer) run through both kinds of step, so the difference cannot see them; they are
+measured in a second process of the script with the Meter on every step (half as many steps:
+a metered run's windows, twice as frequent as the alternating run's), which reads their CPU
+clocks at each step's end: their share of a core, and what they delayed the steps
+(:func:`thread_delay`: each step they ran in against its neighbours they did not, less what
+such a choice of steps gives by chance). Their CPU share does not bound that delay: work in
+Python holds the GIL, which the training thread needs between two operations, whatever
+cores are free. The delay's interval is added to the step's: the target (at most 1% on these
+steps of 10 ms or more) is ``met`` when the upper end is at most 1%, ``missed`` when the
+lower end is above, else ``not resolved``. ``--controls`` measures the same way a control
+thread whose cost is known (it spins ``CONTROL_BURN_MS`` in Python twice a second) and one
+that only wakes (a cost of about none), in processes of their own.
 ``trainpace run``'s hooks do what the Meter's step does from PyTorch's hooks, a few
 microseconds a step more (``benchmarks/run_overhead.py``).
 
@@ -65,6 +71,7 @@ device's ceilings cached, the files in the page cache.
     python benchmarks/real_scripts.py             # 5 rounds (about 5 minutes on a quiet machine)
     python benchmarks/real_scripts.py --quick     # 2 rounds of shorter scripts
     python benchmarks/real_scripts.py --steady-x 5  # the steady measure 5 times as long
+    python benchmarks/real_scripts.py --controls    # and the threads' measure checked
     python benchmarks/real_scripts.py --json
 """
 
@@ -182,15 +189,83 @@ def alternate_once(script: Script, steps: int) -> dict[str, Any]:
         return run_child([*command(script, "meter", steps, folder), "--alternate"], folder)
 
 
-def threads_share_pct(script: Script, steps: int) -> float:
-    """The CPU of trainpace's threads, as a share of one core, in one process of ``script``
-    with the Meter on every step: they do per wall second what a metered run makes them do
-    (in the alternating run half the steps are metered, and its windows take twice as long)."""
+def threads_run(script: Script, steps: int, prefix: str = "trainpace",
+                burn_ms: float | None = None) -> dict[str, Any]:
+    """One process of ``script`` with the Meter on every step (its threads then do per wall
+    second what a metered run makes them do: in the alternating run half the steps are
+    metered, and its windows take twice as long), the CPU time of the threads named
+    ``prefix``* read at each step's end (``burn_ms``: with the control thread): its timing."""
     with tempfile.TemporaryDirectory(prefix="trainpace-real-") as tmp:
         folder = Path(tmp)
-        timing = run_child(command(script, "meter", steps, folder), folder)
+        cmd = [*command(script, "meter", steps, folder), "--thread-clocks", prefix]
+        if burn_ms is not None:
+            cmd += ["--burn-ms", str(burn_ms)]
+        return run_child(cmd, folder)
+
+
+def threads_share_pct(timing: dict[str, Any]) -> float:
+    """The CPU of trainpace's threads over a run, as a share of one core."""
     return 100 * sum(cpu_s for name, cpu_s in timing["threads_cpu_s"].items()
                      if name.startswith("trainpace")) / timing["loop_s"]
+
+
+# A step the watched threads ran in is compared with the steps they did not run in nearest to
+# it: up to this many on each side, within NEIGHBOR_SPAN steps of it.
+NEIGHBORS = 2
+NEIGHBOR_SPAN = 8
+
+
+def thread_delay(ends_s: list[float], threads_cpu_ends_s: list[float],
+                 skip: Iterable[int] = ()) -> dict[str, float]:
+    """What the watched threads' work cost the loop's steps, measured rather than assumed.
+
+    From the ends of a run's steps and the threads' CPU time at each, after the first tenth:
+    each step's excess over the mean of its nearest steps the threads took no CPU in
+    (``NEIGHBORS`` each side, within ``NEIGHBOR_SPAN``). A step the threads ran in (a touched
+    step) is likelier the longer it is (their work starts at times of their own, not at
+    steps), so even work that cost nothing would pick steps that ran long: the excess such a
+    choice gives is the untouched steps' excesses averaged with each step weighted by its
+    length (as a point in time picks it), and the delay is the touched steps' excesses less
+    that, summed, with twice its standard error, as a share of those steps' time. A touched
+    step that cannot be compared (one of ``skip``, an epoch's first step, or one with no
+    untouched step on a side) counts the threads' CPU in it in full."""
+    n = len(ends_s)
+    step_s = [0.0] + [b - a for a, b in itertools.pairwise(ends_s)]  # step_s[i]: step i
+    busy_s = [0.0] + [b - a for a, b in itertools.pairwise(threads_cpu_ends_s)]
+    first = max(1, n // 10)
+    left_out = set(skip)
+    quiet = [busy_s[i] <= 0 and i not in left_out for i in range(n)]
+
+    def nearest(i: int) -> list[int]:
+        before = [j for j in range(i - 1, max(first, i - NEIGHBOR_SPAN) - 1, -1) if quiet[j]]
+        after = [j for j in range(i + 1, min(n, i + NEIGHBOR_SPAN + 1)) if quiet[j]]
+        return before[:NEIGHBORS] + after[:NEIGHBORS] if before and after else []
+
+    touched: list[float] = []
+    chance: list[tuple[float, float]] = []  # an untouched step's (length, excess)
+    whole_s = 0.0  # the threads' CPU in touched steps that could not be compared
+    for i in range(first, n):
+        near = nearest(i) if i not in left_out else []
+        if not near:
+            whole_s += busy_s[i]
+            continue
+        excess = step_s[i] - statistics.fmean(step_s[j] for j in near)
+        if quiet[i]:
+            chance.append((step_s[i], excess))
+        else:
+            touched.append(excess)
+    length_s = sum(length for length, _ in chance)
+    by_chance_s = sum(length * excess for length, excess in chance) / length_s
+    # its standard error: the untouched steps' excesses, each with its length's weight
+    chance_se_s = (sum((length * (excess - by_chance_s)) ** 2 for length, excess in chance)
+                   ** 0.5 / length_s)
+    span_s = ends_s[-1] - ends_s[first - 1]
+    delay_s = sum(touched) - len(touched) * by_chance_s + whole_s
+    variance = (len(touched) * statistics.variance(touched) if len(touched) > 1 else 0.0) \
+        + (len(touched) * chance_se_s) ** 2
+    return {"delay_pct": 100 * delay_s / span_s, "interval_pct": 200 * variance ** 0.5 / span_s,
+            "cpu_pct": 100 * sum(busy_s[first:]) / span_s, "touched": len(touched),
+            "uncompared_cpu_pct": 100 * whole_s / span_s, "by_chance_us": 1e6 * by_chance_s}
 
 
 def step_cost(ends_s: list[float], skip: Iterable[int] = ()) -> dict[str, float]:
@@ -215,11 +290,14 @@ def step_cost(ends_s: list[float], skip: Iterable[int] = ()) -> dict[str, float]
             "skipped": skipped}
 
 
-def steady(scripts: tuple[Script, ...], quick: bool, scale: int = 1) -> dict[str, dict[str, Any]]:
+def steady(scripts: tuple[Script, ...], quick: bool, scale: int = 1,
+           controls: bool = False) -> dict[str, dict[str, Any]]:
     """Per script: the Meter's cost per steady step (wall and CPU) from an alternating run of
     ``scale`` times ``ALTERNATE_STEPS`` steps (the interval narrows as its square root), its
-    threads' share of a core from a fully metered run half as long, and the verdict against
-    ``TARGET_PCT``."""
+    threads' cost from a fully metered run half as long (their measured delay of the steps,
+    and their share of a core), and the verdict against ``TARGET_PCT``; ``controls``: the
+    same measure of a control thread's known work (``CONTROL_BURN_MS``) and of one that only
+    wakes."""
     out = {}
     for script in scripts:
         steps = ALTERNATE_STEPS[script.name] * scale // (3 if quick else 1)
@@ -227,22 +305,51 @@ def steady(scripts: tuple[Script, ...], quick: bool, scale: int = 1) -> dict[str
         epoch_starts = timing["epoch_starts"]
         wall = step_cost(timing["ends_s"], epoch_starts)
         cpu = step_cost(timing["cpu_ends_s"], epoch_starts)
-        threads_pct = threads_share_pct(script, steps // 2)
+        metered = threads_run(script, steps // 2)
+        delay = _delay_of(metered)
         pct = 100 * wall["cost_s"] / wall["bare_s"]
         interval_pct = 100 * wall["interval_s"] / wall["bare_s"]
-        upper, lower = pct + interval_pct + threads_pct, pct - interval_pct
+        threads_upper = max(delay["delay_pct"] + delay["interval_pct"], 0.0)
+        threads_lower = max(delay["delay_pct"] - delay["interval_pct"], 0.0)
+        upper = pct + interval_pct + threads_upper
+        lower = pct - interval_pct + threads_lower
         verdict = ("met" if upper <= TARGET_PCT else "missed" if lower > TARGET_PCT
                    else "not resolved")
-        out[script.name] = {
+        one = out[script.name] = {
             "steps": steps, "groups": wall["groups"], "epoch_groups_left_out": wall["skipped"],
             "bare_step_ms": 1e3 * wall["bare_s"],
             "cost_us": 1e6 * wall["cost_s"], "interval_us": 1e6 * wall["interval_s"],
             "cost_pct": pct, "interval_pct": interval_pct,
             "cpu_cost_us": 1e6 * cpu["cost_s"], "cpu_interval_us": 1e6 * cpu["interval_s"],
             "cpu_cost_pct": 100 * cpu["cost_s"] / cpu["bare_s"],
-            "threads_pct_of_core": threads_pct, "upper_pct": upper, "verdict": verdict}
-        print(f"steady {script.name}: {_steady_text(out[script.name])}", file=sys.stderr)
+            "threads_pct_of_core": threads_share_pct(metered),
+            "threads_delay_pct": delay["delay_pct"],
+            "threads_delay_interval_pct": delay["interval_pct"],
+            "threads_touched_steps": delay["touched"],
+            "upper_pct": upper, "verdict": verdict}
+        print(f"steady {script.name}: {_steady_text(one)}", file=sys.stderr)
+        if controls:
+            for burn_ms in (CONTROL_BURN_MS, 0.0):
+                control = _delay_of(threads_run(script, steps // 2, "control-burn", burn_ms))
+                one[f"control_{burn_ms:g}ms"] = control
+                print(f"control {script.name}: {_control_text(burn_ms, control)}",
+                      file=sys.stderr)
     return out
+
+
+# The control thread's work twice a second (--controls): in Python, holding the GIL.
+CONTROL_BURN_MS = 5.0
+
+
+def _delay_of(timing: dict[str, Any]) -> dict[str, float]:
+    return thread_delay(timing["ends_s"], timing["threads_cpu_ends_s"],
+                        timing["epoch_starts"])
+
+
+def _control_text(burn_ms: float, delay: dict[str, float]) -> str:
+    return (f"a thread that {f'spins {burn_ms:g} ms' if burn_ms else 'wakes'} twice a second: "
+            f"delay {delay['delay_pct']:+.2f}% ± {delay['interval_pct']:.2f}% for its "
+            f"{delay['cpu_pct']:.2f}% of a core ({delay['touched']} steps touched)")
 
 
 def _steady_text(one: dict[str, Any]) -> str:
@@ -252,7 +359,9 @@ def _steady_text(one: dict[str, Any]) -> str:
             f"{one['epoch_groups_left_out']} at epoch starts left out; "
             f"CPU {one['cpu_cost_us']:+.0f} ± {one['cpu_interval_us']:.0f} µs, "
             f"{one['cpu_cost_pct']:+.2f}%), threads "
-            f"{one['threads_pct_of_core']:.2f}% of a core (metered run): "
+            f"{one['threads_pct_of_core']:.2f}% of a core, delaying the steps "
+            f"{one['threads_delay_pct']:+.2f}% ± {one['threads_delay_interval_pct']:.2f}% "
+            f"(metered run, {one['threads_touched_steps']} steps touched): "
             f"at most {one['upper_pct']:.2f}% "
             f"→ {one['verdict']} (target {TARGET_PCT:g}%)")
 
@@ -298,6 +407,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON object")
     parser.add_argument("--steady-x", type=int, default=1, metavar="K",
                         help="K times the steady measure's steps (its interval about 1/sqrt(K))")
+    parser.add_argument("--controls", action="store_true",
+                        help="also measure a control thread's known work and one that only "
+                             "wakes, as the threads are measured")
     parser.add_argument("--only", choices=[s.name for s in SCRIPT_SET], action="append",
                         help="run only this script (repeatable); the result is not written")
     args = parser.parse_args()
@@ -306,11 +418,16 @@ def main() -> None:
     scripts = tuple(s for s in SCRIPT_SET if not args.only or s.name in args.only)
     measured = measure(scripts, rounds, args.quick)
     rows = table(measured)
-    steady_costs = steady(scripts, args.quick, args.steady_x)
+    steady_costs = steady(scripts, args.quick, args.steady_x, args.controls)
     figures: dict[str, Any] = {"rounds": rounds, "steady_x": args.steady_x}
     for name, one in steady_costs.items():
         figures[f"{name}: steady step, {one['steps']} steps ABBA in one process"] = (
             _steady_text(one))
+        for burn_ms in (CONTROL_BURN_MS, 0.0):
+            if f"control_{burn_ms:g}ms" in one:
+                figures[f"{name}: control, {one['steps'] // 2} steps metered"
+                        f"{f', {burn_ms:g} ms' if burn_ms else ', wakes only'}"] = (
+                    _control_text(burn_ms, one[f"control_{burn_ms:g}ms"]))
     for name, per_round in measured.items():
         for variant in ("run", "meter"):
             share = [r[variant]["trainpace_threads_cpu_s"] / r[variant]["wall_s"]

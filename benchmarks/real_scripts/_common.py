@@ -13,6 +13,12 @@ its end (``finish()``, the report, the exit), and the steps that waited for a lo
 batches through the Meter's loader, their steps in its step), the others run bare, in the same
 process a few milliseconds apart: the benchmark's measure of what the Meter costs a step,
 which differences between processes and between seconds on a shared machine would drown.
+``--thread-clocks PREFIX`` (with ``--timing``) also writes, at each step's end, the CPU time
+so far of the threads whose names start with PREFIX (``trainpace``: the Meter's sampler and
+writer), for the benchmark to tell the steps those threads ran in from the others.
+``--burn-ms MS`` starts a control thread, ``control-burn``, that spins MS milliseconds of its
+CPU in Python (holding the GIL, as the writer's work does) twice a second: a known cost for
+that measure to find (``--burn-ms 0``: it wakes and does nothing, a cost of about none).
 """
 
 from __future__ import annotations
@@ -34,6 +40,11 @@ def arguments(description: str, steps: int) -> argparse.Namespace:
     parser.add_argument("--timing", metavar="FILE", help="write the loop's times to FILE")
     parser.add_argument("--alternate", action="store_true",
                         help="with --meter: meter steps 1 and 2 of every 4, the others bare")
+    parser.add_argument("--thread-clocks", metavar="PREFIX",
+                        help="write the CPU time of the threads named PREFIX* at each step's end")
+    parser.add_argument("--burn-ms", type=float, metavar="MS",
+                        help="a control thread spins MS ms of CPU twice a second (0: it only "
+                             "wakes)")
     return parser.parse_args()
 
 
@@ -55,6 +66,13 @@ class Watch:
         self._start_epoch_s = time.time()  # the benchmark's clock across processes
         self._start_s = time.perf_counter()
         self._start_cpu_s = time.process_time()
+        # the watched threads' CPU clocks (found once their threads run: the sampler starts
+        # with the first step) and their CPU time at each step's end
+        self._clocks: list[int] | None = None
+        self._threads_cpu_ends_s: list[float] = []
+        if args.burn_ms is not None:
+            threading.Thread(target=_burn, args=(args.burn_ms / 1e3,), name="control-burn",
+                             daemon=True).start()
 
     def loader(self, batches: Iterable[Any]) -> Iterator[Any]:
         # an epoch begins: the next step waits for the loader's start (its workers')
@@ -91,6 +109,10 @@ class Watch:
         """A step has ended (called after it, outside the Meter's step)."""
         self._ends_s.append(time.perf_counter() - self._start_s)
         self._cpu_ends_s.append(time.process_time() - self._start_cpu_s)
+        if self._args.thread_clocks:
+            if len(self._ends_s) <= 2:  # the first two ends: every watched thread runs
+                self._clocks = thread_clocks(self._args.thread_clocks)
+            self._threads_cpu_ends_s.append(sum(map(time.clock_gettime, self._clocks or ())))
 
     def done(self) -> None:
         loop_s = time.perf_counter() - self._start_s
@@ -103,8 +125,24 @@ class Watch:
                 {"loop_s": loop_s, "loop_cpu_s": loop_cpu_s, "ends_s": self._ends_s,
                  "cpu_ends_s": self._cpu_ends_s, "alternate": self._alternate,
                  "epoch_starts": self._epoch_starts,
+                 "threads_cpu_ends_s": self._threads_cpu_ends_s,
                  "threads_cpu_s": threads, "loop_start_epoch_s": self._start_epoch_s,
                  "loop_end_epoch_s": self._start_epoch_s + loop_s}))
+
+
+def thread_clocks(prefix: str) -> list[int]:
+    """The CPU clocks of the threads whose names start with ``prefix``."""
+    return [time.pthread_getcpuclockid(thread.ident) for thread in threading.enumerate()
+            if thread.name.startswith(prefix) and thread.ident is not None]
+
+
+def _burn(burst_s: float) -> None:
+    """The control thread: ``burst_s`` of its CPU in Python, twice a second."""
+    while True:
+        time.sleep(0.5)
+        start_s = time.thread_time()
+        while time.thread_time() - start_s < burst_s:
+            pass
 
 
 def thread_cpu_s() -> dict[str, float]:

@@ -1,0 +1,92 @@
+"""The real-scripts benchmark's measure of what trainpace's threads delay a loop's steps
+(``benchmarks/real_scripts.py``: :func:`thread_delay`), on made-up step times whose cost is
+known. How it fares on real runs, against a control thread of known cost, the benchmark
+itself reports (``--controls``)."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from real_scripts import thread_delay
+
+
+def run(steps_s: list[float], busy_s: dict[int, float]) -> tuple[list[float], list[float]]:
+    """Step ends and the threads' CPU at each, from each step's time and the threads' CPU
+    in the steps they ran in (step i ends at ends[i])."""
+    ends, cpu = [0.0], [0.0]
+    for i, step_s in enumerate(steps_s, start=1):
+        ends.append(ends[-1] + step_s)
+        cpu.append(cpu[-1] + busy_s.get(i, 0.0))
+    return ends, cpu
+
+
+def test_the_delay_is_what_the_touched_steps_took_beyond_their_neighbours() -> None:
+    steps = [0.010] * 200
+    busy = {50: 0.0002, 90: 0.0003, 150: 0.0001}
+    for i, extra_s in ((50, 0.001), (90, 0.002), (150, 0.0)):
+        steps[i - 1] += extra_s
+    ends, cpu = run(steps, busy)
+    delay = thread_delay(ends, cpu)
+    span_s = ends[-1] - ends[200 // 10 - 1]  # after the first tenth
+    assert delay["touched"] == 3
+    assert delay["by_chance_us"] == pytest.approx(0.0, abs=1e-9)  # untouched steps alike
+    assert delay["delay_pct"] == pytest.approx(100 * 0.003 / span_s)
+    assert delay["cpu_pct"] == pytest.approx(100 * 0.0006 / span_s)
+    assert delay["uncompared_cpu_pct"] == 0.0
+
+
+def test_a_touched_step_that_cannot_be_compared_counts_the_threads_cpu_in_full() -> None:
+    steps = [0.010] * 100
+    steps[59] = 0.200  # an epoch's first step: waits for the loader's workers
+    ends, cpu = run(steps, {60: 0.004, 70: 0.001})
+    delay = thread_delay(ends, cpu, skip=[60])
+    span_s = ends[-1] - ends[100 // 10 - 1]
+    assert delay["touched"] == 1  # step 70; step 60 is left out of the comparison
+    assert delay["uncompared_cpu_pct"] == pytest.approx(100 * 0.004 / span_s)
+    assert delay["delay_pct"] == pytest.approx(100 * 0.004 / span_s)  # step 70: no excess
+
+
+def test_a_step_is_compared_only_with_untouched_steps_on_both_sides() -> None:
+    steps = [0.010] * 100
+    busy = dict.fromkeys(range(80, 101), 0.0001)  # touched from step 80 to the end
+    ends, cpu = run(steps, busy)
+    delay = thread_delay(ends, cpu)
+    span_s = ends[-1] - ends[100 // 10 - 1]
+    assert delay["touched"] == 0
+    assert delay["uncompared_cpu_pct"] == pytest.approx(100 * 21 * 0.0001 / span_s)
+
+
+def wakes(seed: int, cost_s: float) -> tuple[list[float], list[float], float]:
+    """Steps of 10 ms with a long tail; a thread wakes every 0.33 s (at times of its own)
+    and adds ``cost_s`` to the step it wakes in: the step ends, the CPU, the true delay %."""
+    rng = random.Random(seed)
+    ends, cpu = [0.0], [0.0]
+    next_wake_s, touched_after_first_tenth = 0.2, 0
+    for i in range(20_000):
+        step_s = 0.010 * rng.lognormvariate(0, 0.3)
+        busy_s = 0.0
+        if ends[-1] + step_s > next_wake_s:
+            step_s += cost_s
+            busy_s, next_wake_s = 1e-4, next_wake_s + 0.33
+            touched_after_first_tenth += i + 1 >= 2_000
+        ends.append(ends[-1] + step_s)
+        cpu.append(cpu[-1] + busy_s)
+    span_s = ends[-1] - ends[len(ends) // 10 - 1]
+    return ends, cpu, 100 * cost_s * touched_after_first_tenth / span_s
+
+
+@pytest.mark.parametrize("cost_s", [0.0, 0.001])
+def test_long_steps_picked_by_chance_are_not_counted_as_the_threads_cost(cost_s: float) -> None:
+    # A step is likelier to hold a wake the longer it is: without the correction the touched
+    # steps' excess alone would read about 0.3% on a thread that cost nothing.
+    for seed in range(3):
+        ends, cpu, truth_pct = wakes(seed, cost_s)
+        delay = thread_delay(ends, cpu)
+        assert delay["by_chance_us"] == pytest.approx(940, rel=0.1)  # 10 ms × (e^0.09 - 1)
+        assert abs(delay["delay_pct"] - truth_pct) <= delay["interval_pct"]
+        assert delay["interval_pct"] < 0.15
