@@ -1,7 +1,7 @@
 """What watching costs real training scripts: bare, under ``trainpace run``, with the Meter.
 
 Three scripts in ``benchmarks/real_scripts/``, written after the published PyTorch examples'
-architectures, on synthetic tensors (no downloads), sized for CPU steps of tens of
+architectures, on synthetic tensors (no downloads), sized for CPU steps of 10 to 30
 milliseconds:
 
 - ``mnist``: two convolutions and two linear layers, Adadelta, a DataLoader in the process;
