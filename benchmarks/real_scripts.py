@@ -53,13 +53,13 @@ measured in a second process of the script with the Meter on every step (half as
 a metered run's windows, twice as frequent as the alternating run's), which reads their CPU
 clocks at each step's end: their share of a core, and what they delayed the steps
 (:func:`thread_delay`: each step they ran in against its neighbours they did not, less what
-such a choice of steps gives by chance). Their CPU share does not bound that delay: work in
-Python holds the GIL, which the training thread needs between two operations, whatever
-cores are free. The delay's interval is added to the step's: the target (at most 1% on these
-steps of 10 ms or more) is ``met`` when the upper end is at most 1%, ``missed`` when the
-lower end is above, else ``not resolved``. ``--controls`` measures the same way a control
-thread whose cost is known (it spins ``CONTROL_BURN_MS`` in Python twice a second) and one
-that only wakes (a cost of about none), in processes of their own.
+such a choice of steps gives by chance). Their CPU share does not bound that delay (a
+script's torch threads that keep every core busy wait for each other in each operation, and
+work in Python also holds the GIL). The delay's interval is added to the step's: the target
+(at most 1% on these steps of 10 ms or more) is ``met`` when the upper end is at most 1%,
+``missed`` when the lower end is above, else ``not resolved``. ``--controls`` measures the
+same way control threads whose cost is known (``CONTROLS``: 5 ms twice a second in Python,
+the same in C with the GIL released, and one that only wakes), in processes of their own.
 ``trainpace run``'s hooks do what the Meter's step does from PyTorch's hooks, a few
 microseconds a step more (``benchmarks/run_overhead.py``).
 
@@ -190,16 +190,17 @@ def alternate_once(script: Script, steps: int) -> dict[str, Any]:
 
 
 def threads_run(script: Script, steps: int, prefix: str = "trainpace",
-                burn_ms: float | None = None) -> dict[str, Any]:
+                burn_ms: float | None = None, burn_in: str = "python") -> dict[str, Any]:
     """One process of ``script`` with the Meter on every step (its threads then do per wall
     second what a metered run makes them do: in the alternating run half the steps are
     metered, and its windows take twice as long), the CPU time of the threads named
-    ``prefix``* read at each step's end (``burn_ms``: with the control thread): its timing."""
+    ``prefix``* read at each step's end (``burn_ms``: with the control thread, spinning in
+    ``burn_in``): its timing."""
     with tempfile.TemporaryDirectory(prefix="trainpace-real-") as tmp:
         folder = Path(tmp)
         cmd = [*command(script, "meter", steps, folder), "--thread-clocks", prefix]
         if burn_ms is not None:
-            cmd += ["--burn-ms", str(burn_ms)]
+            cmd += ["--burn-ms", str(burn_ms), "--burn-in", burn_in]
         return run_child(cmd, folder)
 
 
@@ -329,16 +330,23 @@ def steady(scripts: tuple[Script, ...], quick: bool, scale: int = 1,
             "upper_pct": upper, "verdict": verdict}
         print(f"steady {script.name}: {_steady_text(one)}", file=sys.stderr)
         if controls:
-            for burn_ms in (CONTROL_BURN_MS, 0.0):
-                control = _delay_of(threads_run(script, steps // 2, "control-burn", burn_ms))
-                one[f"control_{burn_ms:g}ms"] = control
-                print(f"control {script.name}: {_control_text(burn_ms, control)}",
+            for burn_in, burn_ms in CONTROLS:
+                control = _delay_of(
+                    threads_run(script, steps // 2, "control-burn", burn_ms, burn_in))
+                one[_control_key(burn_in, burn_ms)] = control
+                print(f"control {script.name}: {_control_text(burn_in, burn_ms, control)}",
                       file=sys.stderr)
     return out
 
 
-# The control thread's work twice a second (--controls): in Python, holding the GIL.
-CONTROL_BURN_MS = 5.0
+# The control threads (--controls): where each spins, and how long twice a second: in
+# Python (holding the GIL, as trainpace's threads do), in C (the GIL released: the CPU
+# alone), and not at all (it only wakes).
+CONTROLS = (("python", 5.0), ("c", 5.0), ("python", 0.0))
+
+
+def _control_key(burn_in: str, burn_ms: float) -> str:
+    return f"control_{burn_in}_{burn_ms:g}ms"
 
 
 def _delay_of(timing: dict[str, Any]) -> dict[str, float]:
@@ -346,8 +354,10 @@ def _delay_of(timing: dict[str, Any]) -> dict[str, float]:
                         timing["epoch_starts"])
 
 
-def _control_text(burn_ms: float, delay: dict[str, float]) -> str:
-    return (f"a thread that {f'spins {burn_ms:g} ms' if burn_ms else 'wakes'} twice a second: "
+def _control_text(burn_in: str, burn_ms: float, delay: dict[str, float]) -> str:
+    work = f"spins {burn_ms:g} ms in {'Python' if burn_in == 'python' else 'C'}" \
+        if burn_ms else "wakes"
+    return (f"a thread that {work} twice a second: "
             f"delay {delay['delay_pct']:+.2f}% ± {delay['interval_pct']:.2f}% for its "
             f"{delay['cpu_pct']:.2f}% of a core ({delay['touched']} steps touched)")
 
@@ -423,11 +433,11 @@ def main() -> None:
     for name, one in steady_costs.items():
         figures[f"{name}: steady step, {one['steps']} steps ABBA in one process"] = (
             _steady_text(one))
-        for burn_ms in (CONTROL_BURN_MS, 0.0):
-            if f"control_{burn_ms:g}ms" in one:
-                figures[f"{name}: control, {one['steps'] // 2} steps metered"
-                        f"{f', {burn_ms:g} ms' if burn_ms else ', wakes only'}"] = (
-                    _control_text(burn_ms, one[f"control_{burn_ms:g}ms"]))
+        for burn_in, burn_ms in CONTROLS:
+            if _control_key(burn_in, burn_ms) in one:
+                figures[f"{name}: control, {one['steps'] // 2} steps metered, "
+                        f"{f'{burn_ms:g} ms in {burn_in}' if burn_ms else 'wakes only'}"] = (
+                    _control_text(burn_in, burn_ms, one[_control_key(burn_in, burn_ms)]))
     for name, per_round in measured.items():
         for variant in ("run", "meter"):
             share = [r[variant]["trainpace_threads_cpu_s"] / r[variant]["wall_s"]

@@ -18,13 +18,15 @@ so far of the threads whose names start with PREFIX (``trainpace``: the Meter's 
 writer), for the benchmark to tell the steps those threads ran in from the others.
 ``--burn-ms MS`` starts a control thread, ``control-burn``, that spins MS milliseconds of its
 CPU in Python (holding the GIL, as the writer's work does) twice a second: a known cost for
-that measure to find (``--burn-ms 0``: it wakes and does nothing, a cost of about none).
+that measure to find (``--burn-ms 0``: it wakes and does nothing, a cost of about none);
+``--burn-in c``: in C with the GIL released (hashing), for the cost of the CPU alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -45,6 +47,9 @@ def arguments(description: str, steps: int) -> argparse.Namespace:
     parser.add_argument("--burn-ms", type=float, metavar="MS",
                         help="a control thread spins MS ms of CPU twice a second (0: it only "
                              "wakes)")
+    parser.add_argument("--burn-in", choices=("python", "c"), default="python",
+                        help="the control thread spins in Python (holding the GIL) or in C "
+                             "(the GIL released)")
     return parser.parse_args()
 
 
@@ -71,8 +76,8 @@ class Watch:
         self._clocks: list[int] | None = None
         self._threads_cpu_ends_s: list[float] = []
         if args.burn_ms is not None:
-            threading.Thread(target=_burn, args=(args.burn_ms / 1e3,), name="control-burn",
-                             daemon=True).start()
+            threading.Thread(target=_burn, args=(args.burn_ms / 1e3, args.burn_in == "c"),
+                             name="control-burn", daemon=True).start()
 
     def loader(self, batches: Iterable[Any]) -> Iterator[Any]:
         # an epoch begins: the next step waits for the loader's start (its workers')
@@ -136,13 +141,16 @@ def thread_clocks(prefix: str) -> list[int]:
             if thread.name.startswith(prefix) and thread.ident is not None]
 
 
-def _burn(burst_s: float) -> None:
-    """The control thread: ``burst_s`` of its CPU in Python, twice a second."""
+def _burn(burst_s: float, in_c: bool) -> None:
+    """The control thread: ``burst_s`` of its CPU twice a second, in Python or in C (hashing
+    64 kB at a time, about 30 µs, which releases the GIL)."""
+    data = bytes(1 << 16)
     while True:
         time.sleep(0.5)
         start_s = time.thread_time()
         while time.thread_time() - start_s < burst_s:
-            pass
+            if in_c:
+                hashlib.sha256(data)
 
 
 def thread_cpu_s() -> dict[str, float]:
