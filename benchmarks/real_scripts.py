@@ -158,9 +158,13 @@ def run_once(script: Script, variant: str, steps: int) -> dict[str, float]:
             "first_step_s": ends[0], "steps": len(ends) - 1,
             "start_s": timing["loop_start_epoch_s"] - start_epoch_s,
             "end_s": exit_epoch_s - timing["loop_end_epoch_s"],
-            "trainpace_threads_cpu_s": sum(
-                cpu_s for name, cpu_s in timing["threads_cpu_s"].items()
-                if name.startswith("trainpace"))}
+            "trainpace_threads_cpu_s": trainpace_threads_cpu_s(timing)}
+
+
+def trainpace_threads_cpu_s(timing: dict[str, Any]) -> float:
+    """The CPU seconds of trainpace's threads (sampler, writer) in a script's timing."""
+    return sum(cpu_s for name, cpu_s in timing["threads_cpu_s"].items()
+               if name.startswith("trainpace"))
 
 
 def measure(scripts: tuple[Script, ...], rounds: int, quick: bool
@@ -206,8 +210,7 @@ def threads_run(script: Script, steps: int, prefix: str = "trainpace",
 
 def threads_share_pct(timing: dict[str, Any]) -> float:
     """The CPU of trainpace's threads over a run, as a share of one core."""
-    return 100 * sum(cpu_s for name, cpu_s in timing["threads_cpu_s"].items()
-                     if name.startswith("trainpace")) / timing["loop_s"]
+    return 100 * trainpace_threads_cpu_s(timing) / timing["loop_s"]
 
 
 # A step the watched threads ran in is compared with the steps they did not run in nearest to
