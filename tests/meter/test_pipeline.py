@@ -183,8 +183,9 @@ def test_a_summary_shown_live_is_refreshed_from_the_first_window(monkeypatch):
 
 
 def test_no_window_record_is_made_for_nobody_and_one_is_for_an_observer(monkeypatch):
-    # no sink and no observer (a quiet run): the steps reach the run's columns, and no
-    # figures are computed for a record nobody reads; an observer gets its record
+    # no sink and no observer (a quiet run): the steps reach the run's columns once they hold
+    # QUIET_HOLD_S of run time, and no figures are computed for a record nobody reads; an
+    # observer gets its record at each window
     monkeypatch.setattr(pipeline, "time", RealTime())
     computed = []
     real_figures = pipeline.figures
@@ -197,13 +198,39 @@ def test_no_window_record_is_made_for_nobody_and_one_is_for_an_observer(monkeypa
     made = WindowPipeline(state=RunState(MeterConfig(), torch.device("cpu"), "r"),
                           run_folder=None, sinks=FanOut([]), log_once=LogOnce(),
                           clock=lambda: 0.0, vitals=lambda: None, refresh=lambda now: Refreshed())
-    made.write([window(step_values(1, 20, 0.01))])
+    assert pipeline.QUIET_HOLD_S == 5.0
+    made.write([window(step_values(1, 20, 0.01))])  # 0.2 s of run: held back
     list(made.send())
-    assert (computed, len(made.state.series)) == ([], 20)
+    assert (computed, len(made.state.series), made.holding) == ([], 0, True)
+    made.write([window(step_values(21, 479, 0.01))])  # to 4.99 s of run: still held
+    list(made.send())
+    assert (len(made.state.series), made.holding) == (0, True)
+    made.write([window(step_values(500, 20, 0.01))])  # 5.19 s: the 519 steps join the run
+    list(made.send())
+    assert (computed, len(made.state.series), made.holding) == ([], 519, False)
     observed = []
     made.observers.append(lambda figures, records: observed.append(
         (figures["steps"], [r["step"] for r in records])))
-    made.write([window(step_values(21, 20, 0.01))])
+    made.write([window(step_values(520, 20, 0.01))])
     list(made.send())
-    assert (computed, len(made.state.series)) == ([20], 40)
-    assert observed == [(20, list(range(21, 41)))]
+    assert (computed, len(made.state.series)) == ([20], 539)
+    assert observed == [(20, list(range(520, 540)))]
+
+
+def test_a_quiet_runs_held_steps_join_the_run_when_no_window_follows_and_at_its_end(
+        monkeypatch):
+    monkeypatch.setattr(pipeline, "time", RealTime())
+    made = WindowPipeline(state=RunState(MeterConfig(), torch.device("cpu"), "r"),
+                          run_folder=None, sinks=FanOut([]), log_once=LogOnce(),
+                          clock=lambda: 0.0, vitals=lambda: None, refresh=lambda now: Refreshed())
+    assert made.hold_s == pipeline.QUIET_HOLD_S
+    made.write([window(step_values(1, 20, 0.01))])
+    list(made.send())
+    list(made.send_held())  # the writer's idle work: nothing came for hold_s
+    assert (len(made.state.series), made.holding) == (20, False)
+    made.write([window(step_values(21, 20, 0.01)), window(step_values(41, 3, 0.01),
+                                                           final=True)])
+    list(made.send())  # the run's end sends whatever was held
+    assert [s["step"] for s in made.state.series] == list(range(1, 44))
+    made.sinks = FanOut([Recording()])
+    assert made.hold_s == pipeline.SINK_WINDOW_S

@@ -176,7 +176,7 @@ def test_work_held_back_goes_out_when_no_window_follows():
         idled.set()
 
     writer, handed = writer_of(on_windows, on_idle=on_idle, holding=lambda: bool(held),
-                               idle_s=0.01)
+                               idle_s=lambda: 0.01)
     handed.hand(1)
     assert idled.wait(10)  # event-driven: however loaded the machine, it comes
     writer.close()
@@ -186,7 +186,7 @@ def test_work_held_back_goes_out_when_no_window_follows():
 def test_nothing_held_back_means_no_idle_work():
     calls = []
     writer, handed = writer_of(on_idle=lambda: calls.append(1), holding=lambda: False,
-                               idle_s=0.001)
+                               idle_s=lambda: 0.001)
     handed.hand(1)  # written in full
     assert writer.wait_for(1, timeout_s=10)
     writer.close()

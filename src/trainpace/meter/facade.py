@@ -71,7 +71,7 @@ from trainpace.meter.log_once import LogOnce
 from trainpace.meter.loop import NULL_STEP, Loop, MeteredLoader, NullStep, StepContext
 from trainpace.meter.meta import MADE_BY, MetaLog
 from trainpace.meter.outputs import checked_sinks, keyword_sinks
-from trainpace.meter.pipeline import SINK_WINDOW_S, WindowPipeline
+from trainpace.meter.pipeline import WindowPipeline
 from trainpace.meter.probes import StepProbes, profile_window
 from trainpace.meter.signals import TermGuard
 from trainpace.meter.signature import with_the_settings
@@ -179,7 +179,8 @@ class Meter:
                               take_windows=source.take,
                               after_windows=self._pipeline.send,
                               on_idle=self._pipeline.send_held,
-                              holding=lambda: self._pipeline.holding, idle_s=SINK_WINDOW_S,
+                              holding=lambda: self._pipeline.holding,
+                              idle_s=lambda: self._pipeline.hold_s,
                               pause_s=self._pipeline.part_pause_s,
                               poll_s=self._pipeline.poll_s, due=source.due)
         self._meta = MetaLog(

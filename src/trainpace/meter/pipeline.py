@@ -8,10 +8,10 @@ end of their window; then they become columns once (a :class:`~trainpace.series.
 appended to the run's), and the window's figures come from the function that computes the
 run's. Each window's figures go to the sinks (one :class:`~trainpace.sinks.base.FanOut`) and
 the window observers as its window record (with neither, no record is made: the steps are on
-disk and in the run's columns); windows shorter than ``SINK_WINDOW_S`` go out together (their
-columns made in one pass too). That work comes in parts (:meth:`WindowPipeline.send` yields
-between two), which the writer paces (:meth:`WindowPipeline.part_pause_s`), so that no step
-waits for all of it.
+disk, and join the run's columns every ``QUIET_HOLD_S``); windows shorter than
+``SINK_WINDOW_S`` go out together (their columns made in one pass too). That work comes in
+parts (:meth:`WindowPipeline.send` yields between two), which the writer paces
+(:meth:`WindowPipeline.part_pause_s`), so that no step waits for all of it.
 """
 
 from __future__ import annotations
@@ -47,6 +47,16 @@ REFRESH_FIRST_COST_S = 0.02
 # work (and than a reader's eye) go to the sinks together, one console line, not hundreds a
 # second. A window at least this long has its own record, as documented.
 SINK_WINDOW_S = 0.05
+# Where nobody reads window records (no sink and no window observer: `trainpace run --quiet`,
+# `Meter(console=False)`), the steps written wait this much run time (or the run's end) before
+# they join the run's columns, with the sampler's rows (``system.jsonl``) and a summary
+# refresh when one is due. Every part of that work is Python touched once per look, and a
+# script whose DataLoader forks its workers again each epoch makes each page it touches a
+# copy-on-write fault after every fork (9 us each, on a 2-core virtual machine): in `dcgan`
+# (a fork four times a second) the writer took 16,000-18,000 faults and 0.17-0.19 s of CPU
+# over 3,000 steps with that work at every window, 9,500-10,300 and 0.10 s without it. The
+# steps' lines are written at every look all the same.
+QUIET_HOLD_S = 5.0
 # The writer's pause between two parts of a window record's work (see
 # :mod:`trainpace.sinks.background`): the loop's recent real time per step, so that a step
 # pays for one part at most, within these bounds (the record is at the sinks a few pauses
@@ -163,25 +173,38 @@ class WindowPipeline:
             self._step_s_real = (now - self._written_at_s) / len(rows)
             self._written_at_s = now
 
+    @property
+    def records_read(self) -> bool:
+        """Whether a sink or a window observer reads the window records."""
+        return bool(self.observers) or not self.sinks.empty
+
+    @property
+    def hold_s(self) -> float:
+        """How long the ended windows held back may wait for a window that comes
+        (``SINK_WINDOW_S``, or ``QUIET_HOLD_S`` where nobody reads their records)."""
+        return SINK_WINDOW_S if self.records_read else QUIET_HOLD_S
+
     def send(self) -> Iterator[None]:
         """The steps written since the last call wait for their window's end. Once those
-        hold ``SINK_WINDOW_S`` of run time (at once at the end, or when a loader ran out),
-        they become the run's columns, and a window record to the sinks and observers. In
-        parts: it yields between two of them (the writer's pause)."""
+        hold ``SINK_WINDOW_S`` of run time (``QUIET_HOLD_S`` where nobody reads window
+        records; at once at the end, or when a loader ran out and its record is read), they
+        become the run's columns, and a window record to the sinks and observers, and the
+        sampler's rows are taken. In parts: it yields between two of them (the writer's
+        pause)."""
         made, self._made = self._made, []
         t_s = self._columns[_T_S]
+        read = self.records_read
+        hold_s = SINK_WINDOW_S if read else QUIET_HOLD_S
         for window, steps in made:
             self._unsent += steps
             if window.flush:  # a loader ran out: the loop's next windows count from here
                 self.state.window_ended(window.last_step)
-            if window.ends_window or window.final or window.flush:
+            ends = window.ends_window or window.final or window.flush
+            if ends:
                 self._ended = self._unsent
-            if self._unsent and (window.final or window.flush or (
-                    window.ends_window and t_s[self._unsent - 1] - self._sent_t_s
-                    >= SINK_WINDOW_S)):
+            if self._unsent and (window.final or (window.flush and read) or (
+                    ends and t_s[self._unsent - 1] - self._sent_t_s >= hold_s)):
                 yield from self._send(window.final)
-        if made:
-            self._system(made[-1][0].last_step)
 
     @property
     def holding(self) -> bool:
@@ -190,8 +213,9 @@ class WindowPipeline:
         return self._ended > 0
 
     def send_held(self) -> Iterator[None]:
-        """No window came for ``SINK_WINDOW_S`` (the loop stopped between windows: an
-        evaluation, a hang): the ended windows held back go out now, as for any window."""
+        """No window came for :attr:`hold_s` (the loop stopped between windows: an
+        evaluation, a hang), or the writer closes: the ended windows held back go out now, as
+        for any window."""
         if self._ended:
             yield from self._send(final=False, upto=self._ended)
 
@@ -226,9 +250,9 @@ class WindowPipeline:
 
     def _send(self, final: bool, upto: int | None = None) -> Iterator[None]:
         """The steps not sent yet (the first ``upto`` of them): into the run's columns (made
-        once, here), and as a window record to the sinks and observers; then, now and then, a
-        refreshed summary. Yields between its parts, but at the end of the run (``final``:
-        no step left to give way to)."""
+        once, here), the sampler's rows taken, and a window record to the sinks and observers;
+        then, now and then, a refreshed summary. Yields between its parts, but at the end of
+        the run (``final``: no step left to give way to)."""
         upto = self._unsent if upto is None else upto
         columns = [column[:upto] for column in self._columns]
         for column in self._columns:
@@ -244,11 +268,12 @@ class WindowPipeline:
         if done < len(steps):
             self._into_run(steps if not done else StepSeries.from_columns(
                 [column[done:] for column in columns]))
+        self._system(last_step)
         if not final:
             yield
         # a window record only for those that read one (no sink and no observer: a quiet
         # run's writer makes none), its step records only for those that read them
-        if self.observers or not self.sinks.empty:
+        if self.records_read:
             read = bool(self.observers or self.sinks.reads_steps)
             yield from self._window(steps, steps.records() if read else [], last_step, final)
         if not final:

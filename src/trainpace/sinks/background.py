@@ -56,8 +56,9 @@ class Writer:
     ``last_step`` it reaches), in order; ``on_windows`` takes them, all those found at one
     look in one call; then ``after_windows()`` runs, in its parts (see the module). With
     nothing to do, the thread looks for work every ``poll_s()``. While ``holding()`` says work
-    was held back for later windows, ``on_idle`` runs when nothing comes for ``idle_s``: a loop
-    that stops between windows (an evaluation, a hang) still gets its last steps out.
+    was held back for later windows, ``on_idle`` runs when nothing comes for ``idle_s()``: a
+    loop that stops between windows (an evaluation, a hang) still gets its last steps out;
+    and at ``close()``.
     """
 
     def __init__(self, on_windows: Callable[[list[Any]], None],
@@ -65,7 +66,8 @@ class Writer:
                  *, take_windows: Callable[[], list[Any]] = list,
                  after_windows: Callable[[], Parts] = lambda: None,
                  on_idle: Callable[[], Parts] = lambda: None,
-                 holding: Callable[[], bool] = lambda: False, idle_s: float = 0.05,
+                 holding: Callable[[], bool] = lambda: False,
+                 idle_s: Callable[[], float] = lambda: 0.05,
                  pause_s: Callable[[], float] = lambda: 0.0,
                  poll_s: Callable[[], float] = lambda: 0.005,
                  due: Callable[[], bool] = lambda: True) -> None:
@@ -165,6 +167,9 @@ class Writer:
                 # windows made before close() but after this look's take: theirs too
                 while self._windows(self._taken()):
                     pass
+                if self._holding():  # and the work held back for windows that never came
+                    self._paced(self._on_idle)
+                    self._send_written()
                 return
             if item is not None:
                 self._contained(item[0], *item[1])
@@ -172,7 +177,7 @@ class Writer:
                 continue
             sleep_s = self._poll_s()
             if self._holding():
-                idle_left_s = self._idle_s - (time.monotonic() - idle_since)
+                idle_left_s = self._idle_s() - (time.monotonic() - idle_since)
                 if idle_left_s <= 0:  # nothing came for idle_s while work was held back
                     self._paced(self._on_idle)
                     self._send_written()
