@@ -20,6 +20,8 @@ writer), for the benchmark to tell the steps those threads ran in from the other
 CPU in Python (holding the GIL, as the writer's work does) twice a second: a known cost for
 that measure to find (``--burn-ms 0``: it wakes and does nothing, a cost of about none);
 ``--burn-in c``: in C with the GIL released (hashing), for the cost of the CPU alone.
+``--persistent-workers``: ``dcgan``'s DataLoader keeps its worker from one epoch to the next,
+as trainpace's report on it advises (the others have no workers).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ def arguments(description: str, steps: int) -> argparse.Namespace:
     parser.add_argument("--burn-ms", type=float, metavar="MS",
                         help="a control thread spins MS ms of CPU twice a second (0: it only "
                              "wakes)")
+    parser.add_argument("--persistent-workers", action="store_true",
+                        help="a DataLoader with workers keeps them from one epoch to the next "
+                             "(trainpace's advice for dcgan)")
     parser.add_argument("--burn-in", choices=("python", "c"), default="python",
                         help="the control thread spins in Python (holding the GIL) or in C "
                              "(the GIL released)")

@@ -39,7 +39,8 @@ def main() -> None:
     torch.manual_seed(1)
     batch = 16
     images = torch.rand(batch * 25, NC, 32, 32) * 2 - 1
-    loader = DataLoader(TensorDataset(images), batch_size=batch, shuffle=True, num_workers=1)
+    loader = DataLoader(TensorDataset(images), batch_size=batch, shuffle=True, num_workers=1,
+                        persistent_workers=args.persistent_workers)
     net_g, net_d = generator(), discriminator()
     criterion = nn.BCELoss()
     opt_d = torch.optim.Adam(net_d.parameters(), lr=2e-4, betas=(0.5, 0.999))
