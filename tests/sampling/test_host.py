@@ -130,6 +130,28 @@ def test_workers_are_refreshed_every_second_and_new_ones_count_from_their_next_r
     assert reading["workers"] == 0
 
 
+def test_a_reaped_worker_is_counted_whole_less_what_its_readings_counted():
+    # a DataLoader worker that ends: once reaped, the kernel adds its CPU time to this
+    # process's children's; what its readings did not count (before its first, after its
+    # last) is counted then, and one that ended before any refresh found it is counted whole
+    ps, clock, reaped = FakePsutil(), Clock(), [0.0]
+    worker = FakeProcess(7, cpu=1.0)
+    ps.children_list = [worker]
+    host = _source(ps, clock, slow_every_s=1.0, reaped_cpu_s=lambda: reaped[0])
+    host.read()  # the worker's first reading: 1.0 s used before it
+    clock.now, worker.cpu = 1.0, 1.5
+    assert host.read()["process_cpu_pct"] == 50.0
+    clock.now, worker.gone = 2.0, True  # it ended; not reaped yet
+    assert host.read()["process_cpu_pct"] == 0.0
+    clock.now, reaped[0] = 3.0, 2.25  # reaped: its 2.25 s, of which 0.5 s were counted
+    assert host.read()["process_cpu_pct"] == 175.0
+    ps.children_list = []
+    clock.now, reaped[0] = 4.0, 2.5  # a worker that lived and ended between two refreshes
+    assert host.read()["process_cpu_pct"] == 25.0
+    clock.now = 5.0
+    assert host.read()["process_cpu_pct"] == 0.0
+
+
 def test_memory_is_read_every_second_and_held_in_between():
     ps, clock = FakePsutil(), Clock()
     host = _source(ps, clock, slow_every_s=1.0)
@@ -257,6 +279,29 @@ def test_real_workers_are_counted():
     assert first["workers"] >= 1
     workers_pct = second["process_cpu_pct"] - second["main_cpu_pct"]
     assert low - TICKS_PCT <= workers_pct <= high + TICKS_PCT
+
+
+def test_a_real_child_that_ended_between_two_readings_is_counted():
+    import resource
+    import subprocess
+    import sys
+
+    def children_cpu_s():
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    host = HostSource(slow_every_s=10.0)  # no refresh between the readings: never followed
+    started = time.monotonic()
+    host.read()
+    before_s = children_cpu_s()
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                    "while time.process_time() - t < 0.3: pass\n"], check=True)  # reaped
+    child_s = children_cpu_s() - before_s
+    reading = host.read()
+    elapsed_s = time.monotonic() - started  # at least the time between the two readings
+    assert child_s >= 0.3
+    # this process's CPU includes the child's: at least its CPU over the readings' interval
+    assert reading["process_cpu_pct"] >= 100.0 * child_s / elapsed_s
 
 
 def test_real_psutil_matches_this_process_cpu_time():
