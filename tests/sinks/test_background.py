@@ -183,6 +183,22 @@ def test_work_held_back_goes_out_when_no_window_follows():
     assert held == []
 
 
+def test_close_sends_the_work_held_back():
+    # a quiet run's windows wait QUIET_HOLD_S for their columns: at close they go out, once,
+    # though no idle time passed
+    held, sent = [], []
+
+    def on_idle():
+        sent.extend(held)
+        held.clear()
+
+    writer, handed = writer_of(held.extend, on_idle=on_idle, holding=lambda: bool(held),
+                               idle_s=lambda: 3600.0)
+    handed.hand(1, 2)
+    assert writer.close(timeout_s=60)
+    assert (steps_of(sent), held) == ([1, 2], [])
+
+
 def test_nothing_held_back_means_no_idle_work():
     calls = []
     writer, handed = writer_of(on_idle=lambda: calls.append(1), holding=lambda: False,
