@@ -53,9 +53,9 @@ SINK_WINDOW_S = 0.05
 # refresh when one is due. Every part of that work is Python touched once per look, and a
 # script whose DataLoader forks its workers again each epoch makes each page it touches a
 # copy-on-write fault after every fork (9 us each, on a 2-core virtual machine): in `dcgan`
-# (a fork four times a second) the writer took 16,000-18,000 faults and 0.17-0.19 s of CPU
-# over 3,000 steps with that work at every window, 9,500-10,300 and 0.10 s without it. The
-# steps' lines are written at every look all the same.
+# (a fork four times a second) the writer took 12,800-13,200 faults and 0.11-0.14 s of CPU
+# over 3,000 steps with that work every 5 s, 16,300-16,500 and 0.17 s with it at every
+# window. The steps' lines are written at every look all the same.
 QUIET_HOLD_S = 5.0
 # The writer's pause between two parts of a window record's work (see
 # :mod:`trainpace.sinks.background`): the loop's recent real time per step, so that a step
@@ -193,8 +193,7 @@ class WindowPipeline:
         pause)."""
         made, self._made = self._made, []
         t_s = self._columns[_T_S]
-        read = self.records_read
-        hold_s = SINK_WINDOW_S if read else QUIET_HOLD_S
+        read, hold_s = self.records_read, self.hold_s
         for window, steps in made:
             self._unsent += steps
             if window.flush:  # a loader ran out: the loop's next windows count from here

@@ -6,10 +6,8 @@ meaningless 0.0. ``process_cpu_pct`` is the training process plus its descendant
 DataLoader workers); the list of descendants is refreshed every ``slow_every_s`` from the
 kernel's ``/proc/<pid>/task/<tid>/children`` lists (psutil's alternative scans every process
 on the machine: milliseconds), and a worker found at a refresh starts counting from there.
-A worker that ended is counted whole once this process has reaped it (the kernel then adds its
-CPU time to this process's children's, ``getrusage(RUSAGE_CHILDREN)``), less what its
-readings counted already: a DataLoader whose workers start again each epoch, sooner than a
-refresh finds them, still has their CPU counted as this process's, not as other processes'.
+A worker that ended is counted whole once this process has reaped it, less what its readings
+counted already (:mod:`~trainpace.sampling.descendants`).
 ``system_cpu_pct`` is the whole machine's busy share (0–100%). Memory (RSS, available,
 cgroup) moves slowly: it is read every ``slow_every_s`` too, and held in between.
 
@@ -49,6 +47,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from trainpace.sampling.cgroup import CgroupMemory, find_cgroup_memory
+from trainpace.sampling.descendants import DescendantsCpu
+from trainpace.sampling.descendants import reaped_cpu_s as read_reaped_cpu_s
 from trainpace.sampling.procfs import (
     SCHEDSTAT_BYTES,
     SYSTEM_STAT_BYTES,
@@ -118,12 +118,8 @@ class HostSource:
         reads its own process and psutil is the real one; tests give theirs)."""
         if reaped_cpu_s is None and psutil_module is None and (pid is None
                                                                 or pid == os.getpid()):
-            reaped_cpu_s = _reaped_cpu_s
-        self._reaped_cpu_s = reaped_cpu_s
-        # per descendant read, its CPU time at its first reading: what its readings count
-        # is from there, and what a reaped one adds to the children's time beyond that is new
-        self._first_cpu_s: dict[int, float] = {}
-        self._counted_gone_s = 0.0  # counted of descendants gone, not yet in reaped time
+            reaped_cpu_s = read_reaped_cpu_s
+        self._descendants = DescendantsCpu(reaped_cpu_s)
         if psutil_module is None:
             import psutil
 
@@ -205,9 +201,11 @@ class HostSource:
         workers = None
         if times is not None:
             workers = len(times.worker_cpu)
-            for pid, cpu in times.worker_cpu.items():  # counted from its first reading
-                self._first_cpu_s.setdefault(pid, cpu)
             previous, self._previous = self._previous, times
+            worker_s = self._descendants.cpu_s(
+                times.worker_cpu, times.reaped_cpu_s,
+                None if previous is None else previous.worker_cpu,
+                None if previous is None else previous.reaped_cpu_s)
             if previous is not None and times.at > previous.at:
                 elapsed = times.at - previous.at
                 main_pct = 100.0 * (times.main_cpu_s - previous.main_cpu_s) / elapsed
@@ -216,7 +214,6 @@ class HostSource:
                 busy = jiffies - (times.idle - previous.idle)
                 stolen = min(max((times.steal - previous.steal) / busy, 0.0), MAX_STOLEN) \
                     if busy > 0 else 0.0
-                worker_s = self._descendants_cpu_s(times, previous)
                 if worker_s:
                     process = max(main_pct + 100.0 * worker_s / elapsed, 0.0)
                 if times.worker_cpu:
@@ -271,7 +268,7 @@ class HostSource:
             if cpu is not None:
                 job[pid] = cpu
         return Times(now, main, *system, schedstat_s(read(self._schedstat_path, SCHEDSTAT_BYTES)),
-                     workers, demand, job, self._reaped())
+                     workers, demand, job, self._descendants.reaped())
 
     def _read_psutil(self, now: float) -> Times | None:
         ps = self._psutil
@@ -292,25 +289,8 @@ class HostSource:
         # Linux counts guest time inside user time already
         total = sum(system) - getattr(system, "guest", 0.0) - getattr(system, "guest_nice", 0.0)
         steal = getattr(system, "steal", 0.0)
-        return Times(now, main, idle, total, steal, None, workers, {}, {}, self._reaped())
-
-    def _reaped(self) -> float | None:
-        return self._reaped_cpu_s() if self._reaped_cpu_s is not None else None
-
-    def _descendants_cpu_s(self, times: Times, previous: Times) -> float:
-        """The descendants' CPU seconds between two readings: those read both times (one
-        first seen now counts from the next), and the reaped ones' time beyond what their
-        readings counted."""
-        before, now = previous.worker_cpu, times.worker_cpu
-        cpu_s = sum(cpu - before[pid] for pid, cpu in now.items() if pid in before)
-        for pid in before.keys() - now.keys():  # gone (or no longer followed)
-            self._counted_gone_s += before[pid] - self._first_cpu_s.pop(pid, before[pid])
-        if times.reaped_cpu_s is not None and previous.reaped_cpu_s is not None:
-            reaped_s = times.reaped_cpu_s - previous.reaped_cpu_s
-            counted_s = min(self._counted_gone_s, reaped_s)
-            self._counted_gone_s -= counted_s
-            cpu_s += reaped_s - counted_s
-        return cpu_s
+        return Times(now, main, idle, total, steal, None, workers, {}, {},
+                     self._descendants.reaped())
 
     # -- each slow_every_s: the descendants and the memory --------------------------------
 
@@ -426,17 +406,6 @@ class HostSource:
                 available = min(available, total_bytes)
         return (rss, available / 1e9, total_bytes / 1e9,
                 100.0 * (total_bytes - available) / total_bytes)
-
-
-def _reaped_cpu_s() -> float | None:
-    """This process's reaped descendants' CPU seconds (to the microsecond), None where the
-    platform has no ``getrusage``."""
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _demand_s(now: Sched, before: Sched, stolen: float, elapsed_s: float) -> float:
