@@ -38,8 +38,9 @@ Figures per run:
 Whole processes on a shared machine differ by several percent from one another, and so do
 blocks of a second inside one process (its CPU time as much as its wall time: the machine's
 speed changes, not only its share), so the figures above cannot resolve a cost of 1%. The
-steady cost is measured apart, in one process per script (``--alternate``): the script runs
-``ALTERNATE_STEPS`` steps with the Meter around the second and third of every four (their
+steady cost is measured apart (``--alternate``): the script runs ``ALTERNATE_STEPS`` steps,
+shared among ``STEADY_PROCESSES`` processes, with the Meter around the second and third of
+every four (their
 batches through its loader, their steps in its step) and the others bare (ABBA, so that a
 drift within the four falls on both alike); after the first tenth, each group of four gives
 the metered pair's mean step less the bare pair's, in wall and in process CPU time, and the
@@ -49,15 +50,21 @@ start, the script's own (dcgan's worker process starts again, tens to hundreds o
 milliseconds that swamp the fraction of a millisecond measured), whichever kind of step takes
 it. Its window boundaries and hand-overs fall on metered steps. trainpace's threads
 (sampler, writer) run through both kinds of step, so the difference cannot see them; they are
-measured in a second process of the script with the Meter on every step (half as many steps:
-a metered run's windows, twice as frequent as the alternating run's), which reads their CPU
+measured in other processes of the script with the Meter on every step (one after each
+alternating process, half as many steps: a metered run's windows, twice as frequent as the
+alternating run's), which read their CPU
 clocks at each step's end: their share of a core, and what they delayed the steps
 (:func:`thread_delay`: each step they ran in against its neighbours they did not, less what
 such a choice of steps gives by chance). Their CPU share does not bound that delay (a
 script's torch threads that keep every core busy wait for each other in each operation, and
-work in Python also holds the GIL). The delay's interval is added to the step's: the target
-(at most 1% on these steps of 10 ms or more) is ``met`` when the upper end is at most 1%,
-``missed`` when the lower end is above, else ``not resolved``. ``--controls`` measures the
+work in Python also holds the GIL). Each kind's processes are pooled (:func:`pooled`): the
+mean over their groups (or spans), and an interval set by the larger of the processes' own
+intervals and the spread between them, since the step's cost differs from one process to the
+next by more than one process's interval (each lays out its memory anew, and the hooks run
+cold). The cost is the step's plus the threads' delay, its interval the root of the sum of
+their squares (two estimates from processes of their own): the target (at most 1% on these
+steps of 10 ms or more) is ``met`` when the upper end is at most 1%, ``missed`` when the
+lower end is above, else ``not resolved``. ``--controls`` measures the
 same way control threads whose cost is known (``CONTROLS``: 5 ms twice a second in Python,
 the same in C with the GIL released, and one that only wakes), in processes of their own.
 ``trainpace run``'s hooks do what the Meter's step does from PyTorch's hooks, a few
@@ -298,42 +305,82 @@ def step_cost(ends_s: list[float], skip: Iterable[int] = ()) -> dict[str, float]
             "skipped": skipped}
 
 
+# The steady measures run in this many processes each, their steps shared out, an alternating
+# process and a fully metered one in turn: the Meter's cost per step differs from one process
+# to the next by more than one process's interval (each lays out its memory anew, and the
+# hooks run cold), so one process is one draw of it.
+STEADY_PROCESSES = 3
+
+
+def pooled(values: list[float], intervals: list[float], weights: list[float]
+           ) -> dict[str, float]:
+    """Per-process estimates (each with its interval, twice its standard error) as one: their
+    mean weighted by ``weights`` (a process's groups or span), and twice the larger of two
+    standard errors, that of the processes' own intervals and that of the spread between the
+    processes' estimates (their standard deviation over the square root of their number):
+    where processes differ beyond their own intervals, the spread sets the interval."""
+    total = sum(weights)
+    mean = sum(w * v for w, v in zip(weights, values, strict=True)) / total
+    within = sum((w * i / 2) ** 2 for w, i in zip(weights, intervals, strict=True)) ** 0.5 / total
+    between = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
+    return {"mean": mean, "interval": 2 * max(within, between), "within": 2 * within,
+            "between": 2 * between}
+
+
 def steady(scripts: tuple[Script, ...], quick: bool, scale: int = 1,
            controls: bool = False) -> dict[str, dict[str, Any]]:
-    """Per script: the Meter's cost per steady step (wall and CPU) from an alternating run of
-    ``scale`` times ``ALTERNATE_STEPS`` steps (the interval narrows as its square root), its
-    threads' cost from a fully metered run half as long (their measured delay of the steps,
-    and their share of a core), and the verdict against ``TARGET_PCT``; ``controls``: the
-    same measure of a control thread's known work (``CONTROL_BURN_MS``) and of one that only
-    wakes."""
+    """Per script: the Meter's cost per steady step (wall and CPU) from alternating runs of
+    ``scale`` times ``ALTERNATE_STEPS`` steps in all, shared among ``STEADY_PROCESSES``
+    processes (``quick``: one, a third as long), its threads' cost from fully metered runs
+    half as long (their measured delay of the steps, and their share of a core), each kind
+    pooled over its processes (:func:`pooled`), and the verdict against ``TARGET_PCT``;
+    ``controls``: the same measure of a control thread's known work (``CONTROLS``) and of
+    one that only wakes, each in one process as long as one of the threads' runs."""
     out = {}
+    processes = 1 if quick else STEADY_PROCESSES
     for script in scripts:
-        steps = ALTERNATE_STEPS[script.name] * scale // (3 if quick else 1)
-        timing = alternate_once(script, steps)
-        epoch_starts = timing["epoch_starts"]
-        wall = step_cost(timing["ends_s"], epoch_starts)
-        cpu = step_cost(timing["cpu_ends_s"], epoch_starts)
-        metered = threads_run(script, steps // 2)
-        delay = _delay_of(metered)
-        pct = 100 * wall["cost_s"] / wall["bare_s"]
-        interval_pct = 100 * wall["interval_s"] / wall["bare_s"]
-        threads_upper = max(delay["delay_pct"] + delay["interval_pct"], 0.0)
-        threads_lower = max(delay["delay_pct"] - delay["interval_pct"], 0.0)
-        upper = pct + interval_pct + threads_upper
-        lower = pct - interval_pct + threads_lower
+        steps = ALTERNATE_STEPS[script.name] * scale // (3 if quick else processes)
+        walls, cpus, delays, metered_runs = [], [], [], []
+        for _ in range(processes):  # in turn: a drift of the machine falls on both kinds
+            timing = alternate_once(script, steps)
+            walls.append(step_cost(timing["ends_s"], timing["epoch_starts"]))
+            cpus.append(step_cost(timing["cpu_ends_s"], timing["epoch_starts"]))
+            metered = threads_run(script, steps // 2)
+            metered_runs.append(metered)
+            delays.append(_delay_of(metered))
+        groups = [float(w["groups"]) for w in walls]
+        wall_pct = [100 * w["cost_s"] / w["bare_s"] for w in walls]
+        wall = pooled(wall_pct, [100 * w["interval_s"] / w["bare_s"] for w in walls], groups)
+        wall_us = pooled([1e6 * w["cost_s"] for w in walls],
+                         [1e6 * w["interval_s"] for w in walls], groups)
+        cpu_us = pooled([1e6 * c["cost_s"] for c in cpus],
+                        [1e6 * c["interval_s"] for c in cpus], groups)
+        bare_s = sum(g * w["bare_s"] for g, w in zip(groups, walls, strict=True)) / sum(groups)
+        delay = pooled([d["delay_pct"] for d in delays], [d["interval_pct"] for d in delays],
+                       [m["loop_s"] for m in metered_runs])
+        # two estimates from processes of their own: the sum's interval is the root of the
+        # sum of their squares
+        total = wall["mean"] + delay["mean"]
+        interval = (wall["interval"] ** 2 + delay["interval"] ** 2) ** 0.5
+        upper, lower = total + interval, total - interval
         verdict = ("met" if upper <= TARGET_PCT else "missed" if lower > TARGET_PCT
                    else "not resolved")
         one = out[script.name] = {
-            "steps": steps, "groups": wall["groups"], "epoch_groups_left_out": wall["skipped"],
-            "bare_step_ms": 1e3 * wall["bare_s"],
-            "cost_us": 1e6 * wall["cost_s"], "interval_us": 1e6 * wall["interval_s"],
-            "cost_pct": pct, "interval_pct": interval_pct,
-            "cpu_cost_us": 1e6 * cpu["cost_s"], "cpu_interval_us": 1e6 * cpu["interval_s"],
-            "cpu_cost_pct": 100 * cpu["cost_s"] / cpu["bare_s"],
-            "threads_pct_of_core": threads_share_pct(metered),
-            "threads_delay_pct": delay["delay_pct"],
-            "threads_delay_interval_pct": delay["interval_pct"],
-            "threads_touched_steps": delay["touched"],
+            "steps": steps * processes, "processes": processes,
+            "groups": int(sum(groups)),
+            "epoch_groups_left_out": sum(w["skipped"] for w in walls),
+            "bare_step_ms": 1e3 * bare_s,
+            "cost_us": wall_us["mean"], "interval_us": wall_us["interval"],
+            "cost_pct": wall["mean"], "interval_pct": wall["interval"],
+            "cost_pct_each": wall_pct,
+            "cpu_cost_us": cpu_us["mean"], "cpu_interval_us": cpu_us["interval"],
+            "cpu_cost_pct": 100 * cpu_us["mean"] / 1e6 / bare_s,
+            "threads_pct_of_core": statistics.fmean(map(threads_share_pct, metered_runs)),
+            "threads_delay_pct": delay["mean"],
+            "threads_delay_interval_pct": delay["interval"],
+            "threads_delay_pct_each": [d["delay_pct"] for d in delays],
+            "threads_touched_steps": sum(d["touched"] for d in delays),
+            "total_pct": total, "total_interval_pct": interval,
             "upper_pct": upper, "verdict": verdict}
         print(f"steady {script.name}: {_steady_text(one)}", file=sys.stderr)
         if controls:
@@ -370,15 +417,19 @@ def _control_text(burn_in: str, burn_ms: float, delay: dict[str, float]) -> str:
 
 
 def _steady_text(one: dict[str, Any]) -> str:
+    each = ", ".join(f"{pct:+.2f}%" for pct in one["cost_pct_each"])
+    delays = ", ".join(f"{pct:+.2f}%" for pct in one["threads_delay_pct_each"])
     return (f"the Meter's step {one['cost_us']:+.0f} ± {one['interval_us']:.0f} µs "
             f"({one['cost_pct']:+.2f}% ± {one['interval_pct']:.2f}% of a "
-            f"{one['bare_step_ms']:.1f} ms step, {one['groups']} groups, "
+            f"{one['bare_step_ms']:.1f} ms step; {one['processes']} processes: {each}; "
+            f"{one['groups']} groups, "
             f"{one['epoch_groups_left_out']} at epoch starts left out; "
             f"CPU {one['cpu_cost_us']:+.0f} ± {one['cpu_interval_us']:.0f} µs, "
             f"{one['cpu_cost_pct']:+.2f}%), threads "
             f"{one['threads_pct_of_core']:.2f}% of a core, delaying the steps "
             f"{one['threads_delay_pct']:+.2f}% ± {one['threads_delay_interval_pct']:.2f}% "
-            f"(metered run, {one['threads_touched_steps']} steps touched): "
+            f"(metered runs: {delays}; {one['threads_touched_steps']} steps touched): "
+            f"{one['total_pct']:+.2f}% ± {one['total_interval_pct']:.2f}%, "
             f"at most {one['upper_pct']:.2f}% "
             f"→ {one['verdict']} (target {TARGET_PCT:g}%)")
 
@@ -443,11 +494,13 @@ def main() -> None:
     steady_costs = steady(scripts, args.quick, args.steady_x, args.controls)
     figures: dict[str, Any] = {"rounds": rounds, "steady_x": args.steady_x}
     for name, one in steady_costs.items():
-        figures[f"{name}: steady step, {one['steps']} steps ABBA in one process"] = (
+        figures[f"{name}: steady step, {one['steps']} steps ABBA in {one['processes']} "
+                f"processes"] = (
             _steady_text(one))
         for burn_in, burn_ms in CONTROLS:
             if _control_key(burn_in, burn_ms) in one:
-                figures[f"{name}: control, {one['steps'] // 2} steps metered, "
+                figures[f"{name}: control, {one['steps'] // one['processes'] // 2} steps "
+                        f"metered, "
                         f"{f'{burn_ms:g} ms in {burn_in}' if burn_ms else 'wakes only'}"] = (
                     _control_text(burn_in, burn_ms, one[_control_key(burn_in, burn_ms)]))
     for name, per_round in measured.items():

@@ -103,3 +103,29 @@ def test_long_steps_picked_by_chance_are_not_counted_as_the_threads_cost(cost_s:
         assert delay["by_chance_us"] == pytest.approx(940, rel=0.1)  # 10 ms × (e^0.09 - 1)
         assert abs(delay["delay_pct"] - truth_pct) <= delay["interval_pct"]
         assert delay["interval_pct"] < 0.15
+
+
+pooled = _benchmark("real_scripts").pooled  # type: ignore[attr-defined]
+
+
+def test_processes_that_differ_beyond_their_intervals_widen_the_pooled_interval() -> None:
+    # two processes of equal weight, +1% ± 0.2% and +3% ± 0.2%: the spread between them
+    # (standard deviation 1.414, over the square root of 2: a standard error of 1.0) sets
+    # the interval, not their own (0.1 each: a standard error of 0.0707 for the mean)
+    out = pooled([1.0, 3.0], [0.2, 0.2], [100.0, 100.0])
+    assert out["mean"] == pytest.approx(2.0)
+    assert out["between"] == pytest.approx(2.0)
+    assert out["within"] == pytest.approx(0.2 / 2 ** 0.5)
+    assert out["interval"] == pytest.approx(2.0)
+
+
+def test_processes_that_agree_are_pooled_by_their_weights_and_own_intervals() -> None:
+    # equal estimates: no spread; the weights (a process's groups) weigh the mean and its
+    # standard error: (3 * 0.3 + 1 * 0.6) / 4 for the mean's half-width
+    out = pooled([0.5, 0.5], [0.6, 1.2], [300.0, 100.0])
+    assert out["mean"] == pytest.approx(0.5)
+    assert out["between"] == 0.0
+    assert out["interval"] == pytest.approx(2 * ((300 * 0.3) ** 2 + (100 * 0.6) ** 2) ** 0.5
+                                            / 400)
+    one = pooled([0.4], [0.3], [10.0])  # one process: its own estimate
+    assert (one["mean"], one["interval"]) == (pytest.approx(0.4), pytest.approx(0.3))
