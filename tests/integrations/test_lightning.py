@@ -308,6 +308,8 @@ def test_under_ddp_the_job_is_measured_within_2_percent_of_its_ranks_timers(tmp_
     import sys
     from pathlib import Path
 
+    from lightning_fit import BATCHES, WARMUP
+
     script = Path(__file__).with_name("lightning_fit.py")
     done = subprocess.run([sys.executable, str(script), str(tmp_path), "2"], timeout=300,
                           capture_output=True, text=True, check=False)
@@ -320,7 +322,8 @@ def test_under_ddp_the_job_is_measured_within_2_percent_of_its_ranks_timers(tmp_
     assert "outside_steps" not in {f["id"] for f in job["diagnosis"]["findings"]}
     notes = [json.loads((tmp_path / "run" / f"rank{rank}" / "meta.json").read_text())["framework"]
              for rank in (0, 1)]
-    assert [(note["name"], note["steps"]) for note in notes] == [("lightning", 110)] * 2
+    assert [(note["name"], note["steps"]) for note in notes] == [
+        ("lightning", BATCHES - WARMUP)] * 2
     # the job's diagnosis names rank 0's measured framework work when it is large
     found = {f["id"]: f for f in job["diagnosis"]["findings"]}
     if notes[0]["work_pct"] >= 10.0:
