@@ -217,6 +217,25 @@ def test_no_window_record_is_made_for_nobody_and_one_is_for_an_observer(monkeypa
     assert observed == [(20, list(range(520, 540)))]
 
 
+def test_a_quiet_run_holds_at_most_quiet_hold_steps_of_tiny_steps(monkeypatch):
+    # steps of 10 us: 5,000 of them are 0.05 s of run, far from QUIET_HOLD_S; their values,
+    # held as lists, would take the memory of every step in 5 s (about 500,000)
+    monkeypatch.setattr(pipeline, "time", RealTime())
+    monkeypatch.setattr(pipeline, "QUIET_HOLD_STEPS", 300)
+    made = WindowPipeline(state=RunState(MeterConfig(), torch.device("cpu"), "r"),
+                          run_folder=None, sinks=FanOut([]), log_once=LogOnce(),
+                          clock=lambda: 0.0, vitals=lambda: None, refresh=lambda now: Refreshed())
+    made.write([window(step_values(1, 200, 1e-5))])
+    list(made.send())
+    assert (len(made.state.series), made.holding) == (0, True)
+    made.write([window(step_values(201, 100, 1e-5))])  # 300 steps held: they join the run
+    list(made.send())
+    assert (len(made.state.series), made.holding) == (300, False)
+    made.write([window(step_values(301, 100, 1e-5))])
+    list(made.send())
+    assert len(made.state.series) == 300
+
+
 def test_a_quiet_runs_held_steps_join_the_run_when_no_window_follows_and_at_its_end(
         monkeypatch):
     monkeypatch.setattr(pipeline, "time", RealTime())

@@ -57,6 +57,11 @@ SINK_WINDOW_S = 0.05
 # over 3,000 steps with that work every 5 s, 16,300-16,500 and 0.17 s with it at every
 # window. The steps' lines are written at every look all the same.
 QUIET_HOLD_S = 5.0
+# ... or as many steps, whichever comes first: held steps are lists of Python values, about
+# 0.3 kB a step, and 5 s of the writer benchmark's 10 us steps (about 290,000) took the
+# process's memory 115 MB above a run with a sink; 5,000 steps hold about 1.5 MB (steps of a
+# millisecond or more reach QUIET_HOLD_S first).
+QUIET_HOLD_STEPS = 5_000
 # The writer's pause between two parts of a window record's work (see
 # :mod:`trainpace.sinks.background`): the loop's recent real time per step, so that a step
 # pays for one part at most, within these bounds (the record is at the sinks a few pauses
@@ -187,7 +192,8 @@ class WindowPipeline:
     def send(self) -> Iterator[None]:
         """The steps written since the last call wait for their window's end. Once those
         hold ``SINK_WINDOW_S`` of run time (``QUIET_HOLD_S`` where nobody reads window
-        records; at once at the end, or when a loader ran out and its record is read), they
+        records) or ``QUIET_HOLD_STEPS`` steps (at once at the end, or when a loader ran out
+        and its record is read), they
         become the run's columns, and a window record to the sinks and observers, and the
         sampler's rows are taken. In parts: it yields between two of them (the writer's
         pause)."""
@@ -202,7 +208,8 @@ class WindowPipeline:
             if ends:
                 self._ended = self._unsent
             if self._unsent and (window.final or (window.flush and read) or (
-                    ends and t_s[self._unsent - 1] - self._sent_t_s >= hold_s)):
+                    ends and (t_s[self._unsent - 1] - self._sent_t_s >= hold_s
+                              or self._unsent >= QUIET_HOLD_STEPS))):
                 yield from self._send(window.final)
 
     @property
