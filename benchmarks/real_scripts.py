@@ -373,6 +373,8 @@ def steady(scripts: tuple[Script, ...], quick: bool, scale: int = 1,
             "cost_us": wall_us["mean"], "interval_us": wall_us["interval"],
             "cost_pct": wall["mean"], "interval_pct": wall["interval"],
             "cost_pct_each": wall_pct,
+            # which set the interval: the processes' own intervals, or the spread between them
+            "interval_within_pct": wall["within"], "interval_between_pct": wall["between"],
             "cpu_cost_us": cpu_us["mean"], "cpu_interval_us": cpu_us["interval"],
             "cpu_cost_pct": 100 * cpu_us["mean"] / 1e6 / bare_s,
             "threads_pct_of_core": statistics.fmean(map(threads_share_pct, metered_runs)),
@@ -421,7 +423,9 @@ def _steady_text(one: dict[str, Any]) -> str:
     delays = ", ".join(f"{pct:+.2f}%" for pct in one["threads_delay_pct_each"])
     return (f"the Meter's step {one['cost_us']:+.0f} ± {one['interval_us']:.0f} µs "
             f"({one['cost_pct']:+.2f}% ± {one['interval_pct']:.2f}% of a "
-            f"{one['bare_step_ms']:.1f} ms step; {one['processes']} processes: {each}; "
+            f"{one['bare_step_ms']:.1f} ms step; {one['processes']} processes: {each}, "
+            f"within ±{one['interval_within_pct']:.2f}%, "
+            f"between ±{one['interval_between_pct']:.2f}%; "
             f"{one['groups']} groups, "
             f"{one['epoch_groups_left_out']} at epoch starts left out; "
             f"CPU {one['cpu_cost_us']:+.0f} ± {one['cpu_interval_us']:.0f} µs, "
