@@ -8,9 +8,9 @@ end of their window; then they become columns once (a :class:`~trainpace.series.
 appended to the run's), and the window's figures come from the function that computes the
 run's. Each window's figures go to the sinks (one :class:`~trainpace.sinks.base.FanOut`) and
 the window observers as its window record (with neither, no record is made: the steps are on
-disk, and join the run's columns every ``QUIET_HOLD_S``); windows shorter than
-``SINK_WINDOW_S`` go out together (their columns made in one pass too). That work comes in
-parts (:meth:`WindowPipeline.send` yields between two), which the writer paces
+disk, and join the run's columns every ``QUIET_HOLD_S`` or ``QUIET_HOLD_STEPS``); windows
+shorter than ``SINK_WINDOW_S`` go out together (their columns made in one pass too). That work
+comes in parts (:meth:`WindowPipeline.send` yields between two), which the writer paces
 (:meth:`WindowPipeline.part_pause_s`), so that no step waits for all of it.
 """
 
@@ -193,10 +193,9 @@ class WindowPipeline:
         """The steps written since the last call wait for their window's end. Once those
         hold ``SINK_WINDOW_S`` of run time (``QUIET_HOLD_S`` where nobody reads window
         records) or ``QUIET_HOLD_STEPS`` steps (at once at the end, or when a loader ran out
-        and its record is read), they
-        become the run's columns, and a window record to the sinks and observers, and the
-        sampler's rows are taken. In parts: it yields between two of them (the writer's
-        pause)."""
+        and its record is read), they become the run's columns, and a window record to the
+        sinks and observers, and the sampler's rows are taken. In parts: it yields between
+        two of them (the writer's pause)."""
         made, self._made = self._made, []
         t_s = self._columns[_T_S]
         read, hold_s = self.records_read, self.hold_s
