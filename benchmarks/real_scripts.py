@@ -312,6 +312,10 @@ def step_cost(ends_s: list[float], skip: Iterable[int] = ()) -> dict[str, float]
 STEADY_PROCESSES = 3
 
 
+def weighted_mean(values: list[float], weights: list[float]) -> float:
+    return sum(w * v for w, v in zip(weights, values, strict=True)) / sum(weights)
+
+
 def pooled(values: list[float], intervals: list[float], weights: list[float]
            ) -> dict[str, float]:
     """Per-process estimates (each with its interval, twice its standard error) as one: their
@@ -320,7 +324,7 @@ def pooled(values: list[float], intervals: list[float], weights: list[float]
     processes' estimates (their standard deviation over the square root of their number):
     where processes differ beyond their own intervals, the spread sets the interval."""
     total = sum(weights)
-    mean = sum(w * v for w, v in zip(weights, values, strict=True)) / total
+    mean = weighted_mean(values, weights)
     within = sum((w * i / 2) ** 2 for w, i in zip(weights, intervals, strict=True)) ** 0.5 / total
     between = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
     return {"mean": mean, "interval": 2 * max(within, between), "within": 2 * within,
@@ -355,7 +359,9 @@ def steady(scripts: tuple[Script, ...], quick: bool, scale: int = 1,
                          [1e6 * w["interval_s"] for w in walls], groups)
         cpu_us = pooled([1e6 * c["cost_s"] for c in cpus],
                         [1e6 * c["interval_s"] for c in cpus], groups)
-        bare_s = sum(g * w["bare_s"] for g, w in zip(groups, walls, strict=True)) / sum(groups)
+        bare_s = weighted_mean([w["bare_s"] for w in walls], groups)
+        # the CPU cost is over the bare step's CPU time (the torch threads' too), not its wall
+        cpu_bare_s = weighted_mean([c["bare_s"] for c in cpus], groups)
         delay = pooled([d["delay_pct"] for d in delays], [d["interval_pct"] for d in delays],
                        [m["loop_s"] for m in metered_runs])
         # two estimates from processes of their own: the sum's interval is the root of the
@@ -376,7 +382,7 @@ def steady(scripts: tuple[Script, ...], quick: bool, scale: int = 1,
             # which set the interval: the processes' own intervals, or the spread between them
             "interval_within_pct": wall["within"], "interval_between_pct": wall["between"],
             "cpu_cost_us": cpu_us["mean"], "cpu_interval_us": cpu_us["interval"],
-            "cpu_cost_pct": 100 * cpu_us["mean"] / 1e6 / bare_s,
+            "cpu_cost_pct": 100 * cpu_us["mean"] / 1e6 / cpu_bare_s,
             "threads_pct_of_core": statistics.fmean(map(threads_share_pct, metered_runs)),
             "threads_delay_pct": delay["mean"],
             "threads_delay_interval_pct": delay["interval"],
