@@ -137,6 +137,18 @@ def test_a_killed_runs_last_step_reaches_the_ledger_through_the_next_run(tmp_pat
     assert read_progress(folder) is None  # the map is the new run's now
 
 
+def test_the_progress_map_keeps_the_last_step_after_it_is_closed(tmp_path):
+    progress = ProgressMap(tmp_path, 2, 100.0)
+    progress.step(6, 1.25)
+    progress.step(7, 1.5)
+    progress.close()
+    progress.close()  # twice: nothing more to release
+    assert read_progress(tmp_path) == (2, 7, 101.5)
+    with pytest.raises(ValueError, match="released"):  # the views go with the map
+        progress.step(8, 1.75)
+    assert read_progress(tmp_path) == (2, 7, 101.5)
+
+
 def test_the_progress_map_is_never_written_through_a_link(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious")
