@@ -110,17 +110,31 @@ def test_observe_outside_a_step_belongs_to_the_step_just_closed(clock):
     assert record["metric"] == pytest.approx(0.75)
 
 
-def test_a_cpu_loss_is_kept_as_a_float_whatever_its_kind(clock, recwarn):
+def test_a_cpu_loss_is_kept_detached_and_read_when_its_record_is_made(clock, recwarn):
     rec = StepRecorder(clock=clock)
     weight = torch.tensor(3.0, requires_grad=True)
     rec.enter(1)
-    rec.observe(loss=weight * 2.0)  # in the graph: read without a warning or a kept graph
+    rec.observe(loss=weight * 2.0)  # in the graph: kept without it, read without a warning
     rec.observe(loss=torch.tensor(4))  # an integer tensor
     rec.observe(loss=torch.tensor([1.0, 3.0]))  # more than one element: their mean
+    rec.observe(loss=1.5)  # a number: a float at once
     kept = rec._cur.losses
-    assert kept == [6.0, 4.0, 2.0]
-    assert all(type(value) is float for value in kept)
+    assert [type(v) for v in kept] == [torch.Tensor, torch.Tensor, torch.Tensor, float]
+    assert not any(v.requires_grad for v in kept[:3])
+    rec.exit(None, failed=False)
+    assert take_records(rec)[0]["loss"] == (6.0 + 4.0 + 2.0 + 1.5) / 4
     assert not recwarn.list
+
+
+def test_a_kept_loss_changed_in_place_is_read_as_it_is_then(clock):
+    """Read where its record is made (off the training thread), as a device's loss is."""
+    rec = StepRecorder(clock=clock)
+    running = torch.tensor(2.0)
+    rec.enter(1)
+    rec.observe(loss=running)
+    rec.exit(None, failed=False)
+    running.add_(1.0)  # the loop changes it before the writer takes the step
+    assert take_records(rec)[0]["loss"] == 3.0
 
 
 def test_token_counts_and_the_override(clock):

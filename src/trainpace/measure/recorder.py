@@ -418,18 +418,14 @@ def _add_tokens(row: StepRow, tokens: TokenCount) -> None:
 
 
 def _keep(value: Any) -> Any:
-    """A loss/metric as kept until the boundary: a float, or a detached device tensor.
+    """A loss/metric as kept until its step's record is made: a detached tensor, or a float.
 
     It runs right after the step's own work, when little of torch's Python binding is in the
-    CPU's caches: each call into it then costs 5-15 µs (on 14 ms steps of a CPU training loop,
-    2-core virtual machine). A CPU tensor of one element (the usual loss) is read with one
-    call: ``item()`` needs no detached copy, and a tensor of more elements raises and takes
-    the longer way (24 µs against 11 for the one call)."""
+    CPU's caches: one ``item()`` of a CPU loss took 14 µs there, a ``detach()`` about 4 (on
+    13 ms steps of a CPU training loop, 2-core virtual machine; ``benchmarks/cold_calls.py``).
+    So a tensor is read where its record is made, off the training thread on the host clock
+    (:func:`~trainpace.measure.steprow.as_float`), at the boundary's copy on a device clock: a
+    tensor changed in place after ``observe()`` is read as it is then."""
     if isinstance(value, torch.Tensor):
-        if not value.is_cpu:
-            return value.detach()  # read at the boundary: no device sync in the step
-        try:
-            return float(value.item())
-        except RuntimeError:  # more than one element: their mean
-            return float(value.detach().float().mean())
+        return value.detach()  # no autograd graph kept alive
     return float(value)

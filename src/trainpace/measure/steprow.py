@@ -12,6 +12,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+import torch
+
 from trainpace.measure.batch import TokenCount
 from trainpace.measure.clock import Marker
 from trainpace.records import StepValues
@@ -48,11 +50,19 @@ class StepRow:
     emitted = False  # handed out as a record
 
 
+def as_float(value: Any) -> float:
+    """A value kept by ``observe()`` as a number: a tensor's mean (one element: itself), read
+    now, on the thread that makes the record."""
+    if isinstance(value, torch.Tensor):
+        return float(value.item()) if value.numel() == 1 else float(value.float().mean())
+    return float(value)
+
+
 def step_loss(values: list[Any] | tuple[()]) -> tuple[float | None, bool | None]:
     """The step's mean loss and whether a loss was NaN or infinite (then no mean: None)."""
     if not values:
         return None, None
-    kept = [float(v) for v in values if v is not None]
+    kept = [as_float(v) for v in values if v is not None]
     if not all(map(math.isfinite, kept)):
         return None, True
     return (sum(kept) / len(kept) if kept else None), False
@@ -60,7 +70,7 @@ def step_loss(values: list[Any] | tuple[()]) -> tuple[float | None, bool | None]
 
 def mean_of(values: list[Any] | tuple[()]) -> float | None:
     """The mean of the finite values kept (None when there is none)."""
-    finite = [float(v) for v in values if v is not None]
+    finite = [as_float(v) for v in values if v is not None]
     if not finite:
         return None
     mean = sum(finite) / len(finite)

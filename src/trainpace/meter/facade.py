@@ -289,27 +289,35 @@ class Meter:
         at or above it when ``higher_is_better``, at or below it otherwise. The loss is
         smoothed (``smoothing``) before it is compared; a metric is compared as it is.
         """
-        if self._loop.finished:
-            self._after_finish("meter.observe()")
+        # Called right after the step's own work, when little of trainpace is in the CPU's
+        # caches: the usual call (a loss, on the training thread) goes straight to the
+        # recorder.
+        rec = self._recorder
+        step_thread = rec.step_thread
+        if self._loop.finished or (step_thread is not None and step_thread != get_ident()):
+            if self._loop.finished:
+                self._after_finish("meter.observe()")
+            else:  # its values would land in the training thread's open step
+                self._loop.off_the_step_thread("meter.observe()")
             return
-        if self._loop.off_the_step_thread("meter.observe()"):
-            return  # its values would land in the training thread's open step
         try:
             if target is not None:
-                name = "metric" if metric is not None else "loss"
-                better = bool(higher_is_better) if higher_is_better is not None else False
-                # An evaluation metric is already an average over a dataset: it is compared
-                # as it is. The per-step training loss is noisy: it is smoothed.
-                smoothing = self.config.smoothing if name == "loss" else 0.0
-                goal = Goal(name=name, value=float(target), higher_is_better=better,
-                            smoothing=smoothing)
-                if goal != self._goal:
-                    self._goal = goal
-                    self._writer.submit(self._pipeline.follow, goal)
-                    self._meta.log()
-            self._recorder.observe(loss=loss, metric=metric)
+                self._follow(target, higher_is_better, "metric" if metric is not None else "loss")
+            rec.observe(loss, metric)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("observe()", exc)
+
+    def _follow(self, target: float, higher_is_better: bool | None, name: str) -> None:
+        """Time the run to ``target`` (see :meth:`observe`)."""
+        better = bool(higher_is_better) if higher_is_better is not None else False
+        # An evaluation metric is already an average over a dataset: it is compared as it is.
+        # The per-step training loss is noisy: it is smoothed.
+        smoothing = self.config.smoothing if name == "loss" else 0.0
+        goal = Goal(name=name, value=float(target), higher_is_better=better, smoothing=smoothing)
+        if goal != self._goal:
+            self._goal = goal
+            self._writer.submit(self._pipeline.follow, goal)
+            self._meta.log()
 
     def note(self, key: str, facts: Mapping[str, Any] | None) -> None:
         """Keep what a front-end measured about the run (an integration's framework work per
