@@ -316,32 +316,49 @@ def weighted_mean(values: list[float], weights: list[float]) -> float:
     return sum(w * v for w, v in zip(weights, values, strict=True)) / sum(weights)
 
 
+# Student's t, its two-sided 95% point, by degrees of freedom: the spread between a few
+# processes is itself a rough estimate (two from three processes), and twice its standard
+# error would understate the interval (by 2.2 times with three processes). Between two
+# entries, the lower one's (a wider interval); from 60 on, 2.0.
+T_95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
+        10: 2.23, 12: 2.18, 15: 2.13, 20: 2.09, 30: 2.04, 60: 2.0}
+
+
+def t_95(degrees: int) -> float:
+    """Student's t two-sided 95% point for ``degrees`` (at least 1) degrees of freedom."""
+    return T_95[max(d for d in T_95 if d <= degrees)]
+
+
 def pooled(values: list[float], intervals: list[float], weights: list[float]
            ) -> dict[str, float]:
-    """Per-process estimates (each with its interval, twice its standard error) as one: their
-    mean weighted by ``weights`` (a process's groups or span), and twice the larger of two
-    standard errors, that of the processes' own intervals and that of the spread between the
-    processes' estimates (their standard deviation over the square root of their number):
+    """Per-process estimates (each with its interval, twice its standard error: hundreds of
+    groups each) as one: their mean weighted by ``weights`` (a process's groups or span), and
+    the larger of two intervals, twice the standard error of the processes' own intervals,
+    and the spread between the processes' estimates (their standard deviation over the square
+    root of their number) times Student's t for as many processes less one (:func:`t_95`):
     where processes differ beyond their own intervals, the spread sets the interval."""
     total = sum(weights)
     mean = weighted_mean(values, weights)
     within = sum((w * i / 2) ** 2 for w, i in zip(weights, intervals, strict=True)) ** 0.5 / total
-    between = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
-    return {"mean": mean, "interval": 2 * max(within, between), "within": 2 * within,
-            "between": 2 * between}
+    between = (t_95(len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
+               if len(values) > 1 else 0.0)
+    return {"mean": mean, "interval": max(2 * within, between), "within": 2 * within,
+            "between": between}
 
 
 def steady(scripts: tuple[Script, ...], quick: bool, scale: int = 1,
-           controls: bool = False) -> dict[str, dict[str, Any]]:
+           controls: bool = False, processes: int = STEADY_PROCESSES
+           ) -> dict[str, dict[str, Any]]:
     """Per script: the Meter's cost per steady step (wall and CPU) from alternating runs of
-    ``scale`` times ``ALTERNATE_STEPS`` steps in all, shared among ``STEADY_PROCESSES``
-    processes (``quick``: one, a third as long), its threads' cost from fully metered runs
+    ``scale`` times ``ALTERNATE_STEPS`` steps in all, shared among ``processes`` processes
+    (``quick``: one, a third as long), its threads' cost from fully metered runs
     half as long (their measured delay of the steps, and their share of a core), each kind
     pooled over its processes (:func:`pooled`), and the verdict against ``TARGET_PCT``;
     ``controls``: the same measure of a control thread's known work (``CONTROLS``) and of
     one that only wakes, each in one process as long as one of the threads' runs."""
     out = {}
-    processes = 1 if quick else STEADY_PROCESSES
+    if quick:
+        processes = 1
     for script in scripts:
         steps = ALTERNATE_STEPS[script.name] * scale // (3 if quick else processes)
         walls, cpus, delays, metered_runs = [], [], [], []
@@ -485,6 +502,10 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON object")
     parser.add_argument("--steady-x", type=int, default=1, metavar="K",
                         help="K times the steady measure's steps (its interval about 1/sqrt(K))")
+    parser.add_argument("--processes", type=int, default=STEADY_PROCESSES, metavar="N",
+                        help=f"the steady measures' processes each, the steps shared among "
+                             f"them (default {STEADY_PROCESSES}; more estimate the spread "
+                             f"between processes better)")
     parser.add_argument("--controls", action="store_true",
                         help="also measure a control thread's known work and one that only "
                              "wakes, as the threads are measured")
@@ -494,6 +515,9 @@ def main() -> None:
                         help="dcgan's DataLoader keeps its worker between epochs, as trainpace "
                              "advises; the result is not written")
     args = parser.parse_args()
+    if args.processes < 2:
+        parser.error(f"--processes: {args.processes} gives no spread between processes to "
+                     f"estimate; use 2 or more (default {STEADY_PROCESSES})")
     global SCRIPT_ARGS
     SCRIPT_ARGS = ("--persistent-workers",) if args.persistent_workers else ()
     rounds = args.rounds or (2 if args.quick else 5)
@@ -501,7 +525,7 @@ def main() -> None:
     scripts = tuple(s for s in SCRIPT_SET if not args.only or s.name in args.only)
     measured = measure(scripts, rounds, args.quick)
     rows = table(measured)
-    steady_costs = steady(scripts, args.quick, args.steady_x, args.controls)
+    steady_costs = steady(scripts, args.quick, args.steady_x, args.controls, args.processes)
     figures: dict[str, Any] = {"rounds": rounds, "steady_x": args.steady_x}
     for name, one in steady_costs.items():
         figures[f"{name}: steady step, {one['steps']} steps ABBA in {one['processes']} "

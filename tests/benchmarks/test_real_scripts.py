@@ -106,17 +106,27 @@ def test_long_steps_picked_by_chance_are_not_counted_as_the_threads_cost(cost_s:
 
 
 pooled = _benchmark("real_scripts").pooled  # type: ignore[attr-defined]
+t_95 = _benchmark("real_scripts").t_95  # type: ignore[attr-defined]
 
 
 def test_processes_that_differ_beyond_their_intervals_widen_the_pooled_interval() -> None:
     # two processes of equal weight, +1% ± 0.2% and +3% ± 0.2%: the spread between them
-    # (standard deviation 1.414, over the square root of 2: a standard error of 1.0) sets
-    # the interval, not their own (0.1 each: a standard error of 0.0707 for the mean)
+    # (standard deviation 1.414, over the square root of 2: a standard error of 1.0, times
+    # Student's t for one degree of freedom, 12.71) sets the interval, not their own (0.1
+    # each: a standard error of 0.0707 for the mean)
     out = pooled([1.0, 3.0], [0.2, 0.2], [100.0, 100.0])
     assert out["mean"] == pytest.approx(2.0)
-    assert out["between"] == pytest.approx(2.0)
+    assert out["between"] == pytest.approx(12.71)
     assert out["within"] == pytest.approx(0.2 / 2 ** 0.5)
-    assert out["interval"] == pytest.approx(2.0)
+    assert out["interval"] == pytest.approx(12.71)
+    # six processes: 1, 2, 3 twice over (standard deviation 0.8944, standard error 0.3651,
+    # t for five degrees of freedom 2.57)
+    six = pooled([1.0, 2.0, 3.0] * 2, [0.2] * 6, [100.0] * 6)
+    assert six["between"] == pytest.approx(2.57 * 0.8944272 / 6 ** 0.5)
+
+
+def test_students_t_takes_the_lower_entry_between_two_of_its_table() -> None:
+    assert (t_95(1), t_95(2), t_95(11), t_95(59), t_95(500)) == (12.71, 4.30, 2.23, 2.04, 2.0)
 
 
 def test_processes_that_agree_are_pooled_by_their_weights_and_own_intervals() -> None:
