@@ -39,8 +39,8 @@ Whole processes on a shared machine differ by several percent from one another, 
 blocks of a second inside one process (its CPU time as much as its wall time: the machine's
 speed changes, not only its share), so the figures above cannot resolve a cost of 1%. The
 steady cost is measured apart (``--alternate``): the script runs ``ALTERNATE_STEPS`` steps,
-shared among ``STEADY_PROCESSES`` processes, with the Meter around the second and third of
-every four (their
+shared among ``STEADY_PROCESSES`` processes (``--processes N``), with the Meter around the
+second and third of every four (their
 batches through its loader, their steps in its step) and the others bare (ABBA, so that a
 drift within the four falls on both alike); after the first tenth, each group of four gives
 the metered pair's mean step less the bare pair's, in wall and in process CPU time, and the
@@ -78,6 +78,7 @@ device's ceilings cached, the files in the page cache.
     python benchmarks/real_scripts.py             # 5 rounds (about 5 minutes on a quiet machine)
     python benchmarks/real_scripts.py --quick     # 2 rounds of shorter scripts
     python benchmarks/real_scripts.py --steady-x 5  # the steady measure 5 times as long
+    python benchmarks/real_scripts.py --processes 10  # the same steps in ten processes each
     python benchmarks/real_scripts.py --controls    # and the threads' measure checked
     python benchmarks/real_scripts.py --only dcgan --persistent-workers  # trainpace's advice
     python benchmarks/real_scripts.py --json
