@@ -135,9 +135,9 @@ class ProgressMap:
     """The run's last completed step in :data:`PROGRESS_FILE`, kept current by the training
     thread at each step (:meth:`step`): two stores into the shared page through typed views, no
     system call (the page is shared with the kernel, which writes it out whatever happens to
-    the process). Right after a training step that is about 5 µs where one
-    ``STEP_LAYOUT.pack_into`` took about 10 (the struct module's code is cold there: each
-    step's call pays for bringing it back into the CPU's caches)."""
+    the process). Right after a CPU training step that took about 7 µs where one
+    ``STEP_LAYOUT.pack_into`` took 13 (``benchmarks/cold_calls.py``: the struct module's code
+    is cold there, and each step's call paid for bringing it back into the CPU's caches)."""
 
     def __init__(self, folder: Path, run: int, offset_s: float) -> None:
         path = folder / PROGRESS_FILE
