@@ -46,6 +46,8 @@ PROBES = ("progress map", "struct.pack_into", "loss.item()")
 # a group of eight steps: what each does beside its training step
 GROUP = ("bare", "metered", "metered", "bare",
          "progress map", "struct.pack_into", "struct.pack_into", "progress map")
+# the bare step after the metered pair reads its loss where a metered step observes it
+READS_LOSS = 3
 
 
 def medians_us(samples_ns: Mapping[str, Sequence[int]]) -> dict[str, float]:
@@ -119,7 +121,7 @@ def measure(steps: int, folder: Path) -> dict[str, Any]:
             meter.observe(loss=loss)
         elif kind in probes:
             probes[kind](index, 1.0)
-        elif index % len(GROUP) == 3:  # the bare step after the metered pair: read the loss
+        elif index % len(GROUP) == READS_LOSS:
             loss.item()
         observed = clock()
         context.__exit__(None, None, None)
@@ -133,7 +135,7 @@ def measure(steps: int, folder: Path) -> dict[str, Any]:
             times["exit"].append(ended - observed)
             if watched:
                 times["observe"].append(observed - trained)
-            elif index % len(GROUP) == 3:
+            elif index % len(GROUP) == READS_LOSS:
                 probed["loss.item()"].append(observed - trained)
             else:
                 times["observe"].append(observed - trained)

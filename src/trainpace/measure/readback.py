@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from trainpace.measure.clock import DeviceTimer, Marker
-from trainpace.measure.steprow import StepRow, records_of
+from trainpace.measure.steprow import StepRow, as_float, records_of
 from trainpace.records import StepValues
 
 
@@ -83,7 +83,7 @@ class DeviceReadback:
                         slots.append((values, i))
                         blocked.add(id(row))
                     elif isinstance(value, torch.Tensor):
-                        values[i] = float(value.float().mean())  # MPS: no async copy; read now
+                        values[i] = as_float(value)  # MPS or CPU: no async copy; read now
         if not device_values:
             return
         if self._copy is not None:  # one copy in flight at a time: land the older first

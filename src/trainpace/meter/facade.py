@@ -289,21 +289,15 @@ class Meter:
         at or above it when ``higher_is_better``, at or below it otherwise. The loss is
         smoothed (``smoothing``) before it is compared; a metric is compared as it is.
         """
-        # Called right after the step's own work, when little of trainpace is in the CPU's
-        # caches: the usual call (a loss, on the training thread) goes straight to the
-        # recorder.
-        rec = self._recorder
-        step_thread = rec.step_thread
-        if self._loop.finished or (step_thread is not None and step_thread != get_ident()):
-            if self._loop.finished:
-                self._after_finish("meter.observe()")
-            else:  # its values would land in the training thread's open step
-                self._loop.off_the_step_thread("meter.observe()")
+        if self._loop.finished:
+            self._after_finish("meter.observe()")
             return
+        if self._loop.off_the_step_thread("meter.observe()"):
+            return  # its values would land in the training thread's open step
         try:
             if target is not None:
                 self._follow(target, higher_is_better, "metric" if metric is not None else "loss")
-            rec.observe(loss, metric)
+            self._recorder.observe(loss, metric)
         except Exception as exc:  # noqa: BLE001 - monitoring never breaks training
             self._log_once.report("observe()", exc)
 
