@@ -6,9 +6,12 @@ itself reports (``--controls``)."""
 from __future__ import annotations
 
 import importlib
+import math
 import random
+import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +28,8 @@ def _benchmark(name: str) -> object:
         sys.path.remove(BENCHMARKS)
 
 
-thread_delay = _benchmark("real_scripts").thread_delay  # type: ignore[attr-defined]
+real_scripts: Any = _benchmark("real_scripts")
+thread_delay = real_scripts.thread_delay
 
 
 def run(steps_s: list[float], busy_s: dict[int, float]) -> tuple[list[float], list[float]]:
@@ -93,6 +97,22 @@ def wakes(seed: int, cost_s: float) -> tuple[list[float], list[float], float]:
     return ends, cpu, 100 * cost_s * touched_after_first_tenth / span_s
 
 
+def _by_chance_us(sigma: float, held: float) -> float:
+    """What picking 10 ms lognormal steps (``sigma``) by a point in time gives beyond their
+    neighbours' mean, among the steps under ``held`` times the median (the others are held
+    up, no one's neighbour): E[L^2] / E[L] - E[L] over those, from E[e^(k sigma Z); Z < z] =
+    e^((k sigma)^2 / 2) Phi(z - k sigma)."""
+    z = math.log(held) / sigma
+    phi = statistics.NormalDist().cdf
+    first = math.exp(sigma ** 2 / 2) * phi(z - sigma)
+    second = math.exp(2 * sigma ** 2) * phi(z - 2 * sigma)
+    return 1e4 * (second / first - first / phi(z))
+
+
+# about 860 µs (without the held-up steps left out it would be 10 ms × (e^0.09 - 1), 940 µs)
+BY_CHANCE_US = _by_chance_us(0.3, real_scripts.HELD_UP)
+
+
 @pytest.mark.parametrize("cost_s", [0.0, 0.001])
 def test_long_steps_picked_by_chance_are_not_counted_as_the_threads_cost(cost_s: float) -> None:
     # A step is likelier to hold a wake the longer it is: without the correction the touched
@@ -100,7 +120,7 @@ def test_long_steps_picked_by_chance_are_not_counted_as_the_threads_cost(cost_s:
     for seed in range(3):
         ends, cpu, truth_pct = wakes(seed, cost_s)
         delay = thread_delay(ends, cpu)
-        assert delay["by_chance_us"] == pytest.approx(940, rel=0.1)  # 10 ms × (e^0.09 - 1)
+        assert delay["by_chance_us"] == pytest.approx(BY_CHANCE_US, rel=0.1)
         assert abs(delay["delay_pct"] - truth_pct) <= delay["interval_pct"]
         assert delay["interval_pct"] < 0.15
 
@@ -139,3 +159,68 @@ def test_processes_that_agree_are_pooled_by_their_weights_and_own_intervals() ->
                                             / 400)
     one = pooled([0.4], [0.3], [10.0])  # one process: its own estimate
     assert (one["mean"], one["interval"]) == (pytest.approx(0.4), pytest.approx(0.3))
+
+
+def test_every_script_process_keeps_glibcs_heap_between_steps() -> None:
+    # bare and watched processes alike: the same environment for each kind of run
+    assert real_scripts.KEPT_HEAP_ENV == {"MALLOC_TRIM_THRESHOLD_": "1073741824",
+                                          "MALLOC_MMAP_THRESHOLD_": "1073741824"}
+    assert real_scripts.KEPT_HEAP_ENV.items() <= real_scripts.CHILD_ENV.items()
+    assert real_scripts.heap_text(real_scripts.CHILD_ENV) == (
+        "kept between steps (MALLOC_TRIM_THRESHOLD_=1073741824, "
+        "MALLOC_MMAP_THRESHOLD_=1073741824)")
+    assert real_scripts.heap_text({"PATH": "/bin"}) == "glibc's default (its free top trimmed)"
+
+
+def test_a_group_with_a_step_held_up_by_the_machine_is_left_out_and_counted_by_kind() -> None:
+    step_cost = real_scripts.step_cost
+    # 40 groups of 10 ms bare and 10.1 ms metered steps; in group 20 a bare step took 40 ms,
+    # in group 30 a metered one 50 ms
+    steps_s = [10.1e-3 if i % 4 in (1, 2) else 10e-3 for i in range(1, 161)]
+    steps_s[80 - 1] = 40e-3  # step 80: place 0 of its group, bare
+    steps_s[121 - 1] = 50e-3  # step 121: place 1, metered
+    ends_s = [0.0]
+    for step_s in steps_s:
+        ends_s.append(ends_s[-1] + step_s)
+    cost = step_cost(ends_s)
+    assert cost["disturbed"] == 2
+    assert (cost["disturbed_metered"], cost["disturbed_bare"]) == (1, 1)
+    assert cost["cost_s"] == pytest.approx(0.1e-3)
+    assert cost["groups"] == 36 - 2  # after the first tenth (groups from step 16 on)
+
+
+def test_the_meters_steps_held_up_more_often_than_a_coin_allows_is_flagged() -> None:
+    more_than_chance = real_scripts.more_than_chance
+    assert not more_than_chance(0, 0)
+    assert not more_than_chance(7, 5)
+    assert not more_than_chance(5, 1)  # 7/64 = 0.109: within chance
+    assert more_than_chance(6, 0)  # 1/64
+    assert more_than_chance(15, 4)  # 0.0096
+
+
+def test_a_step_held_up_by_the_machine_counts_the_threads_cpu_in_it_and_is_no_neighbour() -> None:
+    # 100 steps of 10 ms; step 50 took 80 ms (held up) and the threads ran 0.2 ms in it; step 60
+    # took 80 ms with no thread in it; the threads ran 0.1 ms in step 61, which took 10.5 ms
+    steps = [0.010] * 100
+    steps[50 - 1] = steps[60 - 1] = 0.080
+    steps[61 - 1] = 0.0105
+    ends, cpu = run(steps, {50: 0.0002, 61: 0.0001})
+    delay = thread_delay(ends, cpu)
+    span_s = ends[-1] - ends[100 // 10 - 1]
+    assert (delay["held"], delay["held_touched"], delay["touched"]) == (2, 1, 1)
+    # step 61 is compared with 58, 59 (before; 60 is held up) and 62, 63: 0.5 ms more
+    assert delay["by_chance_us"] == pytest.approx(0.0)
+    assert delay["delay_pct"] == pytest.approx(100 * (0.0005 + 0.0002) / span_s)
+    assert delay["uncompared_cpu_pct"] == pytest.approx(100 * 0.0002 / span_s)
+    # 1 touched step in 0.8005 s of steps not held up: 0.16 s held up holds 0.2 by chance
+    free_s = sum(steps[10 - 1:]) - 0.160
+    assert delay["held_touched_expected"] == pytest.approx(1 / free_s * 0.160)
+
+
+def test_threads_in_held_up_steps_more_often_than_their_time_allows_are_flagged() -> None:
+    poisson_above_chance = real_scripts.poisson_above_chance
+    assert not poisson_above_chance(0, 0.0)
+    assert not poisson_above_chance(1, 0.2)  # 1 - e^-0.2 = 0.18
+    assert poisson_above_chance(2, 0.2)  # 0.0175
+    assert not poisson_above_chance(7, 4.0)  # 0.11
+    assert poisson_above_chance(9, 4.0)  # 0.021
