@@ -418,14 +418,22 @@ def _add_tokens(row: StepRow, tokens: TokenCount) -> None:
 
 
 def _keep(value: Any) -> Any:
-    """A loss/metric as kept until its step's record is made: a detached tensor, or a float.
+    """A loss/metric as kept until its step's record is made: a float, or a detached device
+    tensor (read at the boundary's copy: no device sync in the step).
 
-    It runs right after the step's own work, when little of torch's Python binding is in the
-    CPU's caches: one ``item()`` of a CPU loss took 14 µs there, a ``detach()`` about 4 (on
-    13 ms steps of a CPU training loop, 2-core virtual machine; ``benchmarks/cold_calls.py``).
-    So a tensor is read where its record is made, off the training thread on the host clock
-    (:func:`~trainpace.measure.steprow.as_float`), at the boundary's copy on a device clock: a
-    tensor changed in place after ``observe()`` is read as it is then."""
+    A CPU tensor is read at once, though ``item()`` right after a step costs about 14 µs (on
+    13 ms steps of a CPU training loop; ``benchmarks/cold_calls.py``) and a ``detach()`` 4:
+    a kept CPU tensor holds its small block of the process's heap until the writer reads it,
+    half a window later, in the middle of the memory the next steps' large tensors are carved
+    from. In a word-language-model loop (``benchmarks/real_scripts``, 14 MB logits a step)
+    the heap then grew instead of reusing that memory: 1,709-page runs of first-touch faults,
+    steps of 50-150 ms where the median took 24 ms, 8-11 of them in 150 steps against none
+    with the value read at once."""
     if isinstance(value, torch.Tensor):
-        return value.detach()  # no autograd graph kept alive
+        if not value.is_cpu:
+            return value.detach()  # no autograd graph kept alive
+        try:
+            return float(value.item())  # one call: no detached copy needed
+        except RuntimeError:  # more than one element: their mean
+            return float(value.detach().float().mean())
     return float(value)
