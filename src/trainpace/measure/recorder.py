@@ -427,8 +427,8 @@ def _keep(value: Any) -> Any:
     half a window later, in the middle of the memory the next steps' large tensors are carved
     from. In a word-language-model loop (``benchmarks/real_scripts``, 14 MB logits a step)
     the heap then grew instead of reusing that memory: 1,709-page runs of first-touch faults,
-    steps of 50-150 ms where the median took 24 ms, 8-11 of them in 150 steps against none
-    with the value read at once."""
+    steps of 48-148 ms where the median took 23-25 ms, 2-11 of them in 150 steps (four runs)
+    against none (two runs) with the value read at once."""
     if isinstance(value, torch.Tensor):
         if not value.is_cpu:
             return value.detach()  # no autograd graph kept alive
