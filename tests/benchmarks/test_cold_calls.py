@@ -3,25 +3,12 @@ bare loop's, and its share of the step, from medians whose values are known."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.benchmarks.loading import benchmark_module
 
-BENCHMARKS = str(Path(__file__).resolve().parents[2] / "benchmarks")
-
-
-def _cold_calls() -> Any:
-    sys.path.insert(0, BENCHMARKS)  # for the import only: its names must not shadow ours
-    try:
-        return importlib.import_module("cold_calls")
-    finally:
-        sys.path.remove(BENCHMARKS)
-
-
-cold_calls: Any = _cold_calls()
+cold_calls: Any = benchmark_module("cold_calls")
 
 
 def test_each_call_is_its_median_less_the_bare_loops_and_the_total_adds_them():
