@@ -106,7 +106,7 @@ def thread_delay(ends_s: list[float], threads_cpu_ends_s: list[float],
             "cpu_pct": 100 * sum(busy_s[first:]) / span_s, "touched": len(touched),
             "uncompared_cpu_pct": 100 * whole_s / span_s, "by_chance_us": 1e6 * by_chance_s,
             "held": sum(held[first:]), "held_touched": held_touched,
-            "held_touched_expected": free_touched / free_s * held_s}
+            "held_touched_expected": free_touched / free_s * held_s if free_s else 0.0}
 
 
 def poisson_above_chance(observed: int, expected: float) -> bool:

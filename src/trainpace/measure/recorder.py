@@ -27,7 +27,7 @@ import torch
 from trainpace.measure.batch import TokenCount, count_tokens, samples_in
 from trainpace.measure.clock import DeviceTimer, Marker
 from trainpace.measure.readback import DeviceReadback
-from trainpace.measure.steprow import StepRow
+from trainpace.measure.steprow import StepRow, as_float
 from trainpace.records import StepValues
 
 logger = logging.getLogger(__name__)
@@ -432,8 +432,5 @@ def _keep(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         if not value.is_cpu:
             return value.detach()  # no autograd graph kept alive
-        try:
-            return float(value.item())  # one call: no detached copy needed
-        except RuntimeError:  # more than one element: their mean
-            return float(value.detach().float().mean())
+        return as_float(value)  # a one-element tensor with item(), else its mean
     return float(value)
