@@ -1,8 +1,8 @@
 """A DCGAN-style pair (the published example's generator of transposed convolutions and
 discriminator of strided convolutions, batch norm, BCE losses, two Adam optimizers) at 32×32
 with narrower layers and a batch of 32 so that a CPU step takes at least 10 milliseconds (the
-least the overhead target covers; at 16, with glibc's heap kept as the benchmark runs it, it
-took 8.0 ms on the fastest of our machines); synthetic images served by a DataLoader with one
+least the overhead target covers; at 16, with glibc's heap kept as the benchmark runs it, its
+steps took 8.0 ms in one of the benchmark's runs); synthetic images served by a DataLoader with one
 worker process (the example uses workers; they restart every epoch), 25 batches an epoch."""
 
 from __future__ import annotations
